@@ -1,0 +1,232 @@
+// Package service is talkgraph's domain: talk sessions, messages, runs, questions and tool
+// calls, the event log every client reads, the AgentService that changes them, the Runner
+// interface agents implement, the Store interface storage implements, and the scheduler that
+// runs agents. It imports neither GraphQL nor any database driver: adapters live in
+// subpackages named after their dependency (service/inmem, service/sqlite, service/demo, …).
+package service
+
+import "time"
+
+// BusyPolicy is what a new message does to a session whose agent is still working.
+type BusyPolicy string
+
+const (
+	BusyInterrupt BusyPolicy = "INTERRUPT" // stop the run, keep its partial reply, start over
+	BusyEnqueue   BusyPolicy = "ENQUEUE"   // wait until the running agent is done
+	BusyReject    BusyPolicy = "REJECT"    // refuse the message with ECONFLICT
+)
+
+// Valid reports whether p is one of the known policies.
+func (p BusyPolicy) Valid() bool {
+	return p == BusyInterrupt || p == BusyEnqueue || p == BusyReject
+}
+
+// SessionStatus summarises what a session's agent is doing.
+type SessionStatus string
+
+const (
+	SessionIdle            SessionStatus = "IDLE"
+	SessionRunning         SessionStatus = "RUNNING"
+	SessionWaitingForInput SessionStatus = "WAITING_FOR_INPUT"
+)
+
+// Role says who wrote a message.
+type Role string
+
+const (
+	RoleUser      Role = "USER"
+	RoleAssistant Role = "ASSISTANT"
+)
+
+// MessageKind says what a message holds besides plain text.
+type MessageKind string
+
+const (
+	KindText     MessageKind = "TEXT"     // ordinary text
+	KindQuestion MessageKind = "QUESTION" // the agent's question (QuestionID set)
+	KindAnswer   MessageKind = "ANSWER"   // the user's answer (QuestionID set)
+)
+
+// MessageStatus is where a message is in its life.
+type MessageStatus string
+
+const (
+	MessageComplete    MessageStatus = "COMPLETE"
+	MessageStreaming   MessageStatus = "STREAMING"
+	MessageInterrupted MessageStatus = "INTERRUPTED"
+	MessageFailed      MessageStatus = "FAILED"
+)
+
+// RunStatus is where a run is in its life. QUEUED, RUNNING and WAITING_FOR_INPUT are
+// active; the others are final.
+type RunStatus string
+
+const (
+	RunQueued          RunStatus = "QUEUED"
+	RunRunning         RunStatus = "RUNNING"
+	RunWaitingForInput RunStatus = "WAITING_FOR_INPUT"
+	RunCompleted       RunStatus = "COMPLETED"
+	RunCancelled       RunStatus = "CANCELLED"
+	RunInterrupted     RunStatus = "INTERRUPTED"
+	RunFailed          RunStatus = "FAILED"
+)
+
+// Final reports whether s is a status a run never leaves.
+func (s RunStatus) Final() bool {
+	switch s {
+	case RunCompleted, RunCancelled, RunInterrupted, RunFailed:
+		return true
+	}
+	return false
+}
+
+// ToolCallStatus is where a tool call is in its life.
+type ToolCallStatus string
+
+const (
+	ToolRunning   ToolCallStatus = "RUNNING"
+	ToolCompleted ToolCallStatus = "COMPLETED"
+	ToolFailed    ToolCallStatus = "FAILED"
+	ToolCancelled ToolCallStatus = "CANCELLED"
+)
+
+// Settings are a session's agent settings. Empty strings and nil mean "the agent's default".
+type Settings struct {
+	Agent        string     `json:"agent"`
+	Model        *string    `json:"model,omitempty"`
+	SystemPrompt *string    `json:"systemPrompt,omitempty"`
+	Temperature  *float64   `json:"temperature,omitempty"`
+	BusyPolicy   BusyPolicy `json:"busyPolicy"`
+}
+
+// TalkSession is one conversation of one user with an agent.
+type TalkSession struct {
+	ID        string
+	UserID    string
+	Title     string
+	Settings  Settings
+	CreatedAt time.Time
+	// UpdatedAt is the time of the last activity: a message, a rename, a settings change.
+	UpdatedAt time.Time
+	// LastSeq is the sequence number of the session's last event (0 before any).
+	LastSeq int64
+}
+
+// Message is one entry of a session's history.
+type Message struct {
+	ID        string
+	SessionID string
+	// Seq is the sequence number of the MessageAdded event that began the message; it
+	// orders the history.
+	Seq     int64
+	Role    Role
+	Kind    MessageKind
+	Content string
+	Status  MessageStatus
+	// RunID is the run that wrote an assistant message, or that a user message started.
+	RunID string
+	// QuestionID links QUESTION and ANSWER messages to their question.
+	QuestionID string
+	CreatedAt  time.Time
+}
+
+// Run is one execution of a session's agent.
+type Run struct {
+	ID        string
+	SessionID string
+	UserID    string
+	Status    RunStatus
+	// Error says why the run failed, fit to show a user.
+	Error string
+	// Agent is the agent the run uses, fixed when the run is created.
+	Agent      string
+	CreatedAt  time.Time
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+}
+
+// Question is the agent asking the user, and waiting.
+type Question struct {
+	ID         string
+	RunID      string
+	SessionID  string
+	Prompt     string
+	Choices    []string
+	Answer     *string
+	AskedAt    time.Time
+	AnsweredAt *time.Time
+	// Withdrawn is set when the run ended before the question was answered.
+	Withdrawn bool
+}
+
+// ToolCall is a tool an agent called while writing a message.
+type ToolCall struct {
+	ID         string
+	RunID      string
+	SessionID  string
+	MessageID  string
+	Name       string
+	Arguments  string
+	Output     string
+	Result     *string
+	Error      *string
+	Status     ToolCallStatus
+	StartedAt  time.Time
+	FinishedAt *time.Time
+}
+
+// EventType names a kind of session event.
+type EventType string
+
+const (
+	EventMessageAdded     EventType = "MessageAdded"
+	EventMessageChunk     EventType = "MessageChunk"
+	EventMessageCompleted EventType = "MessageCompleted"
+	EventRunStatusChanged EventType = "RunStatusChanged"
+	EventQuestionAsked    EventType = "QuestionAsked"
+	EventQuestionAnswered EventType = "QuestionAnswered"
+	EventToolCallStarted  EventType = "ToolCallStarted"
+	EventToolCallOutput   EventType = "ToolCallOutput"
+	EventToolCallFinished EventType = "ToolCallFinished"
+	EventSessionUpdated   EventType = "SessionUpdated"
+)
+
+// Chunky reports whether events of type t stream text (a delta at an offset) that the log
+// may later coalesce.
+func (t EventType) Chunky() bool { return t == EventMessageChunk || t == EventToolCallOutput }
+
+// Event is one entry of a session's log. Which payload fields are set depends on Type:
+// Message for MessageAdded/MessageCompleted; Key, Delta and Offset for MessageChunk (Key is
+// the message ID) and ToolCallOutput (Key is the tool call ID, MessageID its message); Run,
+// Question, ToolCall, Session for the others. Payloads are snapshots taken when the event
+// was appended.
+type Event struct {
+	SessionID string
+	// Seq is assigned by the Store when the event is appended: 1, 2, 3, … per session.
+	Seq  int64
+	Type EventType
+	At   time.Time
+
+	Key       string
+	MessageID string
+	Delta     string
+	// Offset is where Delta starts in the streamed text, in Unicode code points.
+	Offset int
+	// CoalescedFrom is set on a chunk event that replaced the chunks of the same stream
+	// from that sequence number up to its own (see the log's compaction).
+	CoalescedFrom int64
+
+	Message  *Message     `json:",omitempty"`
+	Run      *Run         `json:",omitempty"`
+	Question *Question    `json:",omitempty"`
+	ToolCall *ToolCall    `json:",omitempty"`
+	Session  *TalkSession `json:",omitempty"`
+}
+
+// Cursor is the position after one event, as handed to clients. Off is the end offset, in
+// code points, of a chunk event's stream (0 for other events); it lets a replay over
+// coalesced chunks give exactly the text the client has not seen.
+type Cursor struct {
+	Seq int64
+	Off int
+}
