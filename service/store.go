@@ -13,10 +13,10 @@ import (
 // storage cannot be reached or written (a full disk, a locked file), and other errors only
 // for bugs.
 type Store interface {
-	// Apply makes all of b's writes durable at once, or none of them. It assigns each event
-	// in b.Events the session's next sequence numbers, in order, and sets the session's
-	// LastSeq to the last one. Writes to a session that does not exist (other than creating
-	// it in b.Sessions) return ENOTFOUND.
+	// Apply makes all of b's writes durable at once, or none of them. The events in b.Events
+	// carry the session's next sequence numbers, set by the caller (LastSeq+1, +2, …); Apply
+	// stores them and sets the session's LastSeq to the last one. Writes to a session that
+	// does not exist (other than creating it with b.Session) return ENOTFOUND.
 	Apply(ctx context.Context, b *Batch) error
 
 	// Session returns the session; ENOTFOUND when missing. It does not check the owner: the
@@ -67,7 +67,7 @@ type Batch struct {
 	Runs      []*Run
 	Questions []*Question
 	ToolCalls []*ToolCall
-	// Events are appended to the session's log; Apply sets their Seq.
+	// Events are appended to the session's log, with Seq set by the caller.
 	Events []*Event
 	// Idempotency is inserted; ECONFLICT when (UserID, Key) already exists.
 	Idempotency *IdempotencyRecord
