@@ -1,0 +1,87 @@
+import { memo, type ReactNode } from 'react';
+import type { Message } from '../lib/chat';
+import { ToolCallView } from './ToolCallView';
+
+/** Plain text with ``` fenced blocks shown as code; nothing is parsed as HTML. */
+function RichText({ text }: { text: string }) {
+  const parts = text.split(/```/);
+  const out: ReactNode[] = [];
+  parts.forEach((part, i) => {
+    if (i % 2 === 1) {
+      const nl = part.indexOf('\n');
+      const lang = nl > 0 ? part.slice(0, nl).trim() : '';
+      const code = nl >= 0 && /^[\w+-]*$/.test(lang) ? part.slice(nl + 1) : part;
+      out.push(
+        <pre key={i} className="code-block" data-lang={lang || undefined}>
+          <code>{code.replace(/\n$/, '')}</code>
+        </pre>,
+      );
+    } else if (part) {
+      out.push(
+        <span key={i} className="text">
+          {part}
+        </span>,
+      );
+    }
+  });
+  return <>{out}</>;
+}
+
+function roleLabel(m: Message): string {
+  if (m.kind === 'QUESTION') return 'Agent asks';
+  if (m.kind === 'ANSWER') return 'Your answer';
+  return m.role === 'USER' ? 'You' : 'Agent';
+}
+
+export const MessageView = memo(function MessageView({
+  message: m,
+  runError,
+}: {
+  message: Message;
+  runError?: string;
+}) {
+  const streaming = m.status === 'STREAMING';
+  const content = m.kind === 'QUESTION' && !m.content && m.question ? m.question.prompt : m.content;
+  return (
+    <article
+      className={`msg ${m.role.toLowerCase()} kind-${m.kind.toLowerCase()} status-${m.status.toLowerCase()}`}
+      data-message-id={m.id}
+      data-role={m.role}
+      data-status={m.status}
+      aria-busy={streaming || undefined}
+    >
+      <header className="msg-head">
+        <span className="msg-author">{roleLabel(m)}</span>
+        {m.status === 'INTERRUPTED' && <span className="badge warn">interrupted</span>}
+        {m.status === 'FAILED' && <span className="badge error">failed</span>}
+        {streaming && <span className="visually-hidden">(writing)</span>}
+      </header>
+      {m.toolCalls.length > 0 && (
+        <div className="tool-calls">
+          {m.toolCalls.map((t) => (
+            <ToolCallView key={t.id} call={t} />
+          ))}
+        </div>
+      )}
+      {(content || streaming) && (
+        <div className={`msg-body${streaming ? ' streaming' : ''}`}>
+          <RichText text={content} />
+        </div>
+      )}
+      {m.kind === 'QUESTION' && m.question?.choices && m.question.choices.length > 0 && (
+        <ul className="choice-list" aria-label="Choices offered">
+          {m.question.choices.map((c) => (
+            <li key={c} className={m.question?.answer === c ? 'chosen' : undefined}>
+              {c}
+            </li>
+          ))}
+        </ul>
+      )}
+      {runError && (
+        <p className="run-error" role="note">
+          {runError}
+        </p>
+      )}
+    </article>
+  );
+});

@@ -1,0 +1,200 @@
+import { useMutation, useQuery } from '@apollo/client/react';
+import { useEffect, useRef, useState, type FormEvent } from 'react';
+import {
+  AgentsDocument,
+  UpdateTalkSessionSettingsDocument,
+  type BusyPolicy,
+  type SettingsFieldsFragment,
+} from '../gql/graphql';
+import { describeError } from '../lib/errors';
+
+const POLICIES: { value: BusyPolicy; label: string; help: string }[] = [
+  { value: 'INTERRUPT', label: 'Interrupt', help: 'A new message stops the agent, keeps its partial reply, and starts over.' },
+  { value: 'ENQUEUE', label: 'Queue', help: 'A new message waits until the agent is done.' },
+  { value: 'REJECT', label: 'Reject', help: 'New messages are refused while the agent works.' },
+];
+
+/** Per-chat settings: agent, model, system prompt, temperature and the busy policy. */
+export function SettingsDialog({
+  open,
+  sessionId,
+  settings,
+  onClose,
+  onSaved,
+}: {
+  open: boolean;
+  sessionId: string;
+  settings: SettingsFieldsFragment;
+  onClose: () => void;
+  onSaved: (settings: SettingsFieldsFragment) => void;
+}) {
+  const ref = useRef<HTMLDialogElement>(null);
+  const agents = useQuery(AgentsDocument, { skip: !open, fetchPolicy: 'cache-first' });
+  const [save, { loading }] = useMutation(UpdateTalkSessionSettingsDocument);
+  const [form, setForm] = useState(() => toForm(settings));
+  const [error, setError] = useState<string | null>(null);
+
+  useEffect(() => {
+    const d = ref.current;
+    if (!d) return;
+    if (open && !d.open) {
+      setForm(toForm(settings));
+      setError(null);
+      d.showModal();
+    }
+    if (!open && d.open) d.close();
+    // Only on opening: edits in progress are not overwritten by live updates.
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [open]);
+
+  async function submit(e: FormEvent) {
+    e.preventDefault();
+    setError(null);
+    const temperature = form.temperature.trim() === '' ? null : Number(form.temperature);
+    if (temperature !== null && (Number.isNaN(temperature) || temperature < 0 || temperature > 2)) {
+      setError('Temperature must be a number from 0 to 2.');
+      return;
+    }
+    try {
+      const res = await save({
+        variables: {
+          input: {
+            id: sessionId,
+            settings: {
+              agent: form.agent,
+              model: form.model.trim(),
+              systemPrompt: form.systemPrompt,
+              ...(temperature !== null ? { temperature } : {}),
+              busyPolicy: form.busyPolicy,
+            },
+          },
+        },
+      });
+      const saved = res.data?.updateTalkSessionSettings.settings;
+      if (saved) onSaved(saved);
+      onClose();
+    } catch (err) {
+      setError(describeError(err));
+    }
+  }
+
+  const agentList = agents.data?.agents ?? [];
+  const knownAgent = agentList.some((a) => a.name === form.agent);
+  const agentHelp = agentList.find((a) => a.name === form.agent)?.description;
+
+  return (
+    <dialog
+      ref={ref}
+      className="dialog settings"
+      aria-labelledby="settings-title"
+      onCancel={(e) => {
+        e.preventDefault();
+        onClose();
+      }}
+    >
+      <form onSubmit={submit}>
+        <h2 id="settings-title">Chat settings</h2>
+
+        <div className="field">
+          <label htmlFor="settings-agent">Agent</label>
+          <select
+            id="settings-agent"
+            value={form.agent}
+            onChange={(e) => setForm({ ...form, agent: e.target.value })}
+            aria-describedby="settings-agent-help"
+          >
+            {!knownAgent && <option value={form.agent}>{form.agent}</option>}
+            {agentList.map((a) => (
+              <option key={a.name} value={a.name}>
+                {a.name}
+              </option>
+            ))}
+          </select>
+          <p className="help" id="settings-agent-help">
+            {agents.loading ? 'Loading agents…' : agentHelp || ' '}
+          </p>
+        </div>
+
+        <div className="field">
+          <label htmlFor="settings-model">Model</label>
+          <input
+            id="settings-model"
+            value={form.model}
+            placeholder="The agent's default"
+            autoComplete="off"
+            onChange={(e) => setForm({ ...form, model: e.target.value })}
+          />
+        </div>
+
+        <div className="field">
+          <label htmlFor="settings-prompt">System prompt</label>
+          <textarea
+            id="settings-prompt"
+            rows={4}
+            value={form.systemPrompt}
+            placeholder="Instructions the agent follows in this chat"
+            onChange={(e) => setForm({ ...form, systemPrompt: e.target.value })}
+          />
+        </div>
+
+        <div className="field">
+          <label htmlFor="settings-temperature">Temperature</label>
+          <input
+            id="settings-temperature"
+            type="number"
+            inputMode="decimal"
+            min={0}
+            max={2}
+            step={0.1}
+            value={form.temperature}
+            placeholder="Default"
+            onChange={(e) => setForm({ ...form, temperature: e.target.value })}
+          />
+        </div>
+
+        <fieldset className="field policies">
+          <legend>When you send a message while the agent is working</legend>
+          {POLICIES.map((p) => (
+            <label key={p.value} className="radio">
+              <input
+                type="radio"
+                name="busyPolicy"
+                value={p.value}
+                checked={form.busyPolicy === p.value}
+                onChange={() => setForm({ ...form, busyPolicy: p.value })}
+              />
+              <span>
+                <strong>{p.label}</strong>
+                <span className="help">{p.help}</span>
+              </span>
+            </label>
+          ))}
+        </fieldset>
+
+        {error && (
+          <p className="form-error" role="alert">
+            {error}
+          </p>
+        )}
+        <div className="dialog-actions">
+          <button type="button" className="btn" onClick={onClose}>
+            Cancel
+          </button>
+          <button type="submit" className="btn primary" disabled={loading}>
+            {loading ? 'Saving…' : 'Save'}
+          </button>
+        </div>
+      </form>
+    </dialog>
+  );
+}
+
+function toForm(s: SettingsFieldsFragment) {
+  return {
+    agent: s.agent,
+    model: s.model ?? '',
+    systemPrompt: s.systemPrompt ?? '',
+    temperature: s.temperature == null ? '' : String(s.temperature),
+    busyPolicy: s.busyPolicy,
+  };
+}

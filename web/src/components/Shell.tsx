@@ -1,0 +1,56 @@
+import { useCallback, useEffect, useState } from 'react';
+import { useConnectionState } from '../lib/connection';
+import { useSessionRoute } from '../lib/route';
+import { ChatView } from './ChatView';
+import { Sidebar } from './Sidebar';
+import { Welcome } from './Welcome';
+
+export interface TopBarProps {
+  onMenu: () => void;
+  menuOpen: boolean;
+}
+
+/** The page: the chat list beside the open chat (behind a menu button on narrow screens). */
+export function Shell() {
+  const sessionId = useSessionRoute();
+  const [menuOpen, setMenuOpen] = useState(false);
+  const connection = useConnectionState();
+
+  const closeMenu = useCallback(() => setMenuOpen(false), []);
+  const toggleMenu = useCallback(() => setMenuOpen((o) => !o), []);
+
+  // Choosing a chat closes the drawer on narrow screens.
+  useEffect(() => closeMenu(), [sessionId, closeMenu]);
+
+  useEffect(() => {
+    if (!menuOpen) return;
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key === 'Escape') {
+        setMenuOpen(false);
+        document.getElementById('menu-button')?.focus();
+      }
+    };
+    window.addEventListener('keydown', onKey);
+    return () => window.removeEventListener('keydown', onKey);
+  }, [menuOpen]);
+
+  const bar: TopBarProps = { onMenu: toggleMenu, menuOpen };
+
+  return (
+    <div className={`app${menuOpen ? ' menu-open' : ''}`}>
+      <a className="skip-link" href="#composer-input">
+        Skip to message box
+      </a>
+      <Sidebar currentId={sessionId} open={menuOpen} onClose={closeMenu} />
+      {menuOpen && <div className="scrim" aria-hidden="true" onClick={closeMenu} />}
+      <main className="main" id="main">
+        {sessionId ? <ChatView key={sessionId} sessionId={sessionId} bar={bar} /> : <Welcome bar={bar} />}
+      </main>
+      {connection === 'reconnecting' && (
+        <div className="connection-banner" role="status">
+          <span className="spinner" aria-hidden="true" /> Connection lost. Reconnecting…
+        </div>
+      )}
+    </div>
+  );
+}

@@ -1,0 +1,226 @@
+import { useApolloClient, useMutation, useQuery } from '@apollo/client/react';
+import { useEffect, useRef, useState, type FormEvent } from 'react';
+import {
+  CreateTalkSessionDocument,
+  DeleteTalkSessionDocument,
+  RenameTalkSessionDocument,
+  SessionsDocument,
+  type SessionListFieldsFragment,
+} from '../gql/graphql';
+import { describeError } from '../lib/errors';
+import { chatHref, openChat, openHome } from '../lib/route';
+import { relativeTime, SESSIONS_PAGE } from '../lib/sessions';
+import { ConfirmDialog } from './ConfirmDialog';
+import { PencilIcon, PlusIcon, TrashIcon } from './icons';
+
+type Item = SessionListFieldsFragment;
+
+export function Sidebar({
+  currentId,
+  open,
+  onClose,
+}: {
+  currentId: string | null;
+  open: boolean;
+  onClose: () => void;
+}) {
+  const client = useApolloClient();
+  const { data, error, loading } = useQuery(SessionsDocument, {
+    variables: { first: SESSIONS_PAGE },
+    pollInterval: 30_000,
+    notifyOnNetworkStatusChange: false,
+  });
+  const [createSession, { loading: creating }] = useMutation(CreateTalkSessionDocument);
+  const [deleteSession] = useMutation(DeleteTalkSessionDocument);
+  const [renaming, setRenaming] = useState<string | null>(null);
+  const [deleting, setDeleting] = useState<Item | null>(null);
+  const [problem, setProblem] = useState<string | null>(null);
+  const [, tick] = useState(0);
+
+  // Keeps "5 min ago" current.
+  useEffect(() => {
+    const t = setInterval(() => tick((n) => n + 1), 60_000);
+    return () => clearInterval(t);
+  }, []);
+
+  const sessions = [...(data?.sessions.edges.map((e) => e.node) ?? [])].sort(
+    (a, b) => Date.parse(b.updatedAt) - Date.parse(a.updatedAt),
+  );
+
+  async function newChat() {
+    setProblem(null);
+    try {
+      const res = await createSession({ variables: { input: {} } });
+      const id = res.data?.createTalkSession.id;
+      await client.refetchQueries({ include: [SessionsDocument] });
+      if (id) openChat(id);
+      onClose();
+      setTimeout(() => document.getElementById('composer-input')?.focus(), 0);
+    } catch (e) {
+      setProblem(describeError(e));
+    }
+  }
+
+  async function confirmDelete(item: Item) {
+    setProblem(null);
+    try {
+      await deleteSession({ variables: { id: item.id } });
+      client.cache.evict({ id: client.cache.identify({ __typename: 'TalkSession', id: item.id }) });
+      client.cache.gc();
+      if (currentId === item.id) openHome();
+      client.refetchQueries({ include: [SessionsDocument] }).catch(() => {});
+    } catch (e) {
+      setProblem(describeError(e));
+    }
+  }
+
+  return (
+    <nav id="sidebar" className={`sidebar${open ? ' open' : ''}`} aria-label="Chats">
+      <div className="sidebar-head">
+        <a className="brand" href="#/">
+          <span className="brand-mark" aria-hidden="true">
+            tg
+          </span>
+          talkgraph
+        </a>
+      </div>
+      <button type="button" className="btn primary new-chat" onClick={newChat} disabled={creating}>
+        <PlusIcon /> New chat
+      </button>
+      {problem && (
+        <p className="sidebar-error" role="alert">
+          {problem}
+        </p>
+      )}
+      <h2 className="sidebar-heading" id="chats-heading">
+        Recent chats
+      </h2>
+      {error && !data && (
+        <p className="sidebar-note" role="alert">
+          Could not load your chats. {describeError(error)}
+        </p>
+      )}
+      {!loading && !error && sessions.length === 0 && <p className="sidebar-note">No chats yet.</p>}
+      <ul className="session-list" aria-labelledby="chats-heading">
+        {sessions.map((s) =>
+          renaming === s.id ? (
+            <li key={s.id} className="session-item renaming">
+              <RenameForm item={s} onDone={() => setRenaming(null)} />
+            </li>
+          ) : (
+            <li key={s.id} className={`session-item${s.id === currentId ? ' current' : ''}`}>
+              <a
+                href={chatHref(s.id)}
+                className="session-link"
+                aria-current={s.id === currentId ? 'page' : undefined}
+                onClick={onClose}
+              >
+                <span className="session-title">{s.title || 'Untitled chat'}</span>
+                <span className="session-meta">
+                  {s.status !== 'IDLE' && (
+                    <span className={`dot ${s.status.toLowerCase()}`} aria-hidden="true" />
+                  )}
+                  {s.status === 'RUNNING' ? 'working · ' : s.status === 'WAITING_FOR_INPUT' ? 'needs answer · ' : ''}
+                  {relativeTime(s.updatedAt)}
+                </span>
+              </a>
+              <span className="session-actions">
+                <button
+                  type="button"
+                  className="icon-btn small"
+                  aria-label={`Rename chat “${s.title || 'Untitled chat'}”`}
+                  title="Rename"
+                  onClick={() => setRenaming(s.id)}
+                >
+                  <PencilIcon />
+                </button>
+                <button
+                  type="button"
+                  className="icon-btn small danger"
+                  aria-label={`Delete chat “${s.title || 'Untitled chat'}”`}
+                  title="Delete"
+                  onClick={() => setDeleting(s)}
+                >
+                  <TrashIcon />
+                </button>
+              </span>
+            </li>
+          ),
+        )}
+      </ul>
+      <ConfirmDialog
+        open={deleting !== null}
+        title="Delete this chat?"
+        confirmLabel="Delete"
+        danger
+        onCancel={() => setDeleting(null)}
+        onConfirm={() => {
+          const item = deleting;
+          setDeleting(null);
+          if (item) confirmDelete(item);
+        }}
+      >
+        “{deleting?.title || 'Untitled chat'}” and its whole history will be removed. This cannot be undone.
+      </ConfirmDialog>
+    </nav>
+  );
+}
+
+function RenameForm({ item, onDone }: { item: Item; onDone: () => void }) {
+  const [title, setTitle] = useState(item.title);
+  const [rename, { loading, error }] = useMutation(RenameTalkSessionDocument);
+  const input = useRef<HTMLInputElement>(null);
+
+  useEffect(() => {
+    input.current?.focus();
+    input.current?.select();
+  }, []);
+
+  async function submit(e: FormEvent) {
+    e.preventDefault();
+    const next = title.trim();
+    if (!next || next === item.title) return onDone();
+    try {
+      await rename({ variables: { input: { id: item.id, title: next } } });
+      onDone();
+    } catch {
+      input.current?.focus();
+    }
+  }
+
+  const inputId = `rename-${item.id}`;
+  return (
+    <form className="rename-form" onSubmit={submit}>
+      <label htmlFor={inputId} className="visually-hidden">
+        New title for “{item.title}”
+      </label>
+      <input
+        id={inputId}
+        ref={input}
+        value={title}
+        maxLength={200}
+        disabled={loading}
+        onChange={(e) => setTitle(e.target.value)}
+        onKeyDown={(e) => {
+          if (e.key === 'Escape') {
+            e.preventDefault();
+            e.stopPropagation();
+            onDone();
+          }
+        }}
+        onBlur={(e) => {
+          // Leaving the field for the Save button keeps the form; anywhere else cancels.
+          if (!e.currentTarget.form?.contains(e.relatedTarget as Node | null)) onDone();
+        }}
+      />
+      <button type="submit" className="btn small" disabled={loading}>
+        Save
+      </button>
+      {error && (
+        <p className="sidebar-error" role="alert">
+          {describeError(error)}
+        </p>
+      )}
+    </form>
+  );
+}

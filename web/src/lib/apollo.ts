@@ -1,0 +1,109 @@
+import { ApolloClient, ApolloLink, CombinedGraphQLErrors, HttpLink, InMemoryCache, ServerError } from '@apollo/client';
+import { SetContextLink } from '@apollo/client/link/context';
+import { ErrorLink } from '@apollo/client/link/error';
+import { GraphQLWsLink } from '@apollo/client/link/subscriptions';
+import { isSubscriptionOperation } from '@apollo/client/utilities';
+import { createClient, type Client } from 'graphql-ws';
+import { Observable, from, mergeMap } from 'rxjs';
+import { getToken, renewToken } from './auth';
+import { setConnectionState } from './connection';
+import { withResume } from './resume';
+
+export interface Api {
+  client: ApolloClient;
+  ws: Client;
+}
+
+function wsUrl(): string {
+  const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
+  return `${scheme}//${location.host}/query`;
+}
+
+function sleep(ms: number) {
+  return new Promise<void>((resolve) => setTimeout(resolve, ms));
+}
+
+/** True when the error says the token was refused (a GraphQL error or HTTP 401). */
+export function isUnauthenticated(error: unknown): boolean {
+  if (CombinedGraphQLErrors.is(error)) {
+    return error.errors.some((e) => e.extensions?.code === 'UNAUTHENTICATED');
+  }
+  if (ServerError.is(error)) return error.statusCode === 401;
+  if (error instanceof Error) return /\b4401\b/.test(error.message);
+  return false;
+}
+
+/**
+ * One Apollo Client for the page: queries and mutations over HTTP POST /query with the
+ * bearer token, subscriptions over a graphql-transport-ws websocket on /query that
+ * reconnects forever and resumes each stream after the last event it delivered.
+ */
+export function createApi(): Api {
+  let hadSocket = false;
+  const ws = createClient({
+    url: wsUrl(),
+    connectionParams: () => ({ Authorization: `Bearer ${getToken() ?? ''}` }),
+    lazy: true,
+    keepAlive: 20_000,
+    retryAttempts: Infinity,
+    // Exponential backoff capped at 5 s, with jitter so that many tabs do not return at once.
+    retryWait: (retries) => sleep(Math.min(250 * 2 ** retries, 5_000) + Math.random() * 250),
+    shouldRetry: () => true,
+    on: {
+      connecting: (isRetry) => setConnectionState(isRetry || hadSocket ? 'reconnecting' : 'connecting'),
+      connected: () => {
+        hadSocket = true;
+        setConnectionState('connected');
+      },
+      closed: (event) => {
+        const code = (event as CloseEvent | undefined)?.code;
+        // 1000 is the client closing an idle socket (no subscription left): not a problem.
+        setConnectionState(code === 1000 ? 'idle' : 'reconnecting');
+      },
+    },
+  });
+
+  const wsLink = new GraphQLWsLink(withResume(ws));
+
+  const authLink = new SetContextLink((prev) => {
+    const token = getToken();
+    return {
+      headers: { ...prev.headers, ...(token ? { Authorization: `Bearer ${token}` } : {}) },
+    };
+  });
+
+  // A refused token (expired, or signed by a secret the server no longer has): sign in
+  // as a new guest and send the operation once more.
+  const retryAuthLink = new ErrorLink(({ error, operation, forward }) => {
+    if (!isUnauthenticated(error) || operation.getContext().authRetried) return;
+    const sentWith = getToken();
+    return from(renewToken(sentWith)).pipe(
+      mergeMap(() => {
+        operation.setContext({ authRetried: true });
+        return forward(operation);
+      }),
+    ) as Observable<ApolloLink.Result>;
+  });
+
+  const httpLink = new HttpLink({ uri: '/query' });
+
+  const link = ApolloLink.split(
+    (op) => isSubscriptionOperation(op.query),
+    wsLink,
+    ApolloLink.from([retryAuthLink, authLink, httpLink]),
+  );
+
+  const client = new ApolloClient({
+    link,
+    cache: new InMemoryCache({
+      typePolicies: {
+        TalkSession: { fields: { settings: { merge: true } } },
+      },
+    }),
+    defaultOptions: {
+      watchQuery: { fetchPolicy: 'cache-and-network' },
+    },
+  });
+
+  return { client, ws };
+}

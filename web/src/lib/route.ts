@@ -1,0 +1,30 @@
+import { useSyncExternalStore } from 'react';
+
+// Hash routes work behind any static file server: `#/` is the start page and
+// `#/c/<session id>` one chat.
+
+function subscribe(fn: () => void) {
+  window.addEventListener('hashchange', fn);
+  return () => window.removeEventListener('hashchange', fn);
+}
+
+function currentSessionId(): string | null {
+  const m = /^#\/c\/([^/?#]+)/.exec(location.hash);
+  return m ? decodeURIComponent(m[1]) : null;
+}
+
+export function useSessionRoute(): string | null {
+  return useSyncExternalStore(subscribe, currentSessionId);
+}
+
+export function chatHref(id: string): string {
+  return `#/c/${encodeURIComponent(id)}`;
+}
+
+export function openChat(id: string) {
+  location.hash = chatHref(id);
+}
+
+export function openHome() {
+  location.hash = '#/';
+}

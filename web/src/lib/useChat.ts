@@ -1,0 +1,207 @@
+import { useApolloClient } from '@apollo/client/react';
+import { useCallback, useEffect, useRef, useState } from 'react';
+import {
+  AddMessageDocument,
+  CancelRunDocument,
+  EarlierMessagesDocument,
+  MessageStreamDocument,
+  RespondToQuestionDocument,
+  SessionDocument,
+} from '../gql/graphql';
+import { isUnauthenticated } from './apollo';
+import { getToken, renewToken } from './auth';
+import {
+  applyEvent,
+  fromSession,
+  messageAccepted,
+  prependEarlier,
+  questionAnswered,
+  type ChatState,
+  type StreamEvent,
+} from './chat';
+import { describeError, isNetworkError, randomId, sleep } from './errors';
+
+export const HISTORY_PAGE = 200;
+
+export type ChatPhase =
+  | { kind: 'loading' }
+  | { kind: 'ready' }
+  | { kind: 'missing' }
+  | { kind: 'retrying'; message: string };
+
+export interface Chat {
+  phase: ChatPhase;
+  state: ChatState | null;
+  send(content: string): Promise<void>;
+  answer(questionId: string, answer: string): Promise<void>;
+  stop(): Promise<void>;
+  loadEarlier(): Promise<void>;
+  /** Shows new settings at once, before their SessionUpdated event arrives. */
+  settingsSaved(settings: ChatState['settings']): void;
+}
+
+/**
+ * Loads a session's history and follows its event stream from the cursor that came with
+ * it. A stream that ends or fails is started over from a fresh load (with backoff); a
+ * dropped socket is resumed by the websocket client itself, after the last event seen.
+ */
+export function useChat(
+  sessionId: string,
+  onEvent?: (ev: StreamEvent) => void,
+): Chat {
+  const client = useApolloClient();
+  const [state, setState] = useState<ChatState | null>(null);
+  const [phase, setPhase] = useState<ChatPhase>({ kind: 'loading' });
+  const stateRef = useRef<ChatState | null>(null);
+  const onEventRef = useRef(onEvent);
+  onEventRef.current = onEvent;
+
+  const update = useCallback((fn: (s: ChatState) => ChatState) => {
+    setState((s) => {
+      const next = s ? fn(s) : s;
+      stateRef.current = next;
+      return next;
+    });
+  }, []);
+
+  useEffect(() => {
+    let cancelled = false;
+    let attempt = 0;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let stream: { unsubscribe(): void } | undefined;
+
+    setState(null);
+    stateRef.current = null;
+    setPhase({ kind: 'loading' });
+
+    const fail = (error: unknown) => {
+      stream?.unsubscribe();
+      stream = undefined;
+      if (cancelled) return;
+      if (isUnauthenticated(error)) {
+        // The app starts over with the new identity when the token changes.
+        renewToken(getToken()).catch((e) => setPhase({ kind: 'retrying', message: describeError(e) }));
+        return;
+      }
+      setPhase({ kind: 'retrying', message: describeError(error) });
+      const delay = Math.min(500 * 2 ** attempt++, 8_000);
+      timer = setTimeout(start, delay);
+    };
+
+    async function start() {
+      try {
+        const res = await client.query({
+          query: SessionDocument,
+          variables: { id: sessionId, last: HISTORY_PAGE },
+          fetchPolicy: 'network-only',
+        });
+        if (cancelled) return;
+        const session = res.data?.session;
+        if (!session) {
+          setPhase({ kind: 'missing' });
+          return;
+        }
+        const initial = fromSession(session);
+        stateRef.current = initial;
+        setState(initial);
+        setPhase({ kind: 'ready' });
+
+        stream = client
+          .subscribe({
+            query: MessageStreamDocument,
+            variables: { sessionId, after: initial.cursor },
+            fetchPolicy: 'no-cache',
+          })
+          .subscribe({
+            next: (result) => {
+              if (result.error) return fail(result.error);
+              const ev = result.data?.messageStream;
+              if (!ev || cancelled) return;
+              attempt = 0;
+              update((s) => applyEvent(s, ev));
+              onEventRef.current?.(ev);
+            },
+            error: fail,
+            complete: () => fail(new Error('The live updates stopped; reconnecting.')),
+          });
+      } catch (error) {
+        fail(error);
+      }
+    }
+
+    start();
+    return () => {
+      cancelled = true;
+      clearTimeout(timer);
+      stream?.unsubscribe();
+    };
+  }, [client, sessionId, update]);
+
+  const send = useCallback(
+    async (content: string) => {
+      const idempotencyKey = randomId();
+      // A network failure may hide an accepted message: retrying with the same key
+      // cannot create a second one.
+      for (let attempt = 0; ; attempt++) {
+        try {
+          const res = await client.mutate({
+            mutation: AddMessageDocument,
+            variables: { input: { sessionId, content, idempotencyKey } },
+          });
+          const payload = res.data?.addMessage;
+          if (payload) update((s) => messageAccepted(s, payload.message, payload.run));
+          return;
+        } catch (error) {
+          if (attempt < 4 && isNetworkError(error)) {
+            await sleep(400 * 2 ** attempt);
+            continue;
+          }
+          throw error;
+        }
+      }
+    },
+    [client, sessionId, update],
+  );
+
+  const answer = useCallback(
+    async (questionId: string, text: string) => {
+      await client.mutate({
+        mutation: RespondToQuestionDocument,
+        variables: { input: { questionId, answer: text } },
+      });
+      update((s) => questionAnswered(s, questionId));
+    },
+    [client, update],
+  );
+
+  const stop = useCallback(async () => {
+    await client.mutate({ mutation: CancelRunDocument, variables: { sessionId } });
+  }, [client, sessionId]);
+
+  const loadEarlier = useCallback(async () => {
+    const before = stateRef.current?.earlierCursor;
+    if (!before) return;
+    const res = await client.query({
+      query: EarlierMessagesDocument,
+      variables: { id: sessionId, last: HISTORY_PAGE, before },
+      fetchPolicy: 'network-only',
+    });
+    const conn = res.data?.session?.messages;
+    if (!conn) return;
+    update((s) =>
+      prependEarlier(
+        s,
+        conn.edges.map((e) => e.node),
+        conn.pageInfo.hasPreviousPage,
+        conn.pageInfo.startCursor ?? null,
+      ),
+    );
+  }, [client, sessionId, update]);
+
+  const settingsSaved = useCallback(
+    (settings: ChatState['settings']) => update((s) => ({ ...s, settings })),
+    [update],
+  );
+
+  return { phase, state, send, answer, stop, loadEarlier, settingsSaved };
+}
