@@ -1,0 +1,279 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/talkgraph/talkgraph/graph"
+	"github.com/talkgraph/talkgraph/service"
+)
+
+// Config is everything the server can be told. Each setting is a flag and an
+// environment variable (the flag wins); see settings for names and defaults.
+type Config struct {
+	Addr            string
+	DataDir         string
+	DatabaseURL     string
+	AuthSecret      string
+	AuthIssuer      string
+	AuthAudience    string
+	TokenTTL        time.Duration
+	GuestSignIn     bool
+	ShutdownTimeout time.Duration
+	LogLevel        slog.Level
+	LogFormat       string
+	DemoChunkDelay  time.Duration
+
+	OpenAI OpenAIConfig
+
+	Service service.Config
+	HTTP    graph.HandlerConfig
+}
+
+// OpenAIConfig configures the openai agent; it is registered when a base URL or key is set.
+type OpenAIConfig struct {
+	BaseURL      string
+	APIKey       string
+	Model        string
+	Temperature  string
+	SystemPrompt string
+	Shell        bool
+	ShellDir     string
+	ShellTimeout time.Duration
+}
+
+// setting is one configuration entry: a flag, its environment variable, its default and
+// what it means. The README's configuration table lists the same.
+type setting struct {
+	flag, env, def, help string
+	set                  func(c *Config, v string) error
+}
+
+func settings() []setting {
+	str := func(p func(*Config) *string) func(*Config, string) error {
+		return func(c *Config, v string) error { *p(c) = v; return nil }
+	}
+	num := func(p func(*Config) *int) func(*Config, string) error {
+		return func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return fmt.Errorf("want a whole number ≥ 0, got %q", v)
+			}
+			*p(c) = n
+			return nil
+		}
+	}
+	num64 := func(p func(*Config) *int64) func(*Config, string) error {
+		return func(c *Config, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return fmt.Errorf("want a whole number ≥ 0, got %q", v)
+			}
+			*p(c) = n
+			return nil
+		}
+	}
+	dur := func(p func(*Config) *time.Duration) func(*Config, string) error {
+		return func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return fmt.Errorf("want a duration like 500ms or 2s, got %q", v)
+			}
+			*p(c) = d
+			return nil
+		}
+	}
+	boolean := func(p func(*Config) *bool) func(*Config, string) error {
+		return func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("want true or false, got %q", v)
+			}
+			*p(c) = b
+			return nil
+		}
+	}
+	return []setting{
+		{"port", "PORT", "8080", "TCP port to listen on", func(c *Config, v string) error {
+			if _, err := strconv.ParseUint(v, 10, 16); err != nil {
+				return fmt.Errorf("want a port number, got %q", v)
+			}
+			c.Addr = ":" + v
+			return nil
+		}},
+		{"host", "HOST", "", "interface to listen on (empty: all)", func(c *Config, v string) error {
+			c.Addr = joinHost(v, c.Addr)
+			return nil
+		}},
+		{"data-dir", "DATA_DIR", "./data", "directory for the SQLite file and the auth secret", str(func(c *Config) *string { return &c.DataDir })},
+		{"database-url", "DATABASE_URL", "", "storage: sqlite:///path/to/file.db (default: talkgraph.db in DATA_DIR) or memory: (nothing kept)", str(func(c *Config) *string { return &c.DatabaseURL })},
+		{"auth-secret", "AUTH_SECRET", "", "HS256 secret for tokens (default: generated once and kept in DATA_DIR/auth_secret)", str(func(c *Config) *string { return &c.AuthSecret })},
+		{"auth-issuer", "AUTH_ISSUER", "", "required iss claim (and set on issued tokens)", str(func(c *Config) *string { return &c.AuthIssuer })},
+		{"auth-audience", "AUTH_AUDIENCE", "", "required aud claim (and set on issued tokens)", str(func(c *Config) *string { return &c.AuthAudience })},
+		{"token-ttl", "TOKEN_TTL", "720h", "lifetime of tokens issued by /auth/guest", dur(func(c *Config) *time.Duration { return &c.TokenTTL })},
+		{"guest-signin", "GUEST_SIGNIN", "true", "allow POST /auth/guest", boolean(func(c *Config) *bool { return &c.GuestSignIn })},
+		{"allowed-origins", "ALLOWED_ORIGINS", "", "comma-separated origins allowed to open websockets besides the server's own (* for any)", func(c *Config, v string) error {
+			c.HTTP.AllowedOrigins = nil
+			for _, o := range strings.Split(v, ",") {
+				if o = strings.TrimSpace(o); o != "" {
+					c.HTTP.AllowedOrigins = append(c.HTTP.AllowedOrigins, o)
+				}
+			}
+			return nil
+		}},
+		{"introspection", "INTROSPECTION", "true", "allow schema introspection (the playground needs it)", func(c *Config, v string) error {
+			var on bool
+			if err := boolean(func(*Config) *bool { return &on })(c, v); err != nil {
+				return err
+			}
+			c.HTTP.DisableIntrospection = !on
+			return nil
+		}},
+		{"max-message-bytes", "MAX_MESSAGE_BYTES", "32768", "largest user message or answer", num(func(c *Config) *int { return &c.Service.MaxMessageBytes })},
+		{"max-reply-bytes", "MAX_REPLY_BYTES", "1048576", "largest assistant message or tool output", num(func(c *Config) *int { return &c.Service.MaxReplyBytes })},
+		{"max-body-bytes", "MAX_BODY_BYTES", "1048576", "largest HTTP request body and websocket message", num64(func(c *Config) *int64 { return &c.HTTP.MaxBodyBytes })},
+		{"max-complexity", "MAX_QUERY_COMPLEXITY", "1000", "highest query complexity", num(func(c *Config) *int { return &c.HTTP.MaxComplexity })},
+		{"max-depth", "MAX_QUERY_DEPTH", "12", "deepest query nesting", num(func(c *Config) *int { return &c.HTTP.MaxDepth })},
+		{"rate-limit", "RATE_LIMIT", "20", "operations per user per second", func(c *Config, v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f <= 0 {
+				return fmt.Errorf("want a number > 0, got %q", v)
+			}
+			c.HTTP.OpsPerSecond = f
+			return nil
+		}},
+		{"rate-burst", "RATE_BURST", "40", "operations a user may make at once above the rate", num(func(c *Config) *int { return &c.HTTP.OpsBurst })},
+		{"max-subscriptions-per-connection", "MAX_SUBSCRIPTIONS_PER_CONNECTION", "100", "subscriptions on one websocket", num(func(c *Config) *int { return &c.HTTP.SubsPerConnection })},
+		{"max-subscriptions", "MAX_SUBSCRIPTIONS", "100000", "subscriptions on the whole server", num(func(c *Config) *int { return &c.Service.MaxSubscriptions })},
+		{"ws-keepalive", "WS_KEEPALIVE", "15s", "websocket keep-alive interval (both protocols)", dur(func(c *Config) *time.Duration { return &c.HTTP.KeepAlive })},
+		{"ws-init-timeout", "WS_INIT_TIMEOUT", "10s", "time a websocket has to send connection_init", dur(func(c *Config) *time.Duration { return &c.HTTP.InitTimeout })},
+		{"workers", "WORKERS", "16", "runs executing at once", num(func(c *Config) *int { return &c.Service.Workers })},
+		{"runs-per-user", "RUNS_PER_USER", "2", "runs executing at once for one user", num(func(c *Config) *int { return &c.Service.RunsPerUser })},
+		{"max-queued-runs", "MAX_QUEUED_RUNS", "20", "messages waiting in one session (busy policy ENQUEUE)", num(func(c *Config) *int { return &c.Service.MaxQueuedRuns })},
+		{"flush-interval", "FLUSH_INTERVAL", "20ms", "longest time streamed text waits before it is written and sent (0: every chunk at once)", func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return fmt.Errorf("want a duration, got %q", v)
+			}
+			if d == 0 {
+				d = -1 // the service's "write at once"
+			}
+			c.Service.FlushInterval = d
+			return nil
+		}},
+		{"demo-chunk-delay", "DEMO_CHUNK_DELAY", "40ms", "pause before each word the demo agent streams", dur(func(c *Config) *time.Duration { return &c.DemoChunkDelay })},
+		{"shutdown-timeout", "SHUTDOWN_TIMEOUT", "5s", "longest graceful shutdown", dur(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
+		{"log-level", "LOG_LEVEL", "info", "debug, info, warn or error", func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
+		{"log-format", "LOG_FORMAT", "json", "json or text", func(c *Config, v string) error {
+			if v != "json" && v != "text" {
+				return fmt.Errorf("want json or text, got %q", v)
+			}
+			c.LogFormat = v
+			return nil
+		}},
+		{"openai-base-url", "OPENAI_BASE_URL", "", "OpenAI-compatible endpoint, e.g. https://api.openai.com/v1 or http://localhost:11434/v1 (enables the openai agent)", str(func(c *Config) *string { return &c.OpenAI.BaseURL })},
+		{"openai-api-key", "OPENAI_API_KEY", "", "API key for the endpoint (enables the openai agent; never shown)", str(func(c *Config) *string { return &c.OpenAI.APIKey })},
+		{"openai-model", "OPENAI_MODEL", "gpt-4o-mini", "default model; a session's settings can override it", str(func(c *Config) *string { return &c.OpenAI.Model })},
+		{"openai-temperature", "OPENAI_TEMPERATURE", "", "default temperature (empty: the provider's)", str(func(c *Config) *string { return &c.OpenAI.Temperature })},
+		{"openai-system-prompt", "OPENAI_SYSTEM_PROMPT", "", "default system prompt", str(func(c *Config) *string { return &c.OpenAI.SystemPrompt })},
+		{"shell-tool", "SHELL_TOOL", "false", "offer the openai agent a shell tool (runs commands on this machine!)", boolean(func(c *Config) *bool { return &c.OpenAI.Shell })},
+		{"shell-dir", "SHELL_DIR", ".", "working directory of the shell tool", str(func(c *Config) *string { return &c.OpenAI.ShellDir })},
+		{"shell-timeout", "SHELL_TIMEOUT", "60s", "longest shell tool command", dur(func(c *Config) *time.Duration { return &c.OpenAI.ShellTimeout })},
+	}
+}
+
+func joinHost(host, addr string) string {
+	_, port, _ := strings.Cut(addr, ":")
+	return host + ":" + port
+}
+
+// loadConfig reads settings: defaults, then the environment, then flags.
+func loadConfig(args []string, getenv func(string) string) (Config, error) {
+	var c Config
+	c.Service = service.DefaultConfig()
+	fs := flag.NewFlagSet("talkgraph", flag.ContinueOnError)
+	list := settings()
+	values := make([]*string, len(list))
+	for i, s := range list {
+		v := s.def
+		if e := getenv(s.env); e != "" {
+			v = e
+		}
+		values[i] = fs.String(s.flag, v, s.help+" (env "+s.env+")")
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	for i, s := range list {
+		if *values[i] == "" && s.def == "" {
+			continue
+		}
+		if err := s.set(&c, *values[i]); err != nil {
+			return c, fmt.Errorf("%s (-%s): %w", s.env, s.flag, err)
+		}
+	}
+	if c.DatabaseURL == "" {
+		c.DatabaseURL = "sqlite://" + filepath.ToSlash(filepath.Join(c.DataDir, "talkgraph.db"))
+	}
+	c.Service.StopTimeout = c.ShutdownTimeout / 2
+	return c, nil
+}
+
+// redactedDatabaseURL is the database URL without any password, for logs.
+func (c Config) redactedDatabaseURL() string {
+	u, err := url.Parse(c.DatabaseURL)
+	if err != nil {
+		return "(unparsable)"
+	}
+	return u.Redacted()
+}
+
+// authSecret returns AUTH_SECRET, or the secret kept in the data directory, creating it
+// on first start so that issued tokens stay valid across restarts.
+func authSecret(c Config) ([]byte, error) {
+	if c.AuthSecret != "" {
+		if len(c.AuthSecret) < 16 {
+			return nil, errors.New("AUTH_SECRET must be at least 16 characters")
+		}
+		return []byte(c.AuthSecret), nil
+	}
+	path := filepath.Join(c.DataDir, "auth_secret")
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return []byte(strings.TrimSpace(string(b))), nil
+	}
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, err
+	}
+	secret := hex.EncodeToString(raw)
+	// Create it exclusively: of two processes starting at once, one writes and both read.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		_, err = f.WriteString(secret + "\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("write auth secret: %w", err)
+		}
+		return []byte(secret), nil
+	}
+	b, rerr := os.ReadFile(path)
+	if rerr != nil {
+		return nil, fmt.Errorf("auth secret: %w", err)
+	}
+	return []byte(strings.TrimSpace(string(b))), nil
+}

@@ -1,0 +1,159 @@
+package graph
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/google/uuid"
+
+	"github.com/talkgraph/talkgraph/service"
+)
+
+// Auth verifies and issues the HS256 JWTs that identify users: the user is the token's
+// sub claim, never an argument.
+type Auth struct {
+	Secret []byte
+	// Issuer and Audience, when set, must match the token's iss and aud (an identity
+	// provider sharing the secret sets them); tokens issued here carry them.
+	Issuer   string
+	Audience string
+	// TokenTTL is how long issued tokens last; default 30 days.
+	TokenTTL time.Duration
+	// Guest enables POST /auth/guest.
+	Guest bool
+	// Leeway tolerates clock skew when checking exp and nbf.
+	Leeway time.Duration
+}
+
+// Identity is a verified token's user and expiry.
+type Identity struct {
+	UserID  string
+	Expires time.Time // zero when the token does not expire
+}
+
+// Issue signs a token for userID.
+func (a *Auth) Issue(userID string) (string, time.Time, error) {
+	ttl := a.TokenTTL
+	if ttl <= 0 {
+		ttl = 30 * 24 * time.Hour
+	}
+	now := time.Now()
+	exp := now.Add(ttl)
+	claims := jwt.RegisteredClaims{Subject: userID, IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(exp), Issuer: a.Issuer}
+	if a.Audience != "" {
+		claims.Audience = jwt.ClaimStrings{a.Audience}
+	}
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(a.Secret)
+	return tok, exp, err
+}
+
+// Verify checks a token's signature, algorithm, expiry, issuer and audience.
+// EUNAUTHORIZED with a short reason when any is wrong.
+func (a *Auth) Verify(token string) (Identity, error) {
+	opts := []jwt.ParserOption{jwt.WithValidMethods([]string{"HS256"}), jwt.WithLeeway(a.Leeway)}
+	if a.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(a.Issuer))
+	}
+	if a.Audience != "" {
+		opts = append(opts, jwt.WithAudience(a.Audience))
+	}
+	var claims jwt.RegisteredClaims
+	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return a.Secret, nil }, opts...)
+	if err != nil {
+		if errors.Is(err, jwt.ErrTokenExpired) {
+			return Identity{}, service.Errorf(service.EUNAUTHORIZED, "token expired")
+		}
+		return Identity{}, service.Errorf(service.EUNAUTHORIZED, "invalid token")
+	}
+	if claims.Subject == "" || len(claims.Subject) > 200 {
+		return Identity{}, service.Errorf(service.EUNAUTHORIZED, "invalid token: no subject")
+	}
+	id := Identity{UserID: claims.Subject}
+	if claims.ExpiresAt != nil {
+		id.Expires = claims.ExpiresAt.Time
+	}
+	return id, nil
+}
+
+// bearer returns the token of an Authorization value "Bearer <token>".
+func bearer(v string) (string, bool) {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(v), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		return "", false
+	}
+	return strings.TrimSpace(tok), true
+}
+
+// middleware puts the user of the request's bearer token in its context. A request
+// without a token goes on without a user (operations then answer UNAUTHENTICATED); a
+// request with a bad token is refused with 401. Websocket upgrades carry their token in
+// connection_init instead.
+func (a *Auth) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Get("Authorization")
+		if h == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		tok, ok := bearer(h)
+		var id Identity
+		var err error
+		if !ok {
+			err = service.Errorf(service.EUNAUTHORIZED, "the Authorization header must be: Bearer <token>")
+		} else {
+			id, err = a.Verify(tok)
+		}
+		if err != nil {
+			if r.Header.Get("Upgrade") != "" {
+				next.ServeHTTP(w, r) // connection_init decides
+				return
+			}
+			writeGraphQLError(w, http.StatusUnauthorized, "UNAUTHENTICATED", service.ErrorMessage(err))
+			return
+		}
+		ctx := service.WithUser(r.Context(), id.UserID)
+		ctx = context.WithValue(ctx, identityKey{}, id)
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+type identityKey struct{}
+
+// guestHandler answers POST /auth/guest with a token for a new random user.
+func (a *Auth) guestHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeGraphQLError(w, http.StatusMethodNotAllowed, "BAD_USER_INPUT", "use POST")
+			return
+		}
+		if !a.Guest {
+			writeGraphQLError(w, http.StatusForbidden, "UNAUTHENTICATED", "guest sign-in is switched off on this server")
+			return
+		}
+		user := uuid.NewString()
+		tok, exp, err := a.Issue(user)
+		if err != nil {
+			writeGraphQLError(w, http.StatusInternalServerError, "INTERNAL", "internal error")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(map[string]any{"token": tok, "userId": user, "expiresAt": exp.UTC().Format(time.RFC3339)})
+	})
+}
+
+// writeGraphQLError writes a GraphQL response holding one error, for requests refused
+// before they reach the executor.
+func writeGraphQLError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"errors": []any{map[string]any{"message": msg, "extensions": map[string]any{"code": code}}},
+	})
+}

@@ -1,0 +1,70 @@
+package graph
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/talkgraph/talkgraph/service"
+)
+
+// Codes are the values of extensions.code, one per service error code. This is the one
+// place where domain errors become API errors.
+var codes = map[string]string{
+	service.EINVALID:      "BAD_USER_INPUT",
+	service.ENOTFOUND:     "NOT_FOUND",
+	service.ECONFLICT:     "CONFLICT",
+	service.EUNAUTHORIZED: "UNAUTHENTICATED",
+	service.ERATELIMIT:    "RATE_LIMITED",
+	service.EUNAVAILABLE:  "UNAVAILABLE",
+	service.EINTERNAL:     "INTERNAL",
+}
+
+// apiError builds a GraphQL error with a code, for errors raised by this package.
+func apiError(code, msg string) *gqlerror.Error {
+	return &gqlerror.Error{Message: msg, Extensions: map[string]any{"code": code}}
+}
+
+// errorPresenter turns a resolver's error into a GraphQL error with extensions.code.
+// Errors without a service code become INTERNAL with a generic message; their detail goes
+// to the log only.
+func errorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
+	return func(ctx context.Context, err error) *gqlerror.Error {
+		gerr := graphql.DefaultErrorPresenter(ctx, err)
+		var se *service.Error
+		if errors.As(err, &se) {
+			gerr.Message = se.Message
+			if gerr.Extensions == nil {
+				gerr.Extensions = map[string]any{}
+			}
+			gerr.Extensions["code"] = codes[se.Code]
+			if se.Code == service.EINTERNAL || se.Code == service.EUNAVAILABLE {
+				log.Error("operation failed", "path", gerr.Path.String(), "err", err)
+			}
+			return gerr
+		}
+		var already *gqlerror.Error
+		if errors.As(err, &already) && already.Extensions["code"] != nil {
+			return gerr // validation, parsing, complexity: gqlgen's own codes
+		}
+		if errors.As(err, &already) && already.Err == nil && gerr.Path == nil {
+			return gerr // an error about the request itself, not a resolver's
+		}
+		log.Error("operation failed", "path", gerr.Path.String(), "err", err)
+		return &gqlerror.Error{Message: "internal error", Path: gerr.Path, Locations: gerr.Locations,
+			Extensions: map[string]any{"code": "INTERNAL"}}
+	}
+}
+
+// recoverFunc turns a resolver's panic into an INTERNAL error, logging the stack.
+func recoverFunc(log *slog.Logger) graphql.RecoverFunc {
+	return func(ctx context.Context, p any) error {
+		log.Error("resolver panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		return service.Errorf(service.EINTERNAL, "internal error")
+	}
+}

@@ -1,0 +1,235 @@
+package graph
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/extension"
+	"github.com/99designs/gqlgen/graphql/handler/lru"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/99designs/gqlgen/graphql/playground"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/talkgraph/talkgraph/service"
+)
+
+// HandlerConfig holds the HTTP layer's settings. Zero values take the defaults in the comments.
+type HandlerConfig struct {
+	Auth *Auth
+	// AllowedOrigins may open websockets besides the server's own origin ("*": any).
+	AllowedOrigins []string
+	// Introspection stays on for the playground unless switched off.
+	DisableIntrospection bool
+	MaxComplexity        int           // default 1000
+	MaxDepth             int           // default 12
+	MaxBodyBytes         int64         // default 1 MiB
+	OpsPerSecond         float64       // per user; default 20
+	OpsBurst             int           // per user; default 40
+	SubsPerConnection    int           // per websocket; default 100
+	KeepAlive            time.Duration // websocket keep-alive interval; default 15s
+	InitTimeout          time.Duration // time to send connection_init; default 10s
+	WebsocketReadLimit   int64         // bytes of one websocket message; default 1 MiB
+	// Web is the browser app served at /; without it / leads to the playground.
+	Web fs.FS
+	Log *slog.Logger
+}
+
+func (c *HandlerConfig) fill() {
+	if c.MaxComplexity <= 0 {
+		c.MaxComplexity = 1000
+	}
+	if c.MaxDepth <= 0 {
+		c.MaxDepth = 12
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	if c.OpsPerSecond <= 0 {
+		c.OpsPerSecond = 20
+	}
+	if c.OpsBurst <= 0 {
+		c.OpsBurst = 40
+	}
+	if c.SubsPerConnection <= 0 {
+		c.SubsPerConnection = 100
+	}
+	if c.KeepAlive <= 0 {
+		c.KeepAlive = 15 * time.Second
+	}
+	if c.InitTimeout <= 0 {
+		c.InitTimeout = 10 * time.Second
+	}
+	if c.WebsocketReadLimit <= 0 {
+		c.WebsocketReadLimit = 1 << 20
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+}
+
+// Server is the HTTP face of the service: /query with every transport, the playground,
+// health, readiness, metrics, guest sign-in and the web app.
+type Server struct {
+	http.Handler
+	sockets *connTracker
+}
+
+// New builds the HTTP handler for svc.
+func New(svc *service.Service, cfg HandlerConfig) *Server {
+	cfg.fill()
+	log := cfg.Log
+	sockets := newConnTracker()
+
+	gql := handler.New(NewExecutableSchema(Config{Resolvers: &Resolver{Service: svc}}))
+	gql.AddTransport(transport.SSE{})
+	gql.AddTransport(transport.Websocket{
+		Implementation:        newGorillaWebsocket(cfg.AllowedOrigins, 10*time.Second),
+		InitFunc:              wsInit(cfg.Auth, cfg.SubsPerConnection, sockets),
+		InitTimeout:           cfg.InitTimeout,
+		KeepAlivePingInterval: cfg.KeepAlive,
+		PingPongInterval:      cfg.KeepAlive,
+		PayloadReadLimit:      &cfg.WebsocketReadLimit,
+		ErrorFunc: func(ctx context.Context, err error) {
+			log.Debug("websocket", "err", err)
+		},
+	})
+	gql.AddTransport(transport.Options{})
+	gql.AddTransport(transport.GET{})
+	gql.AddTransport(transport.POST{})
+	gql.SetQueryCache(lru.New[*ast.QueryDocument](1000))
+	if !cfg.DisableIntrospection {
+		gql.Use(extension.Introspection{})
+	}
+	gql.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](1000)})
+	gql.Use(extension.FixedComplexityLimit(cfg.MaxComplexity))
+	gql.Use(operationLimits{rate: newUserLimiter(cfg.OpsPerSecond, cfg.OpsBurst), maxDepth: cfg.MaxDepth})
+	gql.SetErrorPresenter(errorPresenter(log))
+	gql.SetRecoverFunc(recoverFunc(log))
+
+	m := newMetrics(svc, sockets)
+	gql.AroundOperations(m.aroundOperations)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	mux := http.NewServeMux()
+	mux.Handle("/query", cfg.Auth.middleware(withWSHolder(limitBody(cfg.MaxBodyBytes, gql))))
+	mux.Handle("/playground", playground.Handler("talkgraph", "/query"))
+	mux.Handle("/auth/guest", cfg.Auth.guestHandler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := svc.Ready(ctx); err != nil {
+			log.Warn("not ready", "err", err)
+			http.Error(w, "not ready: "+service.ErrorMessage(err), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if cfg.Web != nil {
+		mux.Handle("/", spa(cfg.Web))
+	} else {
+		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/" {
+				http.NotFound(w, r)
+				return
+			}
+			http.Redirect(w, r, "/playground", http.StatusFound)
+		})
+	}
+	return &Server{Handler: logRequests(log, mux), sockets: sockets}
+}
+
+// CloseWebsockets closes every open websocket with 1001; call it when shutting down,
+// since the HTTP server does not close hijacked connections.
+func (s *Server) CloseWebsockets() { s.sockets.closeAll() }
+
+func withWSHolder(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "" {
+			r = r.WithContext(context.WithValue(r.Context(), wsHolderKey{}, &wsHolder{}))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// spa serves the web app's files, and its index.html for any other path without an
+// extension, so client-side routes survive a reload.
+func spa(files fs.FS) http.Handler {
+	fileServer := http.FileServerFS(files)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if p != "/" {
+			if _, err := fs.Stat(files, p[1:]); err != nil {
+				r2 := r.Clone(r.Context())
+				r2.URL.Path = "/"
+				p = "/"
+				r = r2
+			}
+		}
+		if p == "/" {
+			w.Header().Set("Cache-Control", "no-cache")
+		} else {
+			w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+		}
+		fileServer.ServeHTTP(w, r)
+	})
+}
+
+// logRequests logs each request's method, path, status and duration at debug level, and
+// server errors at warn.
+func logRequests(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: 200}
+		next.ServeHTTP(rec, r)
+		level := slog.LevelDebug
+		if rec.status >= 500 {
+			level = slog.LevelWarn
+		}
+		log.Log(r.Context(), level, "http", "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration", time.Since(start))
+	})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Flush passes through, for server-sent events.
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Hijack passes through, for websockets.
+func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := s.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("the connection cannot be hijacked")
+	}
+	s.status = http.StatusSwitchingProtocols
+	return h.Hijack()
+}

@@ -1,0 +1,78 @@
+package graph
+
+import (
+	"context"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/talkgraph/talkgraph/service"
+)
+
+// metrics exposes the service's counters and the operations' latency to Prometheus.
+type metrics struct {
+	svc     *service.Service
+	ws      *connTracker
+	latency *prometheus.HistogramVec
+
+	runs    *prometheus.Desc
+	subs    *prometheus.Desc
+	chunks  *prometheus.Desc
+	busy    *prometheus.Desc
+	waiting *prometheus.Desc
+	sockets *prometheus.Desc
+}
+
+func newMetrics(svc *service.Service, ws *connTracker) *metrics {
+	return &metrics{
+		svc: svc, ws: ws,
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "talkgraph_operation_duration_seconds", Help: "Time to answer GraphQL queries and mutations, by operation type.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2.5, 12),
+		}, []string{"type"}),
+		runs:    prometheus.NewDesc("talkgraph_runs_finished_total", "Runs that ended, by final status.", []string{"status"}, nil),
+		subs:    prometheus.NewDesc("talkgraph_subscriptions_active", "Open messageStream subscriptions.", nil, nil),
+		chunks:  prometheus.NewDesc("talkgraph_chunks_streamed_total", "Chunk events appended to session logs.", nil, nil),
+		busy:    prometheus.NewDesc("talkgraph_runs_executing", "Runs holding a worker slot.", nil, nil),
+		waiting: prometheus.NewDesc("talkgraph_runs_waiting_for_slot", "Runs waiting for a worker slot.", nil, nil),
+		sockets: prometheus.NewDesc("talkgraph_websockets_open", "Open, initialised websocket connections.", nil, nil),
+	}
+}
+
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.latency.Describe(ch)
+	for _, d := range []*prometheus.Desc{m.runs, m.subs, m.chunks, m.busy, m.waiting, m.sockets} {
+		ch <- d
+	}
+}
+
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	m.latency.Collect(ch)
+	st := m.svc.Stats()
+	for _, s := range []service.RunStatus{service.RunCompleted, service.RunCancelled, service.RunInterrupted, service.RunFailed} {
+		ch <- prometheus.MustNewConstMetric(m.runs, prometheus.CounterValue, float64(st.RunsFinished[s]), string(s))
+	}
+	ch <- prometheus.MustNewConstMetric(m.subs, prometheus.GaugeValue, float64(st.Subscriptions))
+	ch <- prometheus.MustNewConstMetric(m.chunks, prometheus.CounterValue, float64(st.ChunksStreamed))
+	ch <- prometheus.MustNewConstMetric(m.busy, prometheus.GaugeValue, float64(st.RunsBusy))
+	ch <- prometheus.MustNewConstMetric(m.waiting, prometheus.GaugeValue, float64(st.RunsWaiting))
+	ch <- prometheus.MustNewConstMetric(m.sockets, prometheus.GaugeValue, float64(m.ws.count()))
+}
+
+// aroundOperations records the latency of queries and mutations (subscriptions last as
+// long as the client wants, so they are not timed) and sets up the request cache.
+func (m *metrics) aroundOperations(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+	ctx = withRequestCache(ctx)
+	rc := graphql.GetOperationContext(ctx)
+	if rc.Operation == nil || rc.Operation.Operation == "subscription" {
+		return next(ctx)
+	}
+	start := time.Now()
+	h := next(ctx)
+	return func(ctx context.Context) *graphql.Response {
+		resp := h(ctx)
+		m.latency.WithLabelValues(string(rc.Operation.Operation)).Observe(time.Since(start).Seconds())
+		return resp
+	}
+}

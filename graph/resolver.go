@@ -1,0 +1,14 @@
+// Package graph is talkgraph's GraphQL layer: the gqlgen resolvers, which translate between
+// the schema and service calls and hold no business logic, the HTTP handler with its
+// transports (HTTP, websocket, SSE), authentication, limits, the error presenter and
+// metrics. The domain lives in service/.
+package graph
+
+//go:generate go tool gqlgen generate
+
+import "github.com/talkgraph/talkgraph/service"
+
+// Resolver is the root resolver.
+type Resolver struct {
+	Service *service.Service
+}
