@@ -38,7 +38,15 @@ export function Shell() {
 
   return (
     <div className={`app${menuOpen ? ' menu-open' : ''}`}>
-      <a className="skip-link" href="#composer-input">
+      <a
+        className="skip-link"
+        href="#composer-input"
+        onClick={(e) => {
+          // The address holds the route: move focus without changing it.
+          e.preventDefault();
+          document.getElementById('composer-input')?.focus();
+        }}
+      >
         Skip to message box
       </a>
       <Sidebar currentId={sessionId} open={menuOpen} onClose={closeMenu} />

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# CI for the chat app in web/: install what it needs, check that the committed build and
+# generated types are current, then run the browser tests against the real server.
+# Runs from anywhere, e.g. `bash web/ci.sh` at the repo root.
+set -euo pipefail
+
+WEB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$WEB/.." && pwd)"
+cd "$WEB"
+
+log() { printf '\n== %s\n' "$*"; }
+
+# Chromium for the browser tests, from Debian's packages when it is missing.
+CHROMIUM="${CHROMIUM_PATH:-/usr/bin/chromium}"
+if [ ! -x "$CHROMIUM" ]; then
+  log "installing chromium"
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) ||
+      echo "warning: could not install chromium; the browser tests will be skipped"
+  else
+    echo "warning: no root apt-get here; the browser tests will be skipped"
+  fi
+fi
+
+log "npm ci"
+npm ci --no-audit --no-fund --loglevel=error
+
+log "codegen and build"
+npm run --silent codegen
+npm run --silent build
+
+log "committed build and generated types are current"
+changes="$(git -C "$ROOT" status --porcelain -- web/)"
+if [ -n "$changes" ]; then
+  echo "web/ differs from what is committed after codegen + build:"
+  echo "$changes"
+  git -C "$ROOT" --no-pager diff --stat -- web/ || true
+  echo "Run 'npm run codegen && npm run build' in web/ and commit the result."
+  exit 1
+fi
+echo "ok"
+
+log "browser tests"
+npm run --silent test:e2e

@@ -1,0 +1,355 @@
+// The chat app in headless Chromium against the real server and its demo agent.
+
+import assert from 'node:assert/strict';
+import { rmSync } from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import {
+  buildServer,
+  currentSessionId,
+  freePort,
+  lastReply,
+  launchBrowser,
+  screenshot,
+  sel,
+  send,
+  skipReason,
+  slowText,
+  startServer,
+  tempDir,
+  until,
+  waitForReply,
+} from './helpers.mjs';
+
+const SKIP = skipReason();
+if (SKIP) console.log(`# skipping the browser tests: ${SKIP}`);
+
+describe('chat app', { skip: SKIP ?? false, timeout: 600_000 }, () => {
+  let dir;
+  let server;
+  let browser;
+  let page;
+
+  before(async () => {
+    dir = tempDir('talkgraph-e2e-');
+    const bin = buildServer(dir);
+    server = await startServer({ bin, port: await freePort(), dataDir: path.join(dir, 'data') });
+    browser = await launchBrowser();
+    page = await browser.context.newPage();
+    page.on('pageerror', (e) => console.log(`# page error: ${e.message}`));
+  });
+
+  after(async () => {
+    await browser?.close();
+    await server?.stop('SIGTERM');
+    if (dir && !process.env.KEEP_E2E_DATA) rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** Opens a new chat from the sidebar and waits for its empty conversation. */
+  async function newChat(p = page) {
+    await p.getByRole('button', { name: 'New chat' }).click();
+    await currentSessionId(p);
+    await p.locator('.empty-hint').waitFor();
+    await p.locator(sel.composer).waitFor();
+  }
+
+  test('signs in as a guest and shows the start page', async () => {
+    await page.goto(server.url);
+    await page.getByRole('heading', { name: 'What would you like to talk about?' }).waitFor();
+    const token = await page.evaluate(() => localStorage.getItem('talkgraph.token'));
+    assert.ok(token && token.split('.').length === 3, 'a JWT is kept in localStorage');
+    await page.getByRole('navigation', { name: 'Chats' }).waitFor();
+    await page.getByRole('main').waitFor();
+  });
+
+  test('sends a message and sees the reply stream in', async () => {
+    const words = Array.from({ length: 40 }, (_, i) => `word${i + 1}`).join(' ');
+    await send(page, `Hello ${words}`);
+    await currentSessionId(page);
+    // While the reply streams: partial text, the working status and the Stop button.
+    await until(
+      page,
+      'a partly streamed reply',
+      ({ s, status }) => {
+        const all = document.querySelectorAll(s);
+        const last = all[all.length - 1];
+        const text = last?.querySelector('.msg-body')?.textContent ?? '';
+        return (
+          last?.dataset.status === 'STREAMING' &&
+          text.startsWith('You said:') &&
+          !text.includes('word40') &&
+          document.querySelector(status)?.textContent?.includes('Agent is working')
+        );
+      },
+      { s: sel.assistant, status: sel.status },
+    );
+    await page.getByRole('button', { name: 'Stop' }).waitFor();
+    await screenshot(page, 'streaming');
+    await waitForReply(page, { contains: 'word40' });
+    assert.equal(await lastReply(page), `You said: Hello ${words}`);
+    await until(page, 'the status line to clear', (s) => document.querySelector(s)?.textContent === '', sel.status);
+    assert.equal(await page.getByRole('button', { name: 'Stop' }).count(), 0);
+    // The new chat is listed in the sidebar, titled after the first message.
+    await page.locator('.session-item.current .session-title', { hasText: 'Hello word1' }).waitFor();
+  });
+
+  test('Shift+Enter makes a new line and Enter sends', async () => {
+    await newChat();
+    const box = page.locator(sel.composer);
+    await box.focus();
+    await page.keyboard.type('first line');
+    await page.keyboard.press('Shift+Enter');
+    await page.keyboard.type('second line');
+    assert.equal(await box.inputValue(), 'first line\nsecond line');
+    await page.keyboard.press('Enter');
+    await waitForReply(page, { contains: 'second line' });
+    assert.equal(await lastReply(page), 'You said: first line\nsecond line');
+    assert.equal(await box.inputValue(), '');
+  });
+
+  test('asks a question and goes on with the answer', async () => {
+    await newChat();
+    await send(page, '/ask What is your favourite colour?');
+    const form = page.locator(sel.question);
+    await form.getByText('What is your favourite colour?').waitFor();
+    await until(page, '"Waiting for your answer"', (s) =>
+      document.querySelector(s)?.textContent?.includes('Waiting for your answer'), sel.status);
+    await screenshot(page, 'question');
+    await form.getByLabel('Your answer').fill('Blue');
+    await form.getByRole('button', { name: 'Answer' }).click();
+    await form.waitFor({ state: 'detached' });
+    await waitForReply(page, { contains: 'Thank you!' });
+    assert.equal(await lastReply(page), 'You answered "Blue". Thank you!');
+    // Question and answer stay in the history.
+    await page.locator('article.msg.kind-question', { hasText: 'What is your favourite colour?' }).waitFor();
+    await page.locator('article.msg.kind-answer', { hasText: 'Blue' }).waitFor();
+  });
+
+  test('Stop ends a long reply and keeps what was written', async () => {
+    await newChat();
+    await send(page, '/slow 100');
+    await waitForReply(page, { status: 'STREAMING', contains: 'chunk 3.' });
+    await page.getByRole('button', { name: 'Stop' }).click();
+    await until(
+      page,
+      'the reply to end',
+      (s) => {
+        const all = document.querySelectorAll(s);
+        const last = all[all.length - 1];
+        return last && last.dataset.status !== 'STREAMING';
+      },
+      sel.assistant,
+    );
+    await page.getByRole('button', { name: 'Stop' }).waitFor({ state: 'detached' });
+    const text = await lastReply(page);
+    assert.ok(text.startsWith(slowText(3)), `the partial reply is kept: ${text}`);
+    assert.ok(!text.includes('chunk 100.'), 'the reply stopped early');
+    const status = await page.locator(sel.assistant).last().getAttribute('data-status');
+    assert.equal(status, 'INTERRUPTED');
+    await page.locator(sel.assistant).last().getByText('interrupted').waitFor();
+    await screenshot(page, 'stopped');
+  });
+
+  test('a reload in the middle of a reply shows it complete, without repeats', async () => {
+    await newChat();
+    await send(page, '/slow 40');
+    await waitForReply(page, { status: 'STREAMING', contains: 'chunk 5.' });
+    await page.reload();
+    await page.locator(sel.assistant).first().waitFor();
+    await waitForReply(page, { contains: 'chunk 40.', timeout: 30_000 });
+    assert.equal(await lastReply(page), slowText(40));
+    assert.equal(await page.locator(sel.assistant).count(), 1);
+  });
+
+  test('a dropped connection resumes after the last event seen', async () => {
+    await newChat();
+    const sessionId = await currentSessionId(page);
+    // Route the app's websocket through the test to watch its subscriptions and cut it.
+    const sockets = [];
+    await page.routeWebSocket(/\/query$/, (ws) => {
+      const server = ws.connectToServer();
+      const sent = [];
+      sockets.push({ ws, sent });
+      ws.onMessage((m) => {
+        sent.push(JSON.parse(String(m)));
+        server.send(m);
+      });
+    });
+    await page.reload();
+    await page.locator('.empty-hint').waitFor();
+    await send(page, '/slow 40');
+    await waitForReply(page, { status: 'STREAMING', contains: 'chunk 8.' });
+    assert.equal(sockets.length, 1, 'one websocket so far');
+    // 1012 "service restart": the client reconnects by itself.
+    await sockets[0].ws.close({ code: 1012, reason: 'test drop' });
+    await waitForReply(page, { contains: 'chunk 40.', timeout: 30_000 });
+    assert.equal(await lastReply(page), slowText(40));
+    assert.ok(sockets.length >= 2, 'the client opened a new websocket');
+
+    const subscribes = (s) =>
+      s.sent.filter((m) => m.type === 'subscribe' && m.payload?.variables?.sessionId === sessionId);
+    const first = subscribes(sockets[0]);
+    const resumed = subscribes(sockets[1]);
+    assert.equal(first.length, 1);
+    assert.equal(resumed.length, 1, 'the stream was subscribed again on the new socket');
+    assert.ok(first[0].payload.variables.after, 'the first subscription starts after the loaded history');
+    assert.notEqual(
+      resumed[0].payload.variables.after,
+      first[0].payload.variables.after,
+      'the resumed subscription starts after the last event seen, not at the start',
+    );
+    const auth = sockets[1].sent.find((m) => m.type === 'connection_init')?.payload?.Authorization;
+    assert.match(auth ?? '', /^Bearer \S+/);
+    await page.unrouteAll({ behavior: 'ignoreErrors' }).catch(() => {});
+    await page.reload();
+  });
+
+  test('two tabs on one chat stay in sync', async () => {
+    await newChat();
+    const sessionId = await currentSessionId(page);
+    const other = await browser.context.newPage();
+    try {
+      await other.goto(`${server.url}/#/c/${sessionId}`);
+      await other.locator('.empty-hint').waitFor();
+      await send(page, '/ask Pick a number');
+      await page.locator(sel.question).getByText('Pick a number').waitFor();
+      await other.locator(sel.question).getByText('Pick a number').waitFor();
+      // Answering in the second tab clears the form in the first.
+      const form = other.locator(sel.question);
+      await form.getByLabel('Your answer').fill('7');
+      await form.getByLabel('Your answer').press('Enter');
+      await page.locator(sel.question).waitFor({ state: 'detached' });
+      await other.locator(sel.question).waitFor({ state: 'detached' });
+      await waitForReply(page, { contains: 'Thank you!' });
+      await waitForReply(other, { contains: 'Thank you!' });
+      assert.equal(await lastReply(page), 'You answered "7". Thank you!');
+      assert.equal(await lastReply(other), 'You answered "7". Thank you!');
+      // A message typed in one tab appears in the other.
+      await send(other, 'hello from the other tab');
+      await waitForReply(page, { contains: 'hello from the other tab' });
+    } finally {
+      await other.close();
+    }
+  });
+
+  test('shows tool calls with arguments, output and result', async () => {
+    await newChat();
+    await send(page, '/tool alpha beta gamma');
+    const call = page.locator('.tool-call').last();
+    await call.locator('.tool-name', { hasText: 'echo' }).waitFor();
+    await waitForReply(page, { contains: 'The echo tool printed: alpha beta gamma' });
+    const head = call.locator('.tool-head');
+    if ((await head.getAttribute('aria-expanded')) !== 'true') await head.click();
+    await call.locator('.tool-args', { hasText: 'alpha beta gamma' }).waitFor();
+    await call.locator('.tool-output', { hasText: 'alpha beta gamma' }).waitFor();
+    await call.locator('.tool-result', { hasText: 'alpha beta gamma' }).waitFor();
+    await call.locator('.tool-status', { hasText: 'done' }).waitFor();
+  });
+
+  test('a failed run is marked and the chat stays usable', async () => {
+    await newChat();
+    await send(page, '/fail');
+    await page.locator('.run-error', { hasText: 'failed' }).waitFor();
+    await send(page, 'still there?');
+    await waitForReply(page, { contains: 'still there?' });
+  });
+
+  test('renames, configures and deletes chats', async () => {
+    await newChat();
+    const sessionId = await currentSessionId(page);
+    const item = page.locator('.session-item.current');
+    await item.getByRole('button', { name: /^Rename chat/ }).click();
+    const input = page.getByLabel(/^New title for/);
+    await input.fill('Renamed by the test');
+    await input.press('Enter');
+    await page.locator('.session-item.current .session-title', { hasText: 'Renamed by the test' }).waitFor();
+    await page.getByRole('heading', { level: 1, name: 'Renamed by the test' }).waitFor();
+
+    // Settings: the agents come from the server; the busy policy is saved.
+    await page.getByRole('button', { name: 'Chat settings' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Chat settings' });
+    await dialog.waitFor();
+    await dialog.locator('#settings-agent option[value="demo"]').waitFor({ state: 'attached' });
+    await dialog.getByLabel('Model').fill('test-model');
+    await dialog.getByLabel('System prompt').fill('Be brief.');
+    await dialog.getByRole('radio', { name: /Queue/ }).check();
+    await dialog.getByRole('button', { name: 'Save' }).click();
+    await dialog.waitFor({ state: 'hidden' });
+    await page.locator('.agent-chip', { hasText: 'test-model' }).waitFor();
+    await page.reload();
+    await page.getByRole('button', { name: 'Chat settings' }).click();
+    await dialog.waitFor();
+    assert.equal(await dialog.getByLabel('Model').inputValue(), 'test-model');
+    assert.equal(await dialog.getByLabel('System prompt').inputValue(), 'Be brief.');
+    assert.ok(await dialog.getByRole('radio', { name: /Queue/ }).isChecked());
+    await page.keyboard.press('Escape');
+    await dialog.waitFor({ state: 'hidden' });
+
+    // Delete, after confirming.
+    await page.locator('.session-item.current').getByRole('button', { name: /^Delete chat/ }).click();
+    const confirm = page.getByRole('dialog', { name: 'Delete this chat?' });
+    await confirm.getByRole('button', { name: 'Delete' }).click();
+    await until(page, 'the start page', () => location.hash === '#/' || location.hash === '');
+    await page.locator(`.session-link[href="#/c/${sessionId}"]`).waitFor({ state: 'detached' });
+    await page.goto(`${server.url}/#/c/${sessionId}`);
+    await page.getByText('This chat does not exist').waitFor();
+  });
+
+  test('works at 375 px wide with the chat list behind a button', async () => {
+    await page.setViewportSize({ width: 375, height: 740 });
+    try {
+      await page.goto(server.url);
+      const menu = page.getByRole('button', { name: 'Chats' });
+      await menu.waitFor();
+      assert.equal(await menu.getAttribute('aria-expanded'), 'false');
+      assert.equal(await page.locator('#sidebar').isVisible(), false, 'the list is hidden');
+      await menu.click();
+      await page.locator('#sidebar').waitFor({ state: 'visible' });
+      await until(page, 'the drawer to slide in', () => {
+        const r = document.getElementById('sidebar').getBoundingClientRect();
+        return r.left >= 0 && r.right <= 375;
+      });
+      await screenshot(page, 'mobile-menu');
+      await page.keyboard.press('Escape');
+      await page.locator('#sidebar').waitFor({ state: 'hidden' });
+      await send(page, 'Hello from a phone');
+      await waitForReply(page, { contains: 'Hello from a phone' });
+      const overflow = await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth);
+      assert.equal(overflow, false, 'nothing is wider than the screen');
+      await screenshot(page, 'mobile-chat');
+    } finally {
+      await page.setViewportSize({ width: 1200, height: 820 });
+    }
+  });
+
+  test('keyboard only: focus is visible and reaches the composer', async () => {
+    await page.goto(server.url);
+    await page.locator(sel.composer).waitFor();
+    await page.evaluate(() => document.activeElement?.blur());
+    // Tab from the top: the skip link first, which leads to the message box.
+    await page.keyboard.press('Tab');
+    const first = await page.evaluate(() => document.activeElement?.textContent);
+    assert.match(first ?? '', /Skip to message box/);
+    await page.keyboard.press('Enter');
+    assert.equal(await page.evaluate(() => document.activeElement?.id), 'composer-input');
+    const outline = await page.evaluate(() => {
+      const b = document.querySelector('.new-chat');
+      b.focus();
+      return getComputedStyle(b).outlineStyle;
+    });
+    assert.notEqual(outline, 'none', 'focused buttons show an outline');
+  });
+
+  test('a good-looking state for the README', async () => {
+    await newChat();
+    await send(page, '/tool The echo tool shows its output live');
+    await waitForReply(page, { contains: 'The echo tool printed' });
+    await send(page, '/ask Which topping do you want?');
+    await page.locator(sel.question).waitFor();
+    await screenshot(page, 'overview');
+    const form = page.locator(sel.question);
+    await form.getByLabel('Your answer').fill('Mushrooms');
+    await form.getByRole('button', { name: 'Answer' }).click();
+    await waitForReply(page, { contains: 'Thank you!' });
+  });
+});
