@@ -1,0 +1,393 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/talkgraph/talkgraph/internal/tgtest"
+)
+
+func TestStreamedReplyMatchesStoredMessage(t *testing.T) {
+	eachStore(t, func(t *testing.T, store string) {
+		a := startApp(t, store, nil)
+		c := guest(t, a)
+		sid := c.CreateSession(nil)
+		ws := c.Connect("graphql-transport-ws")
+		_, evs := ws.Stream(sid, c.Cursor(sid))
+		_, run := c.Send(sid, "hello there, agent")
+		evs.Until("run completes", tgtest.RunEnds(run))
+
+		var reply *tgtest.Message
+		for _, ev := range evs.All {
+			if ev.Typename == "MessageCompleted" && ev.Message.Role == "ASSISTANT" {
+				reply = ev.Message
+			}
+		}
+		if reply == nil {
+			t.Fatal("no MessageCompleted for the reply")
+		}
+		if got, want := tgtest.Text(evs.All)[reply.ID], reply.Content; got != want {
+			t.Errorf("concatenated deltas = %q, stored content %q", got, want)
+		}
+		if !strings.Contains(reply.Content, "hello there, agent") || reply.Status != "COMPLETE" {
+			t.Errorf("reply = %+v", reply)
+		}
+		msgs := c.Messages(sid)
+		if len(msgs) != 2 || msgs[0].Role != "USER" || msgs[1].Content != reply.Content {
+			t.Errorf("history = %+v", msgs)
+		}
+		// Every subscriber sees one order: a second socket replaying from the start agrees.
+		ws2 := c.Connect("graphql-ws")
+		_, replay := ws2.Stream(sid, cursorZero(t, c, sid))
+		replay.Until("run completes", tgtest.RunEnds(run))
+		if got, want := tgtest.Text(replay.All)[reply.ID], reply.Content; got != want {
+			t.Errorf("replayed text = %q, want %q", got, want)
+		}
+	})
+}
+
+// cursorZero returns the stream cursor of a session before its first event.
+func cursorZero(t *testing.T, c *tgtest.Client, sid string) string {
+	t.Helper()
+	// A new session's streamCursor is the position before any event; rebuild it for sid.
+	other := c.CreateSession(nil)
+	var out struct{ Session struct{ StreamCursor string } }
+	c.Must(`query($s: ID!){ session(id: $s){ streamCursor } }`, map[string]any{"s": other}, &out)
+	// Cursors are opaque to clients; tests may know their shape.
+	return encodeCursorForTest(sid, out.Session.StreamCursor, other)
+}
+
+func TestUsersCannotSeeEachOthersData(t *testing.T) {
+	eachStore(t, func(t *testing.T, store string) {
+		a := startApp(t, store, nil)
+		alice, bob := guest(t, a), guest(t, a)
+		sid := alice.CreateSession(nil)
+		ws := alice.Connect("graphql-transport-ws")
+		_, evs := ws.Stream(sid, alice.Cursor(sid))
+		_, run := alice.Send(sid, "/ask secret?")
+		q := evs.Until("question", func(e tgtest.Event) bool { return e.Typename == "QuestionAsked" })
+		missing := "00000000-0000-4000-8000-000000000000"
+
+		// Bob sees nothing of Alice's, and her IDs behave like IDs that do not exist.
+		var list struct{ Sessions struct{ Edges []any } }
+		bob.Must(`{ sessions { edges { cursor } } }`, nil, &list)
+		if len(list.Sessions.Edges) != 0 {
+			t.Errorf("bob lists %d sessions", len(list.Sessions.Edges))
+		}
+		for _, id := range []string{sid, missing} {
+			var one struct{ Session *struct{ ID string } }
+			bob.Must(`query($s: ID!){ session(id: $s){ id } }`, map[string]any{"s": id}, &one)
+			if one.Session != nil {
+				t.Errorf("bob reads session %s", id)
+			}
+		}
+		ops := []struct {
+			name, query string
+			vars        func(id string) map[string]any
+		}{
+			{"addMessage", `mutation($s: ID!){ addMessage(input:{sessionId:$s, content:"hi"}){ run { id } } }`, func(id string) map[string]any { return map[string]any{"s": id} }},
+			{"cancelRun", `mutation($s: ID!){ cancelRun(sessionId:$s){ id } }`, func(id string) map[string]any { return map[string]any{"s": id} }},
+			{"rename", `mutation($s: ID!){ renameTalkSession(input:{id:$s, title:"x"}){ id } }`, func(id string) map[string]any { return map[string]any{"s": id} }},
+			{"delete", `mutation($s: ID!){ deleteTalkSession(id:$s) }`, func(id string) map[string]any { return map[string]any{"s": id} }},
+			{"respond", `mutation($q: ID!){ respondToQuestion(input:{questionId:$q, answer:"x"}){ run { id } } }`, func(id string) map[string]any {
+				if id == sid {
+					return map[string]any{"q": q.Question.ID}
+				}
+				return map[string]any{"q": id}
+			}},
+		}
+		for _, op := range ops {
+			theirs := bob.Do(op.query, op.vars(sid))
+			none := bob.Do(op.query, op.vars(missing))
+			if theirs.Code() != "NOT_FOUND" || none.Code() != "NOT_FOUND" || theirs.Errors[0].Message != none.Errors[0].Message {
+				t.Errorf("%s: on alice's = %+v, on a missing one = %+v", op.name, theirs.Errors, none.Errors)
+			}
+		}
+		bws := bob.Connect("graphql-transport-ws")
+		_, bevs := bws.Stream(sid, "")
+		if _, ok := bevs.TryNext(tgtest.Wait); ok || len(bevs.Err) == 0 || bevs.Err[0].Code() != "NOT_FOUND" {
+			t.Errorf("bob's subscription: errors %+v", bevs.Err)
+		}
+		// Alice's run was untouched by all of that.
+		alice.Must(`mutation($q: ID!){ respondToQuestion(input:{questionId:$q, answer:"blue"}){ run { id } } }`, map[string]any{"q": q.Question.ID}, nil)
+		end := evs.Until("run ends", tgtest.RunEnds(run))
+		if end.Run.Status != "COMPLETED" {
+			t.Errorf("alice's run ended %s", end.Run.Status)
+		}
+	})
+}
+
+func TestNewMessageInterruptsBusySession(t *testing.T) {
+	eachStore(t, func(t *testing.T, store string) {
+		a := startApp(t, store, nil)
+		c := guest(t, a)
+		sid := c.CreateSession(nil)
+		ws := c.Connect("graphql-transport-ws")
+		_, evs := ws.Stream(sid, c.Cursor(sid))
+		_, first := c.Send(sid, "/slow 200")
+		evs.Until("a chunk", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" })
+		_, second := c.Send(sid, "hello again")
+
+		end := evs.Until("first run ends", tgtest.RunEnds(first))
+		if end.Run.Status != "INTERRUPTED" {
+			t.Fatalf("first run ended %s, want INTERRUPTED", end.Run.Status)
+		}
+		end = evs.Until("second run ends", tgtest.RunEnds(second))
+		if end.Run.Status != "COMPLETED" {
+			t.Fatalf("second run ended %s, want COMPLETED", end.Run.Status)
+		}
+		msgs := c.Messages(sid)
+		if len(msgs) != 4 {
+			t.Fatalf("history has %d messages: %+v", len(msgs), msgs)
+		}
+		partial := msgs[1]
+		if partial.Status != "INTERRUPTED" || !strings.HasPrefix(partial.Content, "chunk 1. ") || partial.RunID != first {
+			t.Errorf("partial reply = %+v", partial)
+		}
+		if msgs[2].Content != "hello again" || msgs[3].Status != "COMPLETE" || msgs[3].RunID != second {
+			t.Errorf("after the interruption: %+v", msgs[2:])
+		}
+	})
+}
+
+func TestCancelRunStopsSlowRunKeepingPartialReply(t *testing.T) {
+	eachStore(t, func(t *testing.T, store string) {
+		a := startApp(t, store, nil)
+		c := guest(t, a)
+		sid := c.CreateSession(nil)
+		ws := c.Connect("graphql-transport-ws")
+		_, evs := ws.Stream(sid, c.Cursor(sid))
+		_, run := c.Send(sid, "/slow 200")
+		evs.Until("two chunks", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" && e.Offset > 0 })
+		var out struct{ CancelRun *struct{ ID, Status string } }
+		c.Must(`mutation($s: ID!){ cancelRun(sessionId: $s){ id status } }`, map[string]any{"s": sid}, &out)
+		if out.CancelRun == nil || out.CancelRun.ID != run || out.CancelRun.Status != "CANCELLED" {
+			t.Fatalf("cancelRun = %+v", out.CancelRun)
+		}
+		end := evs.Until("run ends", tgtest.RunEnds(run))
+		if end.Run.Status != "CANCELLED" {
+			t.Errorf("run ended %s", end.Run.Status)
+		}
+		msgs := c.Messages(sid)
+		if len(msgs) != 2 || msgs[1].Status != "INTERRUPTED" || !strings.HasPrefix(msgs[1].Content, "chunk 1. chunk 2.") {
+			t.Errorf("history = %+v", msgs)
+		}
+		if got := tgtest.Text(evs.All)[msgs[1].ID]; got != msgs[1].Content {
+			t.Errorf("streamed %q, kept %q", got, msgs[1].Content)
+		}
+		// Nothing runs any more: cancelling again answers null.
+		c.Must(`mutation($s: ID!){ cancelRun(sessionId: $s){ id status } }`, map[string]any{"s": sid}, &out)
+		if out.CancelRun != nil {
+			t.Errorf("second cancelRun = %+v, want null", out.CancelRun)
+		}
+	})
+}
+
+func TestAnsweredQuestionWakesTheSameRun(t *testing.T) {
+	eachStore(t, func(t *testing.T, store string) {
+		a := startApp(t, store, nil)
+		c := guest(t, a)
+		sid := c.CreateSession(nil)
+		ws := c.Connect("graphql-transport-ws")
+		_, evs := ws.Stream(sid, c.Cursor(sid))
+		_, run := c.Send(sid, "/ask favourite colour?")
+		q := evs.Until("question", func(e tgtest.Event) bool { return e.Typename == "QuestionAsked" })
+		if q.Question.Prompt != "favourite colour?" || q.Question.RunID != run {
+			t.Fatalf("question = %+v", q.Question)
+		}
+		var sess struct {
+			Session struct {
+				Status          string
+				ActiveRun       struct{ ID, Status string }
+				PendingQuestion *struct{ ID string }
+			}
+		}
+		c.Must(`query($s: ID!){ session(id: $s){ status activeRun { id status } pendingQuestion { id } } }`, map[string]any{"s": sid}, &sess)
+		if sess.Session.Status != "WAITING_FOR_INPUT" || sess.Session.ActiveRun.Status != "WAITING_FOR_INPUT" || sess.Session.PendingQuestion == nil || sess.Session.PendingQuestion.ID != q.Question.ID {
+			t.Fatalf("session while waiting = %+v", sess.Session)
+		}
+		respond := `mutation($q: ID!, $a: String!){ respondToQuestion(input:{questionId:$q, answer:$a}){ question { answer } run { id status } } }`
+		var out struct {
+			RespondToQuestion struct {
+				Question struct{ Answer string }
+				Run      struct{ ID, Status string }
+			}
+		}
+		c.Must(respond, map[string]any{"q": q.Question.ID, "a": "teal"}, &out)
+		if out.RespondToQuestion.Run.ID != run || out.RespondToQuestion.Question.Answer != "teal" {
+			t.Errorf("respond = %+v", out)
+		}
+		end := evs.Until("run ends", tgtest.RunEnds(run))
+		if end.Run.Status != "COMPLETED" {
+			t.Fatalf("run ended %s", end.Run.Status)
+		}
+		msgs := c.Messages(sid)
+		kinds := []string{}
+		for _, m := range msgs {
+			kinds = append(kinds, m.Role+"/"+m.Kind)
+		}
+		if got, want := strings.Join(kinds, " "), "USER/TEXT ASSISTANT/QUESTION USER/ANSWER ASSISTANT/TEXT"; got != want {
+			t.Fatalf("history kinds = %s, want %s", got, want)
+		}
+		if !strings.Contains(msgs[3].Content, "teal") {
+			t.Errorf("reply %q does not use the answer", msgs[3].Content)
+		}
+		if r := c.Do(respond, map[string]any{"q": q.Question.ID, "a": "red"}); r.Code() != "CONFLICT" {
+			t.Errorf("second answer: %+v, want CONFLICT", r.Errors)
+		}
+	})
+}
+
+func TestResumeWithCursorGivesExactlyTheMissedEvents(t *testing.T) {
+	eachStore(t, func(t *testing.T, store string) {
+		a := startApp(t, store, nil)
+		c := guest(t, a)
+		sid := c.CreateSession(nil)
+		ws := c.Connect("graphql-transport-ws")
+		_, evs := ws.Stream(sid, c.Cursor(sid))
+		_, run := c.Send(sid, "/slow 30")
+		evs.Until("a few chunks", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" && e.Offset > 20 })
+		ws.Close()
+		last := evs.All[len(evs.All)-1].Cursor
+
+		// A second observer that never disconnected sees the whole stream.
+		ws3 := c.Connect("graphql-transport-ws")
+		_, whole := ws3.Stream(sid, cursorZero(t, c, sid))
+
+		ws2 := c.Connect("graphql-transport-ws")
+		_, rest := ws2.Stream(sid, last)
+		rest.Until("run ends", tgtest.RunEnds(run))
+		whole.Until("run ends", tgtest.RunEnds(run))
+
+		seen := map[string]bool{}
+		for _, ev := range append(append([]tgtest.Event{}, evs.All...), rest.All...) {
+			if seen[ev.Cursor] {
+				t.Fatalf("event %s %s delivered twice", ev.Typename, ev.Cursor)
+			}
+			seen[ev.Cursor] = true
+		}
+		joined := append(append([]tgtest.Event{}, evs.All...), rest.All...)
+		if got, want := len(joined), len(whole.All); got != want {
+			t.Errorf("before+after disconnect = %d events, an uninterrupted stream = %d", got, want)
+		}
+		msgs := c.Messages(sid)
+		if got, want := tgtest.Text(joined)[msgs[1].ID], msgs[1].Content; got != want {
+			t.Errorf("text across the reconnect = %q, want %q", got, want)
+		}
+	})
+}
+
+func TestIdempotencyKeyMakesOneMessageAndOneRun(t *testing.T) {
+	eachStore(t, func(t *testing.T, store string) {
+		a := startApp(t, store, nil)
+		c := guest(t, a)
+		sid := c.CreateSession(map[string]any{"busyPolicy": "ENQUEUE"})
+		add := `mutation($s: ID!, $k: String){ addMessage(input:{sessionId:$s, content:"once", idempotencyKey:$k}){ message { id } run { id } } }`
+		type payload struct {
+			AddMessage struct {
+				Message struct{ ID string }
+				Run     struct{ ID string }
+			}
+		}
+		var one, two payload
+		c.Must(add, map[string]any{"s": sid, "k": "key-1"}, &one)
+		c.Must(add, map[string]any{"s": sid, "k": "key-1"}, &two)
+		if one != two {
+			t.Errorf("retry answered %+v, first call %+v", two, one)
+		}
+		users := 0
+		for _, m := range c.Messages(sid) {
+			if m.Role == "USER" {
+				users++
+			}
+		}
+		if users != 1 {
+			t.Errorf("%d user messages stored, want 1", users)
+		}
+		// The same key for different content is a conflict, not a silent replay.
+		r := c.Do(`mutation($s: ID!){ addMessage(input:{sessionId:$s, content:"other", idempotencyKey:"key-1"}){ run { id } } }`, map[string]any{"s": sid})
+		if r.Code() != "CONFLICT" {
+			t.Errorf("reused key with other content: %+v", r.Errors)
+		}
+	})
+}
+
+func TestAgentPanicFailsOnlyItsRun(t *testing.T) {
+	eachStore(t, func(t *testing.T, store string) {
+		a := startApp(t, store, nil)
+		c := guest(t, a)
+		sid := c.CreateSession(nil)
+		ws := c.Connect("graphql-transport-ws")
+		_, evs := ws.Stream(sid, c.Cursor(sid))
+		_, run := c.Send(sid, "/panic")
+		end := evs.Until("run ends", tgtest.RunEnds(run))
+		if end.Run.Status != "FAILED" || end.Run.Error == "" || strings.Contains(end.Run.Error, "goroutine") {
+			t.Fatalf("panicking run = %+v", end.Run)
+		}
+		_, next := c.Send(sid, "still there?")
+		if end := evs.Until("next run ends", tgtest.RunEnds(next)); end.Run.Status != "COMPLETED" {
+			t.Fatalf("next run ended %s", end.Run.Status)
+		}
+		_, failing := c.Send(sid, "/fail")
+		end = evs.Until("failing run ends", tgtest.RunEnds(failing))
+		if end.Run.Status != "FAILED" || !strings.Contains(end.Run.Error, "failed") {
+			t.Errorf("/fail run = %+v", end.Run)
+		}
+	})
+}
+
+func TestBadInputGetsClearCodeAndStoresNothing(t *testing.T) {
+	eachStore(t, func(t *testing.T, store string) {
+		a := startApp(t, store, func(c *Config) { c.Service.MaxMessageBytes = 100 })
+		c := guest(t, a)
+		sid := c.CreateSession(nil)
+		add := `mutation($s: ID!, $c: String!){ addMessage(input:{sessionId:$s, content:$c}){ run { id } } }`
+		cases := []struct {
+			name, query string
+			vars        map[string]any
+			code        string
+		}{
+			{"empty content", add, map[string]any{"s": sid, "c": ""}, "BAD_USER_INPUT"},
+			{"blank content", add, map[string]any{"s": sid, "c": "  \n "}, "BAD_USER_INPUT"},
+			{"oversized content", add, map[string]any{"s": sid, "c": strings.Repeat("x", 101)}, "BAD_USER_INPUT"},
+			{"malformed session ID", add, map[string]any{"s": "nope", "c": "hi"}, "NOT_FOUND"},
+			{"unknown session ID", add, map[string]any{"s": "00000000-0000-4000-8000-000000000001", "c": "hi"}, "NOT_FOUND"},
+			{"bad sessions cursor", `{ sessions(after: "zzz") { edges { cursor } } }`, nil, "BAD_USER_INPUT"},
+			{"negative page", `{ sessions(first: -1) { edges { cursor } } }`, nil, "BAD_USER_INPUT"},
+			{"bad messages cursor", `query($s: ID!){ session(id:$s){ messages(after: "%%%") { edges { cursor } } } }`, map[string]any{"s": sid}, "BAD_USER_INPUT"},
+			{"unknown agent", `mutation{ createTalkSession(input:{settings:{agent:"nobody"}}){ id } }`, nil, "BAD_USER_INPUT"},
+			{"temperature out of range", `mutation{ createTalkSession(input:{settings:{temperature: 9}}){ id } }`, nil, "BAD_USER_INPUT"},
+			{"overlong title", `mutation($t: String){ createTalkSession(input:{title:$t}){ id } }`, map[string]any{"t": strings.Repeat("t", 201)}, "BAD_USER_INPUT"},
+			{"empty answer", `mutation{ respondToQuestion(input:{questionId:"00000000-0000-4000-8000-000000000001", answer:""}){ run { id } } }`, nil, "BAD_USER_INPUT"},
+			{"unknown question", `mutation{ respondToQuestion(input:{questionId:"00000000-0000-4000-8000-000000000001", answer:"x"}){ run { id } } }`, nil, "NOT_FOUND"},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				r := c.Do(tc.query, tc.vars)
+				if r.Code() != tc.code {
+					t.Errorf("errors = %+v, want code %s", r.Errors, tc.code)
+				}
+				if len(r.Errors) > 0 && r.Errors[0].Message == "" {
+					t.Error("error without a message")
+				}
+			})
+		}
+		ws := c.Connect("graphql-transport-ws")
+		for _, cur := range []string{"garbage", encodeCursorForTest("00000000-0000-4000-8000-000000000009", "", "")} {
+			_, evs := ws.Stream(sid, cur)
+			if _, ok := evs.TryNext(tgtest.Wait); ok || len(evs.Err) == 0 || evs.Err[0].Code() != "BAD_USER_INPUT" {
+				t.Errorf("stream after %q: errors %+v", cur, evs.Err)
+			}
+		}
+		if msgs := c.Messages(sid); len(msgs) != 0 {
+			t.Errorf("bad input stored %d messages", len(msgs))
+		}
+		var list struct{ Sessions struct{ Edges []any } }
+		c.Must(`{ sessions { edges { cursor } } }`, nil, &list)
+		if len(list.Sessions.Edges) != 1 {
+			t.Errorf("bad input created sessions: %d listed", len(list.Sessions.Edges))
+		}
+		_ = utf8.RuneLen
+	})
+}

@@ -1,0 +1,510 @@
+// Package tgtest holds test clients for talkgraph's API: GraphQL over HTTP, the two
+// websocket subprotocols and server-sent events, spoken over real connections. Tests of the
+// server and of the crash behaviour share them.
+package tgtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// Wait is how long tests wait for an event before failing.
+const Wait = 15 * time.Second
+
+// Client talks to one server as one user.
+type Client struct {
+	T     testing.TB
+	Base  string // http://host:port
+	Token string
+	HTTP  *http.Client
+}
+
+// Guest signs in as a new guest user.
+func Guest(t testing.TB, base string) *Client {
+	t.Helper()
+	resp, err := http.Post(base+"/auth/guest", "application/json", nil)
+	if err != nil {
+		t.Fatalf("guest sign-in: %v", err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Token, UserID string }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Token == "" {
+		t.Fatalf("guest sign-in: status %d, %v", resp.StatusCode, err)
+	}
+	return &Client{T: t, Base: base, Token: out.Token, HTTP: &http.Client{Timeout: Wait}}
+}
+
+// GQLError is one error of a GraphQL response.
+type GQLError struct {
+	Message    string         `json:"message"`
+	Path       []any          `json:"path"`
+	Extensions map[string]any `json:"extensions"`
+}
+
+// Code returns extensions.code.
+func (e GQLError) Code() string { s, _ := e.Extensions["code"].(string); return s }
+
+// Response is a GraphQL response.
+type Response struct {
+	Status int
+	Data   json.RawMessage `json:"data"`
+	Errors []GQLError      `json:"errors"`
+}
+
+// Code returns the code of the first error, or "".
+func (r *Response) Code() string {
+	if len(r.Errors) == 0 {
+		return ""
+	}
+	return r.Errors[0].Code()
+}
+
+// Do posts a GraphQL operation and returns the response, failing the test only when the
+// request cannot be made.
+func (c *Client) Do(query string, vars map[string]any) *Response {
+	c.T.Helper()
+	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
+	req, _ := http.NewRequest("POST", c.Base+"/query", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		c.T.Fatalf("POST /query: %v", err)
+	}
+	defer resp.Body.Close()
+	out := &Response{Status: resp.StatusCode}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		c.T.Fatalf("POST /query: status %d, decoding: %v", resp.StatusCode, err)
+	}
+	return out
+}
+
+// Must posts an operation, fails the test on any error, and decodes data into out.
+func (c *Client) Must(query string, vars map[string]any, out any) {
+	c.T.Helper()
+	r := c.Do(query, vars)
+	if len(r.Errors) > 0 {
+		c.T.Fatalf("operation failed: %+v\nquery: %s", r.Errors, query)
+	}
+	if out != nil {
+		if err := json.Unmarshal(r.Data, out); err != nil {
+			c.T.Fatalf("decoding data %s: %v", r.Data, err)
+		}
+	}
+}
+
+// CreateSession creates a session with optional settings and returns its ID.
+func (c *Client) CreateSession(settings map[string]any) string {
+	c.T.Helper()
+	var out struct{ CreateTalkSession struct{ ID string } }
+	input := map[string]any{"title": "test"}
+	if settings != nil {
+		input["settings"] = settings
+	}
+	c.Must(`mutation($i: CreateTalkSessionInput){ createTalkSession(input: $i){ id } }`, map[string]any{"i": input}, &out)
+	return out.CreateTalkSession.ID
+}
+
+// Send adds a message and returns the message and run IDs.
+func (c *Client) Send(sessionID, content string) (msgID, runID string) {
+	c.T.Helper()
+	var out struct {
+		AddMessage struct {
+			Message struct{ ID string }
+			Run     struct{ ID string }
+		}
+	}
+	c.Must(`mutation($s: ID!, $c: String!){ addMessage(input: {sessionId: $s, content: $c}){ message { id } run { id } } }`,
+		map[string]any{"s": sessionID, "c": content}, &out)
+	return out.AddMessage.Message.ID, out.AddMessage.Run.ID
+}
+
+// Message is a message as the API shows it.
+type Message struct {
+	ID, Role, Kind, Content, Status, RunID string
+}
+
+// Messages returns the session's whole history (up to 100), oldest first.
+func (c *Client) Messages(sessionID string) []Message {
+	c.T.Helper()
+	var out struct {
+		Session struct {
+			Messages struct{ Edges []struct{ Node Message } }
+		}
+	}
+	c.Must(`query($s: ID!){ session(id: $s){ messages(first: 100){ edges { node { id role kind content status runId } } } } }`,
+		map[string]any{"s": sessionID}, &out)
+	var msgs []Message
+	for _, e := range out.Session.Messages.Edges {
+		msgs = append(msgs, e.Node)
+	}
+	return msgs
+}
+
+// StreamQuery selects every event type with all the fields tests look at.
+const StreamQuery = `subscription($s: ID!, $a: String){ messageStream(sessionId: $s, after: $a){
+  __typename cursor at
+  ... on MessageAdded { message { id role kind content status runId } }
+  ... on MessageChunk { messageId delta offset }
+  ... on MessageCompleted { message { id role kind content status runId } }
+  ... on RunStatusChanged { run { id status error } }
+  ... on QuestionAsked { question { id prompt runId } }
+  ... on QuestionAnswered { question { id answer } }
+  ... on ToolCallStarted { toolCall { id name arguments status } }
+  ... on ToolCallOutput { toolCallId delta offset }
+  ... on ToolCallFinished { toolCall { id status output result } }
+} }`
+
+// Event is one messageStream event, flattened.
+type Event struct {
+	Typename   string `json:"__typename"`
+	Cursor     string
+	MessageID  string
+	Delta      string
+	Offset     int
+	ToolCallID string
+	Message    *Message
+	Run        *struct{ ID, Status, Error string }
+	Question   *struct{ ID, Prompt, RunID, Answer string }
+	ToolCall   *struct{ ID, Name, Arguments, Status, Output, Result string }
+}
+
+// Socket is a websocket connection speaking graphql-transport-ws or the legacy
+// graphql-ws.
+type Socket struct {
+	t      testing.TB
+	Conn   *websocket.Conn
+	legacy bool
+
+	wmu    sync.Mutex
+	mu     sync.Mutex
+	subs   map[string]chan Frame
+	nextID int
+	// Closed receives the close error once the connection ends.
+	Closed chan error
+}
+
+// Frame is one message for a subscription: data, an error, or completion.
+type Frame struct {
+	Data     json.RawMessage
+	Errors   []GQLError
+	Complete bool
+}
+
+// Dial opens a websocket to base with the given subprotocol ("graphql-transport-ws" or
+// "graphql-ws") and sends connection_init with the payload. It does not wait for the ack.
+func Dial(t testing.TB, base, protocol string, initPayload map[string]any) (*Socket, error) {
+	d := websocket.Dialer{Subprotocols: []string{protocol}, HandshakeTimeout: Wait}
+	url := "ws" + strings.TrimPrefix(base, "http") + "/query"
+	conn, _, err := d.Dial(url, nil)
+	if err != nil {
+		return nil, err
+	}
+	s := &Socket{t: t, Conn: conn, legacy: protocol == "graphql-ws", subs: map[string]chan Frame{}, Closed: make(chan error, 1)}
+	if err := s.write(map[string]any{"type": "connection_init", "payload": initPayload}); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Connect dials with the client's token and waits for connection_ack.
+func (c *Client) Connect(protocol string) *Socket {
+	c.T.Helper()
+	s, err := Dial(c.T, c.Base, protocol, map[string]any{"Authorization": "Bearer " + c.Token})
+	if err != nil {
+		c.T.Fatalf("dial websocket: %v", err)
+	}
+	_ = s.Conn.SetReadDeadline(time.Now().Add(Wait))
+	for {
+		var m struct{ Type string }
+		if err := s.Conn.ReadJSON(&m); err != nil {
+			c.T.Fatalf("waiting for connection_ack: %v", err)
+		}
+		if m.Type == "connection_ack" {
+			break
+		}
+		if m.Type != "ka" && m.Type != "ping" {
+			c.T.Fatalf("waiting for connection_ack, got %q", m.Type)
+		}
+	}
+	_ = s.Conn.SetReadDeadline(time.Time{})
+	go s.readLoop()
+	c.T.Cleanup(func() { s.Close() })
+	return s
+}
+
+func (s *Socket) write(v any) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.Conn.WriteJSON(v)
+}
+
+func (s *Socket) readLoop() {
+	defer func() {
+		s.mu.Lock()
+		for id, ch := range s.subs {
+			close(ch)
+			delete(s.subs, id)
+		}
+		s.mu.Unlock()
+	}()
+	for {
+		var m struct {
+			Type    string          `json:"type"`
+			ID      string          `json:"id"`
+			Payload json.RawMessage `json:"payload"`
+		}
+		if err := s.Conn.ReadJSON(&m); err != nil {
+			s.Closed <- err
+			return
+		}
+		switch m.Type {
+		case "ping":
+			_ = s.write(map[string]any{"type": "pong"})
+			continue
+		case "ka", "pong":
+			continue
+		}
+		s.mu.Lock()
+		ch := s.subs[m.ID]
+		s.mu.Unlock()
+		if ch == nil {
+			continue
+		}
+		var f Frame
+		switch m.Type {
+		case "next", "data":
+			var p struct {
+				Data   json.RawMessage
+				Errors []GQLError
+			}
+			_ = json.Unmarshal(m.Payload, &p)
+			f.Data, f.Errors = p.Data, p.Errors
+		case "error":
+			var errs []GQLError
+			if json.Unmarshal(m.Payload, &errs) != nil {
+				var one GQLError
+				_ = json.Unmarshal(m.Payload, &one)
+				errs = []GQLError{one}
+			}
+			f.Errors = errs
+			f.Complete = true
+		case "complete":
+			f.Complete = true
+		}
+		ch <- f
+		if f.Complete {
+			s.mu.Lock()
+			if s.subs[m.ID] == ch {
+				close(ch)
+				delete(s.subs, m.ID)
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// Subscribe starts an operation and returns its ID and frames. The channel is buffered
+// generously so the read loop never waits on a test.
+func (s *Socket) Subscribe(query string, vars map[string]any) (string, <-chan Frame) {
+	s.mu.Lock()
+	s.nextID++
+	id := fmt.Sprint(s.nextID)
+	ch := make(chan Frame, 100000)
+	s.subs[id] = ch
+	s.mu.Unlock()
+	typ := "subscribe"
+	if s.legacy {
+		typ = "start"
+	}
+	if err := s.write(map[string]any{"type": typ, "id": id, "payload": map[string]any{"query": query, "variables": vars}}); err != nil {
+		s.t.Errorf("subscribe: %v", err)
+	}
+	return id, ch
+}
+
+// Stop ends a subscription.
+func (s *Socket) Stop(id string) {
+	typ := "complete"
+	if s.legacy {
+		typ = "stop"
+	}
+	_ = s.write(map[string]any{"type": typ, "id": id})
+}
+
+// Close closes the connection.
+func (s *Socket) Close() {
+	s.wmu.Lock()
+	_ = s.Conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	s.wmu.Unlock()
+	_ = s.Conn.Close()
+}
+
+// Stream subscribes to a session's messageStream.
+func (s *Socket) Stream(sessionID, after string) (string, *Events) {
+	vars := map[string]any{"s": sessionID}
+	if after != "" {
+		vars["a"] = after
+	}
+	id, ch := s.Subscribe(StreamQuery, vars)
+	return id, &Events{t: s.t, frames: ch}
+}
+
+// Events reads a messageStream.
+type Events struct {
+	t      testing.TB
+	frames <-chan Frame
+	All    []Event
+	Err    []GQLError
+	Done   bool
+}
+
+// Next returns the next event, failing the test after Wait.
+func (e *Events) Next() Event {
+	e.t.Helper()
+	ev, ok := e.TryNext(Wait)
+	if !ok {
+		e.t.Fatalf("no event within %v (stream done: %v, errors: %+v; seen %d events)", Wait, e.Done, e.Err, len(e.All))
+	}
+	return ev
+}
+
+// TryNext returns the next event, or false when none came within d or the stream ended.
+func (e *Events) TryNext(d time.Duration) (Event, bool) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case f, ok := <-e.frames:
+			if !ok || f.Complete {
+				e.Done = true
+				e.Err = append(e.Err, f.Errors...)
+				if !ok || len(f.Errors) > 0 || f.Complete {
+					return Event{}, false
+				}
+			}
+			if len(f.Errors) > 0 {
+				e.Err = append(e.Err, f.Errors...)
+				return Event{}, false
+			}
+			var wrap struct{ MessageStream Event }
+			if err := json.Unmarshal(f.Data, &wrap); err != nil {
+				e.t.Fatalf("decoding event %s: %v", f.Data, err)
+			}
+			e.All = append(e.All, wrap.MessageStream)
+			return wrap.MessageStream, true
+		case <-timer.C:
+			return Event{}, false
+		}
+	}
+}
+
+// Until reads events until one satisfies match, and returns it.
+func (e *Events) Until(what string, match func(Event) bool) Event {
+	e.t.Helper()
+	deadline := time.Now().Add(Wait)
+	for {
+		left := time.Until(deadline)
+		ev, ok := e.TryNext(left)
+		if !ok {
+			e.t.Fatalf("waiting for %s: none within %v (done %v, errors %+v, %d events seen)", what, Wait, e.Done, e.Err, len(e.All))
+		}
+		if match(ev) {
+			return ev
+		}
+	}
+}
+
+// RunEnds matches the RunStatusChanged event of run id reaching a final status.
+func RunEnds(id string) func(Event) bool {
+	return func(ev Event) bool {
+		if ev.Typename != "RunStatusChanged" || ev.Run.ID != id {
+			return false
+		}
+		switch ev.Run.Status {
+		case "COMPLETED", "CANCELLED", "INTERRUPTED", "FAILED":
+			return true
+		}
+		return false
+	}
+}
+
+// Text assembles each message's text from the chunk events seen, placing every delta at
+// its offset as a careful client does.
+func Text(evs []Event) map[string]string {
+	out := map[string][]rune{}
+	for _, ev := range evs {
+		if ev.Typename != "MessageChunk" {
+			continue
+		}
+		cur := out[ev.MessageID]
+		if ev.Offset > len(cur) {
+			cur = append(cur, []rune(strings.Repeat("\x00", ev.Offset-len(cur)))...)
+		}
+		out[ev.MessageID] = append(cur[:ev.Offset], []rune(ev.Delta)...)
+	}
+	res := map[string]string{}
+	for k, v := range out {
+		res[k] = string(v)
+	}
+	return res
+}
+
+// SSE subscribes over server-sent events and returns the events as they come.
+func (c *Client) SSE(ctx context.Context, query string, vars map[string]any) (<-chan json.RawMessage, error) {
+	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
+	req, _ := http.NewRequestWithContext(ctx, "POST", c.Base+"/query", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != 200 {
+		resp.Body.Close()
+		return nil, fmt.Errorf("SSE: status %d", resp.StatusCode)
+	}
+	out := make(chan json.RawMessage, 1000)
+	go func() {
+		defer close(out)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		event := ""
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event:"):
+				event = strings.TrimSpace(line[6:])
+			case strings.HasPrefix(line, "data:") && event == "next":
+				out <- json.RawMessage(strings.TrimSpace(line[5:]))
+			case strings.HasPrefix(line, "event:") && event == "complete":
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// Cursor returns the session's streamCursor: subscribing after it misses nothing that
+// happens from now on.
+func (c *Client) Cursor(sessionID string) string {
+	c.T.Helper()
+	var out struct{ Session struct{ StreamCursor string } }
+	c.Must(`query($s: ID!){ session(id: $s){ streamCursor } }`, map[string]any{"s": sessionID}, &out)
+	return out.Session.StreamCursor
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/talkgraph/talkgraph/internal/tgtest"
+)
+
+// stores are the stores the contract tests run against.
+var stores = []string{"memory", "sqlite"}
+
+// testApp is a real server on a random local port.
+type testApp struct {
+	*App
+	URL string
+}
+
+// startApp starts the whole server (store, service, HTTP) on 127.0.0.1 with a temporary
+// data directory; change adjusts the configuration. It is closed when the test ends.
+func startApp(t testing.TB, store string, change func(*Config)) *testApp {
+	t.Helper()
+	env := map[string]string{"DATA_DIR": t.TempDir(), "DEMO_CHUNK_DELAY": "0s", "FLUSH_INTERVAL": "5ms", "RATE_LIMIT": "1000", "RATE_BURST": "1000"}
+	cfg, err := loadConfig(nil, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch store {
+	case "memory":
+		cfg.DatabaseURL = "memory:"
+	case "sqlite":
+		cfg.DatabaseURL = "sqlite://" + filepath.Join(cfg.DataDir, "test.db")
+	}
+	if change != nil {
+		change(&cfg)
+	}
+	return serveApp(t, cfg)
+}
+
+func serveApp(t testing.TB, cfg Config) *testApp {
+	t.Helper()
+	var logOut io.Writer = io.Discard
+	if os.Getenv("TALKGRAPH_TEST_LOG") != "" {
+		logOut = os.Stderr
+	}
+	app, err := Open(context.Background(), cfg, logOut)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go app.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		app.Close(ctx)
+	})
+	return &testApp{App: app, URL: "http://" + ln.Addr().String()}
+}
+
+// eachStore runs a contract test against every store.
+func eachStore(t *testing.T, test func(t *testing.T, store string)) {
+	for _, s := range stores {
+		t.Run(s, func(t *testing.T) {
+			if s == "sqlite" && !sqliteWired {
+				t.Skip("sqlite store not wired yet")
+			}
+			test(t, s)
+		})
+	}
+}
+
+func guest(t testing.TB, a *testApp) *tgtest.Client { return tgtest.Guest(t, a.URL) }
