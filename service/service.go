@@ -334,7 +334,7 @@ func (s *Service) Session(ctx context.Context, id string) (*TalkSession, error) 
 // Sessions returns a page of the caller's sessions, most recent activity first, after the
 // session-list cursor after (when not empty). first is clamped to the page size limit.
 // EINVALID for a bad cursor or a negative first.
-func (s *Service) Sessions(ctx context.Context, first *int, after string) (page []*TalkSession, hasNext bool, err error) {
+func (s *Service) Sessions(ctx context.Context, first *int, after string) (page []*SessionView, hasNext bool, err error) {
 	u, err := user(ctx)
 	if err != nil {
 		return nil, false, err
@@ -354,9 +354,12 @@ func (s *Service) Sessions(ctx context.Context, first *int, after string) (page 
 		return nil, false, err
 	}
 	if len(list) > n {
-		return list[:n], true, nil
+		list, hasNext = list[:n], true
 	}
-	return list, false, nil
+	for _, sess := range list {
+		page = append(page, s.viewOf(ctx, sess))
+	}
+	return page, hasNext, nil
 }
 
 func (s *Service) pageSize(n *int) (int, error) {

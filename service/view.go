@@ -32,6 +32,10 @@ func (s *Service) View(ctx context.Context, id string) (*SessionView, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.viewOf(ctx, sess), nil
+}
+
+func (s *Service) viewOf(ctx context.Context, sess *TalkSession) *SessionView {
 	st := s.acquireState(ctx, sess)
 	defer s.releaseState(st)
 	st.mu.Lock()
@@ -69,7 +73,7 @@ func (s *Service) View(ctx context.Context, id string) (*SessionView, error) {
 		r := *st.queue[0]
 		v.ActiveRun = &r
 	}
-	return v, nil
+	return v
 }
 
 // Messages returns a page of the caller's session history, oldest first, as of the view
