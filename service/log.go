@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -97,9 +98,10 @@ func (s *Service) commitLocked(ctx context.Context, st *sessionState, b *Batch) 
 	st.lastSeq = seq
 	st.lastOff = CursorOf(b.Events[len(b.Events)-1]).Off
 	st.tail = append(st.tail, b.Events...)
-	if over := len(st.tail) - s.cfg.TailEvents; over > 0 {
-		// Drop the oldest; readers that fall behind the tail read from the store.
-		st.tail = append(st.tail[:0:0], st.tail[over:]...)
+	if len(st.tail) >= 2*s.cfg.TailEvents {
+		// Keep the newest TailEvents; readers that fall behind read from the store. Trimming
+		// only at twice the size keeps appends amortised O(1).
+		st.tail = append(make([]*Event, 0, 2*s.cfg.TailEvents), st.tail[len(st.tail)-s.cfg.TailEvents:]...)
 	}
 	st.tailStart = st.tail[0].Seq
 	for _, ev := range b.Events {
@@ -180,10 +182,11 @@ func (s *Service) compactLocked(ctx context.Context, st *sessionState, key strin
 			first, last := group[0], group[len(group)-1]
 			merged := *last
 			merged.Offset = first.Offset
-			merged.Delta = ""
+			var text strings.Builder
 			for _, g := range group {
-				merged.Delta += g.Delta
+				text.WriteString(g.Delta)
 			}
+			merged.Delta = text.String()
 			merged.CoalescedFrom = first.Seq
 			if first.CoalescedFrom > 0 {
 				merged.CoalescedFrom = first.CoalescedFrom

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -31,8 +30,9 @@ type activeRun struct {
 	// holdsSlot is set while the run's goroutine holds a scheduler slot.
 	holdsSlot atomic.Bool
 
-	msg        *Message // the assistant message being written, if any
-	msgLen     int      // its length in code points, flushed or not
+	msg        *Message        // the assistant message being written, if any
+	content    strings.Builder // its written text: msg.Content shares its bytes
+	msgLen     int             // its length in code points, flushed or not
 	msgBytes   int
 	pending    strings.Builder // text not yet written
 	pendingOff int             // where pending starts, in code points
@@ -416,7 +416,8 @@ func (s *Service) chunkInto(b *Batch, ar *activeRun) {
 	}
 	delta := ar.pending.String()
 	ar.pending.Reset()
-	ar.msg.Content += delta
+	ar.content.WriteString(delta)
+	ar.msg.Content = ar.content.String()
 	b.Events = append(b.Events, &Event{Type: EventMessageChunk, Key: ar.msg.ID, MessageID: ar.msg.ID, Delta: delta, Offset: ar.pendingOff})
 	ar.pendingOff = ar.msgLen
 	cp := *ar.msg
@@ -482,7 +483,6 @@ func (s *Service) scheduleFlushLocked(ar *activeRun) error {
 type output struct {
 	s  *Service
 	ar *activeRun
-	mu sync.Mutex // orders an agent's concurrent calls
 }
 
 func (o *output) ended() error {
@@ -528,6 +528,7 @@ func (s *Service) beginMessageLocked(ar *activeRun) error {
 		return err
 	}
 	ar.msg, ar.msgLen, ar.msgBytes, ar.pendingOff = m, 0, 0, 0
+	ar.content = strings.Builder{}
 	return nil
 }
 
