@@ -114,7 +114,9 @@ func TestLegacyProtocolAndSSEStreamTheSameEvents(t *testing.T) {
 			if !ok {
 				t.Fatal("SSE stream ended early")
 			}
-			var wrap struct{ Data struct{ MessageStream tgtest.Event } }
+			var wrap struct {
+				Data struct{ MessageStream tgtest.Event }
+			}
 			if err := json.Unmarshal(raw, &wrap); err != nil {
 				t.Fatalf("SSE data %s: %v", raw, err)
 			}
@@ -209,7 +211,9 @@ func TestBusyPolicyEnqueueAndReject(t *testing.T) {
 		ws := c.Connect("graphql-transport-ws")
 		_, evs := ws.Stream(sid, c.Cursor(sid))
 		_, first := c.Send(sid, "/slow 5")
-		var out struct{ AddMessage struct{ Run struct{ ID, Status string } } }
+		var out struct {
+			AddMessage struct{ Run struct{ ID, Status string } }
+		}
 		c.Must(`mutation($s: ID!){ addMessage(input:{sessionId:$s, content:"after you"}){ run { id status } } }`, map[string]any{"s": sid}, &out)
 		if out.AddMessage.Run.Status != "QUEUED" {
 			t.Errorf("second run is %s, want QUEUED", out.AddMessage.Run.Status)
@@ -362,7 +366,9 @@ func TestStreamCursorContinuesLoadedHistoryMidStream(t *testing.T) {
 	var out struct {
 		Session struct {
 			StreamCursor string
-			Messages     struct{ Edges []struct{ Node tgtest.Message } }
+			Messages     struct {
+				Edges []struct{ Node tgtest.Message }
+			}
 		}
 	}
 	c.Must(`query($s: ID!){ session(id: $s){ streamCursor messages(last: 50){ edges { node { id role kind content status runId } } } } }`, map[string]any{"s": sid}, &out)

@@ -29,3 +29,7 @@ func TestClosed(t *testing.T) {
 		t.Errorf("Apply after Close: code %q, want %q", got, want)
 	}
 }
+
+func BenchmarkApplyChunk(b *testing.B) {
+	storetest.BenchmarkApplyChunk(b, inmem.New())
+}

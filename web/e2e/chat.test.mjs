@@ -9,7 +9,7 @@ import {
   currentSessionId,
   freePort,
   lastReply,
-  launchBrowser,
+  launchFor,
   screenshot,
   sel,
   send,
@@ -34,7 +34,7 @@ describe('chat app', { skip: SKIP ?? false, timeout: 600_000 }, () => {
     dir = tempDir('talkgraph-e2e-');
     const bin = buildServer(dir);
     server = await startServer({ bin, port: await freePort(), dataDir: path.join(dir, 'data') });
-    browser = await launchBrowser();
+    browser = await launchFor(server.url);
     page = await browser.context.newPage();
     page.on('pageerror', (e) => console.log(`# page error: ${e.message}`));
   });
@@ -322,22 +322,45 @@ describe('chat app', { skip: SKIP ?? false, timeout: 600_000 }, () => {
     }
   });
 
-  test('keyboard only: focus is visible and reaches the composer', async () => {
+  test('keyboard only: skip link, composer, visible focus', async () => {
     await page.goto(server.url);
     await page.locator(sel.composer).waitFor();
-    await page.evaluate(() => document.activeElement?.blur());
-    // Tab from the top: the skip link first, which leads to the message box.
-    await page.keyboard.press('Tab');
-    const first = await page.evaluate(() => document.activeElement?.textContent);
-    assert.match(first ?? '', /Skip to message box/);
+    // The skip link is the first stop in the tab order and shows itself when focused.
+    const firstFocusable = await page.evaluate(
+      () => document.querySelector('a[href], button, input, textarea, select')?.className,
+    );
+    assert.equal(firstFocusable, 'skip-link');
+    await page.locator('.skip-link').focus();
+    const box = await page.locator('.skip-link').boundingBox();
+    assert.ok(box && box.y >= 0, 'the focused skip link is on screen');
     await page.keyboard.press('Enter');
     assert.equal(await page.evaluate(() => document.activeElement?.id), 'composer-input');
-    const outline = await page.evaluate(() => {
-      const b = document.querySelector('.new-chat');
-      b.focus();
-      return getComputedStyle(b).outlineStyle;
+    await page.keyboard.type('hi');
+    await page.keyboard.press('Tab');
+    const focused = await page.evaluate(() => {
+      const el = document.activeElement;
+      return { label: el?.getAttribute('aria-label'), outline: el ? getComputedStyle(el).outlineStyle : 'none' };
     });
-    assert.notEqual(outline, 'none', 'focused buttons show an outline');
+    assert.equal(focused.label, 'Send message');
+    assert.notEqual(focused.outline, 'none', 'the focused button shows an outline');
+    await page.keyboard.press('Enter');
+    await currentSessionId(page);
+    await waitForReply(page, { contains: 'You said: hi' });
+  });
+
+  test('a refused token is replaced by a new guest sign-in', async () => {
+    await page.goto(server.url);
+    await page.locator(sel.composer).waitFor();
+    await page.evaluate(() => localStorage.setItem('talkgraph.token', 'not-a-valid.token.at-all'));
+    await page.reload();
+    await send(page, 'new identity');
+    await currentSessionId(page);
+    await waitForReply(page, { contains: 'You said: new identity' });
+    const token = await page.evaluate(() => localStorage.getItem('talkgraph.token'));
+    assert.notEqual(token, 'not-a-valid.token.at-all');
+    assert.equal(token.split('.').length, 3);
+    // Only this identity's chats are listed.
+    assert.equal(await page.locator('.session-item').count(), 1);
   });
 
   test('a good-looking state for the README', async () => {

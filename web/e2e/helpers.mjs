@@ -2,7 +2,7 @@
 // run on a free port with its own data directory) and Debian's Chromium through playwright-core.
 
 import { spawn, spawnSync } from 'node:child_process';
-import { createWriteStream, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import net from 'node:net';
 import os from 'node:os';
@@ -78,7 +78,7 @@ export async function startServer({ bin, port, dataDir, logName = 'server', env 
       ...process.env,
       PORT: String(port),
       DATA_DIR: dataDir,
-      DATABASE_URL: `sqlite://${path.join(dataDir, 'db.sqlite')}`,
+      DATABASE_URL: process.env.E2E_DATABASE_URL || `sqlite://${path.join(dataDir, 'db.sqlite')}`,
       DEMO_CHUNK_DELAY: '20ms',
       ...env,
     },
@@ -144,13 +144,13 @@ export const CHROMIUM_ARGS = [
 ];
 
 /** Chromium with a fresh profile directory; all its pages share one guest identity. */
-export async function launchBrowser(viewport = { width: 1200, height: 820 }) {
+export async function launchBrowser({ viewport = { width: 1200, height: 820 }, args = [] } = {}) {
   const { chromium } = await import('playwright-core');
   const profile = mkdtempSync(path.join(os.tmpdir(), 'talkgraph-chromium-'));
   const context = await chromium.launchPersistentContext(profile, {
     executablePath: CHROMIUM,
     headless: true,
-    args: CHROMIUM_ARGS,
+    args: [...CHROMIUM_ARGS, ...args],
     viewport,
   });
   context.setDefaultTimeout(15_000);
@@ -161,6 +161,46 @@ export async function launchBrowser(viewport = { width: 1200, height: 820 }) {
       rmSync(profile, { recursive: true, force: true });
     },
   };
+}
+
+const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.css': 'text/css', '.svg': 'image/svg+xml' };
+
+/** True when the server answers "/" with the app's index.html. */
+export async function serverServesApp(serverUrl) {
+  const res = await fetch(`${serverUrl}/`, { redirect: 'manual' });
+  const body = res.status === 200 ? await res.text() : '';
+  return body.includes('id="root"');
+}
+
+/**
+ * Chromium for the app at serverUrl. The server serves the app at "/" once it embeds
+ * web/dist. Until then, the browser is handed web/dist for "/" and "/assets/*" instead and
+ * everything else still goes to the server. Such a page has no address Chromium can place,
+ * so its local-network checks, which would refuse its websocket to 127.0.0.1, are off.
+ */
+export async function launchFor(serverUrl, options = {}) {
+  if (await serverServesApp(serverUrl)) return launchBrowser(options);
+  console.log('# the server does not serve the app at / yet: the browser gets web/dist from the test');
+  const browser = await launchBrowser({ ...options, args: ['--disable-features=LocalNetworkAccessChecks'] });
+  await serveDist(browser.context, serverUrl);
+  return browser;
+}
+
+async function serveDist(context, serverUrl) {
+  const origin = new URL(serverUrl).origin;
+  await context.route(
+    (url) => url.origin === origin && (url.pathname === '/' || url.pathname === '/index.html' || url.pathname.startsWith('/assets/')),
+    (route) => {
+      const { pathname } = new URL(route.request().url());
+      const file = path.join(WEB_DIR, 'dist', pathname === '/' ? 'index.html' : pathname);
+      if (!file.startsWith(path.join(WEB_DIR, 'dist')) || !existsSync(file)) return route.fulfill({ status: 404 });
+      return route.fulfill({
+        status: 200,
+        contentType: TYPES[path.extname(file)] ?? 'application/octet-stream',
+        body: readFileSync(file),
+      });
+    },
+  );
 }
 
 export function tempDir(prefix) {

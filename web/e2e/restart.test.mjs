@@ -9,7 +9,7 @@ import {
   currentSessionId,
   freePort,
   lastReply,
-  launchBrowser,
+  launchFor,
   screenshot,
   sel,
   send,
@@ -35,7 +35,7 @@ describe('server restart', { skip: SKIP ?? false, timeout: 300_000 }, () => {
     bin = buildServer(dir);
     port = await freePort();
     server = await startServer({ bin, port, dataDir: path.join(dir, 'data') });
-    browser = await launchBrowser();
+    browser = await launchFor(server.url);
   });
 
   after(async () => {

@@ -1,4 +1,5 @@
-import { useApolloClient } from '@apollo/client/react';
+import { useApolloClient, useFragment } from '@apollo/client/react';
+import { SessionListFieldsFragmentDoc } from '../gql/graphql';
 import { useCallback, useEffect, useState } from 'react';
 import type { StreamEvent } from '../lib/chat';
 import { describeError } from '../lib/errors';
@@ -17,9 +18,15 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
   const onEvent = useCallback(
     (ev: StreamEvent) => {
       // The sidebar shows titles, order and status: refresh it on the events that change them.
+      if (ev.__typename === 'SessionUpdated') {
+        // The stream bypasses the cache; put the new title where the sidebar and header read it.
+        client.cache.writeFragment({ fragment: SessionListFieldsFragmentDoc, data: ev.session });
+      }
       if (
         ev.__typename === 'SessionUpdated' ||
         ev.__typename === 'RunStatusChanged' ||
+        ev.__typename === 'QuestionAsked' ||
+        ev.__typename === 'QuestionAnswered' ||
         (ev.__typename === 'MessageAdded' && ev.message.role === 'USER')
       ) {
         refreshSessions(client);
@@ -28,14 +35,20 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
     [client],
   );
   const chat = useChat(sessionId, onEvent);
+  // The title as the sidebar knows it: the server may name an untitled chat after its first message.
+  const listed = useFragment({
+    fragment: SessionListFieldsFragmentDoc,
+    from: { __typename: 'TalkSession', id: sessionId },
+  });
   const { state, phase } = chat;
   const [settingsOpen, setSettingsOpen] = useState(false);
   const [stopError, setStopError] = useState<string | null>(null);
   const [stopping, setStopping] = useState(false);
 
+  const title = (listed.complete ? listed.data.title : '') || state?.title || '';
   useEffect(() => {
-    document.title = state ? `${state.title || 'Chat'} · talkgraph` : 'talkgraph';
-  }, [state?.title]); // eslint-disable-line react-hooks/exhaustive-deps
+    document.title = state ? `${title || 'Chat'} · talkgraph` : 'talkgraph';
+  }, [title, state === null]); // eslint-disable-line react-hooks/exhaustive-deps
 
   if (phase.kind === 'missing') {
     return (
@@ -84,7 +97,7 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
   const demo = state.settings.agent === 'demo';
   return (
     <>
-      <TopBar bar={bar} title={state.title || 'Untitled chat'}>
+      <TopBar bar={bar} title={title || 'Untitled chat'}>
         <span className="agent-chip" title="Agent and model">
           {state.settings.agent}
           {state.settings.model ? ` · ${state.settings.model}` : ''}

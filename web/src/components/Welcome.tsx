@@ -3,7 +3,7 @@ import { useEffect, useState } from 'react';
 import { AddMessageDocument, CreateTalkSessionDocument } from '../gql/graphql';
 import { describeError, randomId } from '../lib/errors';
 import { openChat } from '../lib/route';
-import { firstLine, refreshSessions } from '../lib/sessions';
+import { refreshSessions } from '../lib/sessions';
 import { Composer } from './Composer';
 import type { TopBarProps } from './Shell';
 import { TopBar } from './TopBar';
@@ -26,7 +26,8 @@ export function Welcome({ bar }: { bar: TopBarProps }) {
   async function start(content: string) {
     const created = await client.mutate({
       mutation: CreateTalkSessionDocument,
-      variables: { input: { title: firstLine(content) } },
+      // The server names an untitled chat after its first message.
+      variables: { input: {} },
     });
     const id = created.data?.createTalkSession.id;
     if (!id) throw new Error('The chat could not be created.');
