@@ -1,0 +1,87 @@
+//go:build linux || darwin || freebsd || netbsd || openbsd || dragonfly
+
+package sqlite_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+
+	"github.com/talkgraph/talkgraph/service"
+	"github.com/talkgraph/talkgraph/service/sqlite"
+)
+
+// crashEnv tells a re-executed test binary where to write before killing itself.
+const crashEnv = "TALKGRAPH_SQLITE_CRASH_PATH"
+
+const crashBatches = 50
+
+// TestApplySurvivesKill runs a child process that applies batches and then kills itself
+// with SIGKILL, without closing the Store; every batch it applied must be there after.
+func TestApplySurvivesKill(t *testing.T) {
+	if path := os.Getenv(crashEnv); path != "" {
+		crashChild(path)
+		return
+	}
+	path := tempPath(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestApplySurvivesKill$")
+	cmd.Env = append(os.Environ(), crashEnv+"="+path)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("child: %v, want it killed\n%s", err, out)
+	}
+	if ws, ok := exit.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("child ended with %v, want SIGKILL\n%s", err, out)
+	}
+
+	s := mustOpen(t, path, sqlite.Options{}) // the lock died with the child
+	ss, err := s.Session(t.Context(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ss.LastSeq, int64(crashBatches); got != want {
+		t.Errorf("LastSeq after kill -9 = %d, want %d", got, want)
+	}
+	events, err := s.Events(t.Context(), "s1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(events), crashBatches; got != want {
+		t.Errorf("%d events after kill -9, want %d", got, want)
+	}
+	m, err := s.Message(t.Context(), "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.Content, fmt.Sprint(crashBatches-1); got != want {
+		t.Errorf("message content after kill -9 = %q, want %q", got, want)
+	}
+}
+
+func crashChild(path string) {
+	ctx := context.Background()
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if err := s.Apply(ctx, &service.Batch{SessionID: "s1", Session: newSession("s1")}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	for i := range crashBatches {
+		b := chunkBatch("s1", "x")
+		b.Messages = []*service.Message{{ID: "m1", SessionID: "s1", Seq: 1, Content: fmt.Sprint(i), CreatedAt: t0}}
+		if err := s.Apply(ctx, b); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // wait for the signal
+}

@@ -1,0 +1,351 @@
+package sqlite
+
+// This file holds every SQL statement of the package, the argument lists that go with the
+// writes, and one typed scan helper per row type. Nothing else in the package spells SQL or
+// scans a row by hand.
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/talkgraph/talkgraph/service"
+)
+
+// Sessions.
+
+const sessionCols = `id, user_id, title, settings, created_at, updated_at, last_seq`
+
+const (
+	qSession = `SELECT ` + sessionCols + ` FROM sessions WHERE id = ?`
+	// qBumpLastSeq adds to last_seq and returns the new value; no row when the session is
+	// missing.
+	qBumpLastSeq = `UPDATE sessions SET last_seq = last_seq + ? WHERE id = ? RETURNING last_seq`
+	qSessions    = `SELECT ` + sessionCols + ` FROM sessions WHERE user_id = ? ORDER BY updated_at DESC, id DESC LIMIT ?`
+	qSessionsAft = `SELECT ` + sessionCols + ` FROM sessions WHERE user_id = ? AND (updated_at, id) < (?, ?)
+		ORDER BY updated_at DESC, id DESC LIMIT ?`
+	// The Store owns last_seq: it is set when the row is created, and an update leaves it
+	// alone.
+	qUpsertSession = `INSERT INTO sessions (` + sessionCols + `) VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id, title = excluded.title,
+		settings = excluded.settings, created_at = excluded.created_at, updated_at = excluded.updated_at`
+	qDeleteSession = `DELETE FROM sessions WHERE id = ?` // the rest goes by ON DELETE CASCADE
+)
+
+func sessionArgs(s *service.TalkSession) ([]any, error) {
+	settings, err := json.Marshal(s.Settings)
+	if err != nil {
+		return nil, err
+	}
+	return []any{s.ID, s.UserID, s.Title, string(settings), dbTime(s.CreatedAt), dbTime(s.UpdatedAt)}, nil
+}
+
+func scanSession(sc scanner) (*service.TalkSession, error) {
+	var s service.TalkSession
+	err := sc.Scan(&s.ID, &s.UserID, &s.Title, jsonCol{&s.Settings}, timeCol{&s.CreatedAt}, timeCol{&s.UpdatedAt}, &s.LastSeq)
+	return &s, err
+}
+
+// Messages.
+
+const messageCols = `id, session_id, seq, role, kind, content, status, run_id, question_id, created_at`
+
+const (
+	qMessage = `SELECT ` + messageCols + ` FROM messages WHERE id = ?`
+	// Unset bounds are passed as the extremes of int64.
+	qMessagesFirst = `SELECT ` + messageCols + ` FROM messages WHERE session_id = ? AND seq > ? AND seq < ?
+		ORDER BY seq, id LIMIT ?`
+	qMessagesLast = `SELECT ` + messageCols + ` FROM messages WHERE session_id = ? AND seq > ? AND seq < ?
+		ORDER BY seq DESC, id DESC LIMIT ?`
+	// A Seq of 0 keeps the stored one. The WHERE refuses to move a row to another session:
+	// no row is returned then.
+	qUpsertMessage = `INSERT INTO messages (` + messageCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET
+		seq = CASE excluded.seq WHEN 0 THEN messages.seq ELSE excluded.seq END,
+		role = excluded.role, kind = excluded.kind, content = excluded.content, status = excluded.status,
+		run_id = excluded.run_id, question_id = excluded.question_id, created_at = excluded.created_at
+		WHERE messages.session_id = excluded.session_id
+		RETURNING seq`
+)
+
+func messageArgs(m *service.Message) []any {
+	return []any{m.ID, m.SessionID, m.Seq, string(m.Role), string(m.Kind), m.Content, string(m.Status),
+		m.RunID, m.QuestionID, dbTime(m.CreatedAt)}
+}
+
+func scanMessage(sc scanner) (*service.Message, error) {
+	var m service.Message
+	err := sc.Scan(&m.ID, &m.SessionID, &m.Seq, &m.Role, &m.Kind, &m.Content, &m.Status, &m.RunID, &m.QuestionID,
+		timeCol{&m.CreatedAt})
+	return &m, err
+}
+
+// Runs.
+
+const runCols = `id, session_id, user_id, status, error, agent, created_at, started_at, finished_at`
+
+const (
+	qRun = `SELECT ` + runCols + ` FROM runs WHERE id = ?`
+	// The statuses come as one JSON array.
+	qRunsByStatus = `SELECT ` + runCols + ` FROM runs WHERE status IN (SELECT value FROM json_each(?))
+		ORDER BY created_at, id`
+	qUpsertRun = `INSERT INTO runs (` + runCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id, status = excluded.status,
+		error = excluded.error, agent = excluded.agent, created_at = excluded.created_at,
+		started_at = excluded.started_at, finished_at = excluded.finished_at
+		WHERE runs.session_id = excluded.session_id`
+)
+
+func runArgs(r *service.Run) []any {
+	return []any{r.ID, r.SessionID, r.UserID, string(r.Status), r.Error, r.Agent, dbTime(r.CreatedAt),
+		dbNullTime(r.StartedAt), dbNullTime(r.FinishedAt)}
+}
+
+func scanRun(sc scanner) (*service.Run, error) {
+	var r service.Run
+	err := sc.Scan(&r.ID, &r.SessionID, &r.UserID, &r.Status, &r.Error, &r.Agent, timeCol{&r.CreatedAt},
+		nullTimeCol{&r.StartedAt}, nullTimeCol{&r.FinishedAt})
+	return &r, err
+}
+
+// Questions.
+
+const questionCols = `id, run_id, session_id, prompt, choices, answer, asked_at, answered_at, withdrawn`
+
+const (
+	qQuestion       = `SELECT ` + questionCols + ` FROM questions WHERE id = ?`
+	qUpsertQuestion = `INSERT INTO questions (` + questionCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET run_id = excluded.run_id, prompt = excluded.prompt,
+		choices = excluded.choices, answer = excluded.answer, asked_at = excluded.asked_at,
+		answered_at = excluded.answered_at, withdrawn = excluded.withdrawn
+		WHERE questions.session_id = excluded.session_id`
+)
+
+func questionArgs(q *service.Question) ([]any, error) {
+	var choices any // NULL for nil, so that nil and empty stay apart
+	if q.Choices != nil {
+		b, err := json.Marshal(q.Choices)
+		if err != nil {
+			return nil, err
+		}
+		choices = string(b)
+	}
+	return []any{q.ID, q.RunID, q.SessionID, q.Prompt, choices, dbNullString(q.Answer), dbTime(q.AskedAt),
+		dbNullTime(q.AnsweredAt), q.Withdrawn}, nil
+}
+
+func scanQuestion(sc scanner) (*service.Question, error) {
+	var q service.Question
+	err := sc.Scan(&q.ID, &q.RunID, &q.SessionID, &q.Prompt, jsonCol{&q.Choices}, &q.Answer, timeCol{&q.AskedAt},
+		nullTimeCol{&q.AnsweredAt}, &q.Withdrawn)
+	return &q, err
+}
+
+// Tool calls.
+
+const toolCallCols = `id, run_id, session_id, message_id, name, arguments, output, result, error, status,
+	started_at, finished_at`
+
+const (
+	// The message IDs come as one JSON array.
+	qToolCalls = `SELECT ` + toolCallCols + ` FROM tool_calls
+		WHERE message_id IN (SELECT value FROM json_each(?)) ORDER BY started_at, id`
+	qUpsertToolCall = `INSERT INTO tool_calls (` + toolCallCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET run_id = excluded.run_id, message_id = excluded.message_id,
+		name = excluded.name, arguments = excluded.arguments, output = excluded.output,
+		result = excluded.result, error = excluded.error, status = excluded.status,
+		started_at = excluded.started_at, finished_at = excluded.finished_at
+		WHERE tool_calls.session_id = excluded.session_id`
+)
+
+func toolCallArgs(tc *service.ToolCall) []any {
+	return []any{tc.ID, tc.RunID, tc.SessionID, tc.MessageID, tc.Name, tc.Arguments, tc.Output,
+		dbNullString(tc.Result), dbNullString(tc.Error), string(tc.Status), dbTime(tc.StartedAt),
+		dbNullTime(tc.FinishedAt)}
+}
+
+func scanToolCall(sc scanner) (*service.ToolCall, error) {
+	var tc service.ToolCall
+	err := sc.Scan(&tc.ID, &tc.RunID, &tc.SessionID, &tc.MessageID, &tc.Name, &tc.Arguments, &tc.Output,
+		&tc.Result, &tc.Error, &tc.Status, timeCol{&tc.StartedAt}, nullTimeCol{&tc.FinishedAt})
+	return &tc, err
+}
+
+// Events.
+
+const eventCols = `session_id, seq, type, at, key, message_id, delta, delta_offset, coalesced_from,
+	message, run, question, tool_call, session`
+
+const (
+	qEvents      = `SELECT ` + eventCols + ` FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`
+	qInsertEvent = `INSERT INTO events (` + eventCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	// A rewrite puts the event at its Seq whether or not one is stored there.
+	qRewriteEvent = `INSERT OR REPLACE INTO events (` + eventCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	qDropEvent    = `DELETE FROM events WHERE session_id = ? AND seq = ?`
+)
+
+// eventArgs encodes e for qInsertEvent or qRewriteEvent; payloads are stored as JSON.
+func eventArgs(e *service.Event) ([]any, error) {
+	payloads := []any{e.Message, e.Run, e.Question, e.ToolCall, e.Session}
+	isNil := []bool{e.Message == nil, e.Run == nil, e.Question == nil, e.ToolCall == nil, e.Session == nil}
+	args := []any{e.SessionID, e.Seq, string(e.Type), dbTime(e.At), e.Key, e.MessageID, e.Delta, e.Offset,
+		e.CoalescedFrom}
+	for i, p := range payloads {
+		if isNil[i] {
+			args = append(args, nil)
+			continue
+		}
+		b, err := json.Marshal(p)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, string(b))
+	}
+	return args, nil
+}
+
+func scanEvent(sc scanner) (*service.Event, error) {
+	var e service.Event
+	err := sc.Scan(&e.SessionID, &e.Seq, &e.Type, timeCol{&e.At}, &e.Key, &e.MessageID, &e.Delta, &e.Offset,
+		&e.CoalescedFrom, jsonCol{&e.Message}, jsonCol{&e.Run}, jsonCol{&e.Question}, jsonCol{&e.ToolCall},
+		jsonCol{&e.Session})
+	if err != nil {
+		return nil, err
+	}
+	// JSON keeps the instant but not the location; return UTC as everywhere else.
+	if m := e.Message; m != nil {
+		m.CreatedAt = m.CreatedAt.UTC()
+	}
+	if r := e.Run; r != nil {
+		r.CreatedAt = r.CreatedAt.UTC()
+		utcPtr(r.StartedAt)
+		utcPtr(r.FinishedAt)
+	}
+	if q := e.Question; q != nil {
+		q.AskedAt = q.AskedAt.UTC()
+		utcPtr(q.AnsweredAt)
+	}
+	if tc := e.ToolCall; tc != nil {
+		tc.StartedAt = tc.StartedAt.UTC()
+		utcPtr(tc.FinishedAt)
+	}
+	if s := e.Session; s != nil {
+		s.CreatedAt, s.UpdatedAt = s.CreatedAt.UTC(), s.UpdatedAt.UTC()
+	}
+	return &e, nil
+}
+
+// Idempotency records.
+
+const idemCols = `user_id, idem_key, session_id, message_id, run_id, created_at`
+
+const (
+	qIdempotency = `SELECT ` + idemCols + ` FROM idempotency WHERE user_id = ? AND idem_key = ?`
+	// No row is inserted when the key exists: the caller turns that into ECONFLICT.
+	qInsertIdempotency = `INSERT INTO idempotency (` + idemCols + `) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
+)
+
+func idempotencyArgs(r *service.IdempotencyRecord) []any {
+	return []any{r.UserID, r.Key, r.SessionID, r.MessageID, r.RunID, dbTime(r.CreatedAt)}
+}
+
+func scanIdempotency(sc scanner) (*service.IdempotencyRecord, error) {
+	var r service.IdempotencyRecord
+	err := sc.Scan(&r.UserID, &r.Key, &r.SessionID, &r.MessageID, &r.RunID, timeCol{&r.CreatedAt})
+	return &r, err
+}
+
+// Meta.
+
+const (
+	qMeta       = `SELECT value FROM meta WHERE name = ?`
+	qInsertMeta = `INSERT INTO meta (name, value) VALUES (?, ?)`
+	// qPing writes without changing anything; Ping rolls it back anyway.
+	qPing = `INSERT INTO meta (name, value) VALUES ('ping', x'') ON CONFLICT (name) DO UPDATE SET value = x''`
+)
+
+// Database settings.
+
+const qJournalMode = `PRAGMA journal_mode`
+
+// Column types.
+
+// scanner is a *sql.Row or *sql.Rows.
+type scanner interface {
+	Scan(dest ...any) error
+}
+
+// timeLayout stores times in UTC with all nine digits of nanoseconds and a fixed width, so
+// that TEXT comparison orders them and parsing gives back exactly the same instant.
+const timeLayout = "2006-01-02T15:04:05.000000000Z"
+
+func dbTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+func dbNullTime(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return dbTime(*t)
+}
+
+func dbNullString(s *string) any {
+	if s == nil {
+		return nil
+	}
+	return *s
+}
+
+func parseTime(src any) (time.Time, error) {
+	var s string
+	switch v := src.(type) {
+	case string:
+		s = v
+	case []byte:
+		s = string(v)
+	default:
+		return time.Time{}, fmt.Errorf("time column holds %T", src)
+	}
+	return time.Parse(timeLayout, s)
+}
+
+// timeCol scans a NOT NULL time column.
+type timeCol struct{ t *time.Time }
+
+func (c timeCol) Scan(src any) (err error) {
+	*c.t, err = parseTime(src)
+	return err
+}
+
+// nullTimeCol scans a time column that may be NULL.
+type nullTimeCol struct{ t **time.Time }
+
+func (c nullTimeCol) Scan(src any) error {
+	if src == nil {
+		*c.t = nil
+		return nil
+	}
+	t, err := parseTime(src)
+	*c.t = &t
+	return err
+}
+
+// jsonCol scans a JSON column into v (a pointer); NULL leaves it as it is (nil).
+type jsonCol struct{ v any }
+
+func (c jsonCol) Scan(src any) error {
+	switch b := src.(type) {
+	case nil:
+		return nil
+	case string:
+		return json.Unmarshal([]byte(b), c.v)
+	case []byte:
+		return json.Unmarshal(b, c.v)
+	}
+	return fmt.Errorf("JSON column holds %T", src)
+}
+
+func utcPtr(t *time.Time) {
+	if t != nil {
+		*t = t.UTC()
+	}
+}

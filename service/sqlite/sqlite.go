@@ -1,0 +1,340 @@
+// Package sqlite is the durable service.Store: one SQLite file, through the pure-Go driver
+// modernc.org/sqlite (no cgo), which is what the server uses by default.
+//
+// One process owns the file at a time: Open takes an exclusive lock on a file beside it
+// (path + ".lock") and fails at once with EUNAVAILABLE when another Store holds it, since
+// two servers on one database would each recover and run the same agents and neither
+// would see the other's events. Within the process, every write goes through a single
+// connection (SQLite has one writer anyway, and this way writers queue in Go rather than
+// spin on the busy timeout) and reads through a pool of read-only connections, which WAL
+// mode lets run alongside the writer.
+//
+// The schema lives in migrations/ as goose migrations embedded in the binary; Open brings
+// the file up to date. The SQL itself is confined to queries.go.
+//
+// Beyond the contract of service.Store, this Store answers like package inmem (the
+// storetest suite checks both): times come back in UTC to the nanosecond, an event's Seq
+// may be left 0 for the Store to assign, the Store owns a session's LastSeq, and a limit of
+// 0 or less means no limit.
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/pressly/goose/v3"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/talkgraph/talkgraph/service"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Options tune a Store. The zero value is a good default.
+type Options struct {
+	// BusyTimeout is how long a statement waits for a lock held by another connection or
+	// process before failing with EUNAVAILABLE. Default 5s.
+	BusyTimeout time.Duration
+	// ReadConns is the size of the read pool. Default: GOMAXPROCS, at least 4.
+	ReadConns int
+	// FullSync makes every commit wait for the disk (synchronous=FULL), so that applied
+	// batches survive a power loss too, at the cost of one flush per Apply. By default
+	// they survive a crash of the process but not of the machine (see Open).
+	FullSync bool
+	// MaxBytes caps the size of the database; writes that would grow it further fail with
+	// EUNAVAILABLE ("storage is full"), as on a full disk. 0 means no cap.
+	MaxBytes int64
+}
+
+// Store is a service.Store in an SQLite file. It is safe for concurrent use.
+type Store struct {
+	path   string
+	w      *sql.DB     // exactly one connection: every write, in BEGIN IMMEDIATE transactions
+	r      *sql.DB     // read-only connections
+	file   os.FileInfo // the database file as opened, to notice it being removed or replaced
+	unlock func() error
+	closed atomic.Bool
+}
+
+var _ service.Store = (*Store)(nil)
+
+// pageSize is SQLite's default page size, which this package does not change.
+const pageSize = 4096
+
+// Open opens the database at path, creating it and its directory when missing, and brings
+// its schema up to date.
+//
+// Durability: the file is in WAL mode with synchronous=NORMAL unless opts.FullSync. In WAL
+// mode a commit appends the transaction to the -wal file with write(2) before COMMIT
+// returns; only the fsync is left to checkpoints. The data is then in the operating
+// system's page cache, which a crash of the process (even kill -9) does not lose: the next
+// Open replays the WAL. A power loss or kernel crash can roll back the last commits (never
+// corrupt the file); FullSync closes that window by syncing the WAL on every commit.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("sqlite: open: empty path")
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 5 * time.Second
+	}
+	if opts.ReadConns <= 0 {
+		opts.ReadConns = max(4, runtime.GOMAXPROCS(0))
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return nil, fmt.Errorf("sqlite: open: %w: %w",
+			service.Errorf(service.EUNAVAILABLE, "storage directory %s cannot be created", filepath.Dir(abs)), err)
+	}
+	unlock, err := lockFile(abs + ".lock")
+	if errors.Is(err, errLocked) {
+		return nil, fmt.Errorf("sqlite: open: %w: %w",
+			service.Errorf(service.EUNAVAILABLE, "storage %s is in use by another process", abs), err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open: %w: %w",
+			service.Errorf(service.EUNAVAILABLE, "storage %s cannot be locked", abs), err)
+	}
+
+	s := &Store{path: abs, unlock: unlock}
+	if err := s.open(ctx, opts); err != nil {
+		s.release()
+		return nil, s.fail("open", err)
+	}
+	return s, nil
+}
+
+// open sets up both pools and migrates the schema.
+func (s *Store) open(ctx context.Context, opts Options) error {
+	ms := opts.BusyTimeout.Milliseconds()
+	syncMode := "NORMAL" // see Open
+	if opts.FullSync {
+		syncMode = "FULL"
+	}
+	wq := url.Values{}
+	wq.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", ms))
+	wq.Add("_pragma", "journal_mode(WAL)")
+	wq.Add("_pragma", "foreign_keys(1)")
+	wq.Add("_pragma", "synchronous("+syncMode+")")
+	if opts.MaxBytes > 0 {
+		wq.Add("_pragma", fmt.Sprintf("max_page_count(%d)", max(1, opts.MaxBytes/pageSize)))
+	}
+	wq.Set("_txlock", "immediate") // take the write lock at BEGIN, not halfway through
+	w, err := sql.Open("sqlite", dsn(s.path, wq))
+	if err != nil {
+		return err
+	}
+	s.w = w
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxIdleTime(0)
+	w.SetConnMaxLifetime(0)
+	var mode string
+	if err := w.QueryRowContext(ctx, qJournalMode).Scan(&mode); err != nil {
+		return err
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal mode is %q, not WAL", mode)
+	}
+	if err := migrate(ctx, w); err != nil {
+		return err
+	}
+
+	rq := url.Values{}
+	rq.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", ms))
+	rq.Add("_pragma", "query_only(1)")
+	r, err := sql.Open("sqlite", dsn(s.path, rq))
+	if err != nil {
+		return err
+	}
+	s.r = r
+	r.SetMaxOpenConns(opts.ReadConns)
+	r.SetMaxIdleConns(opts.ReadConns)
+	if err := r.PingContext(ctx); err != nil {
+		return err
+	}
+	if s.file, err = os.Stat(s.path); err != nil {
+		return err
+	}
+	// Better to refuse to start than to fail on the first write.
+	return s.ping(ctx)
+}
+
+// migrate brings the schema up to the newest embedded migration.
+func migrate(ctx context.Context, db *sql.DB) error {
+	fsys, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return err
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, db, fsys, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	return nil
+}
+
+// dsn is the driver's name for the file at the absolute path abs with the query q: a
+// file: URI, so that no character of the path is taken for part of the query.
+func dsn(abs string, q url.Values) string {
+	p := filepath.ToSlash(abs)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p // C:/x on Windows
+	}
+	p = strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(p)
+	return "file://" + p + "?" + q.Encode()
+}
+
+// Close implements service.Store. Committed batches are durable already; Close releases
+// the connections and the file's lock.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	return s.release()
+}
+
+func (s *Store) release() error {
+	var errs []error
+	if s.r != nil {
+		errs = append(errs, s.r.Close())
+	}
+	if s.w != nil {
+		errs = append(errs, s.w.Close())
+	}
+	if s.unlock != nil {
+		errs = append(errs, s.unlock())
+	}
+	return errors.Join(errs...)
+}
+
+// Ping implements service.Store: it takes the write lock and writes a row, then rolls
+// back, so it fails while the file is locked by another process or read-only. It also
+// fails once the file has been removed or replaced: SQLite would go on writing to the
+// unlinked file, and everything written then would be lost with the process.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if s.file != nil {
+		fi, err := os.Stat(s.path)
+		if err != nil || !os.SameFile(fi, s.file) {
+			return fmt.Errorf("sqlite: ping: %w: %w",
+				service.Errorf(service.EUNAVAILABLE, "storage file %s was removed or replaced", s.path),
+				cmp.Or(err, errors.New("not the file that was opened")))
+		}
+	}
+	return s.fail("ping", s.ping(ctx))
+}
+
+// ping writes and rolls back.
+func (s *Store) ping(ctx context.Context) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	_, err = tx.ExecContext(ctx, qPing)
+	return err
+}
+
+// Secret returns the value stored under name, or, the first time, stores what gen returns
+// and returns that. The server keeps its token signing secret here.
+func (s *Store) Secret(ctx context.Context, name string, gen func() ([]byte, error)) ([]byte, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, s.fail("secret", err)
+	}
+	defer tx.Rollback()
+	var v []byte
+	err = tx.QueryRowContext(ctx, qMeta, "secret:"+name).Scan(&v)
+	if err == nil {
+		return v, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, s.fail("secret", err)
+	}
+	if v, err = gen(); err != nil {
+		return nil, fmt.Errorf("sqlite: secret %s: %w", name, err)
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	if _, err := tx.ExecContext(ctx, qInsertMeta, "secret:"+name, v); err != nil {
+		return nil, s.fail("secret", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, s.fail("secret", err)
+	}
+	return v, nil
+}
+
+// check returns EUNAVAILABLE once the store is closed.
+func (s *Store) check() error {
+	if s.closed.Load() {
+		return service.Errorf(service.EUNAVAILABLE, "storage is closed")
+	}
+	return nil
+}
+
+// fail turns err from operation op into the error the Store returns: EUNAVAILABLE, with a
+// message fit for a user, when the storage cannot be reached or written, wrapped around
+// the driver's error for the log. Coded errors and context errors pass through.
+func (s *Store) fail(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var coded *service.Error
+	if errors.As(err, &coded) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	if msg := unavailable(err); msg != "" {
+		return fmt.Errorf("sqlite: %s: %w: %w", op, service.Errorf(service.EUNAVAILABLE, "%s", msg), err)
+	}
+	return fmt.Errorf("sqlite: %s: %w", op, err)
+}
+
+// unavailable returns what is wrong with the storage when err says it cannot be reached or
+// written, and "" for other errors.
+func unavailable(err error) string {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return ""
+	}
+	switch se.Code() & 0xff { // the primary code of an extended one
+	case sqlite3.SQLITE_FULL:
+		return "storage is full"
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return "storage is locked by another process"
+	case sqlite3.SQLITE_READONLY:
+		return "storage is read-only"
+	case sqlite3.SQLITE_IOERR:
+		return "storage cannot be read or written (disk I/O error)"
+	case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM:
+		return "storage cannot be opened"
+	case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
+		return "storage is damaged"
+	}
+	return ""
+}

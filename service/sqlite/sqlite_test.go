@@ -1,0 +1,430 @@
+package sqlite_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	moderncsqlite "modernc.org/sqlite"
+
+	"github.com/talkgraph/talkgraph/service"
+	"github.com/talkgraph/talkgraph/service/sqlite"
+	"github.com/talkgraph/talkgraph/service/storetest"
+)
+
+// mustOpen opens a Store at path and closes it when the test ends.
+func mustOpen(t testing.TB, path string, opts sqlite.Options) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), path, opts)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", path, err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+// tempPath is a database path in a directory that does not exist yet.
+func tempPath(t testing.TB) string {
+	return filepath.Join(t.TempDir(), "data", "talk.db")
+}
+
+func TestStore(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) service.Store {
+		return mustOpen(t, tempPath(t), sqlite.Options{})
+	})
+}
+
+// unavailable checks that err is EUNAVAILABLE with a message that says why, and still
+// carries the driver's error for the log.
+func unavailable(t *testing.T, what string, err error, why string) {
+	t.Helper()
+	if got, want := service.ErrorCode(err), service.EUNAVAILABLE; got != want {
+		t.Fatalf("%s: error %v, code %q; want %q", what, err, got, want)
+	}
+	if got := service.ErrorMessage(err); !strings.Contains(got, why) {
+		t.Errorf("%s: message %q, want it to say %q", what, got, why)
+	}
+}
+
+var t0 = time.Date(2025, 6, 1, 12, 0, 0, 123456789, time.UTC)
+
+func newSession(id string) *service.TalkSession {
+	return &service.TalkSession{ID: id, UserID: "u1", Title: "talk", Settings: service.Settings{Agent: "demo"},
+		CreatedAt: t0, UpdatedAt: t0}
+}
+
+func chunkBatch(sessionID, delta string) *service.Batch {
+	return &service.Batch{SessionID: sessionID, Events: []*service.Event{
+		{Type: service.EventMessageChunk, At: t0, Key: "m1", Delta: delta}}}
+}
+
+func TestReopenKeepsEverything(t *testing.T) {
+	ctx := t.Context()
+	path := tempPath(t)
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := &service.Message{ID: "m1", SessionID: "s1", Role: service.RoleUser, Kind: service.KindText,
+		Content: "hello", Status: service.MessageComplete, CreatedAt: t0}
+	if err := s.Apply(ctx, &service.Batch{SessionID: "s1", Session: newSession("s1"),
+		Messages: []*service.Message{msg},
+		Events:   []*service.Event{{Type: service.EventMessageAdded, At: t0, Message: msg}},
+		Idempotency: &service.IdempotencyRecord{UserID: "u1", Key: "k", SessionID: "s1", MessageID: "m1",
+			RunID: "r1", CreatedAt: t0},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"a", "b"} {
+		if err := s.Apply(ctx, chunkBatch("s1", d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	secret, err := s.Secret(ctx, "jwt", func() ([]byte, error) { return []byte("s3cret"), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = mustOpen(t, path, sqlite.Options{})
+	ss, err := s.Session(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ss.LastSeq, int64(3); got != want {
+		t.Errorf("LastSeq after reopening = %d, want %d", got, want)
+	}
+	events, err := s.Events(ctx, "s1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(events), 3; got != want {
+		t.Errorf("%d events after reopening, want %d", got, want)
+	}
+	m, err := s.Message(ctx, "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.Content, "hello"; got != want {
+		t.Errorf("message content after reopening = %q, want %q", got, want)
+	}
+	if got, want := m.Seq, int64(1); got != want {
+		t.Errorf("message Seq after reopening = %d, want %d", got, want)
+	}
+	if _, err := s.Idempotency(ctx, "u1", "k"); err != nil {
+		t.Errorf("Idempotency after reopening: %v", err)
+	}
+	again, err := s.Secret(ctx, "jwt", func() ([]byte, error) {
+		t.Error("Secret generated a new value for a stored one")
+		return []byte("other"), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(again, secret) {
+		t.Errorf("Secret after reopening = %q, want %q", again, secret)
+	}
+	next := chunkBatch("s1", "c")
+	if err := s.Apply(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := next.Events[0].Seq, int64(4); got != want {
+		t.Errorf("Seq of the first event after reopening = %d, want %d", got, want)
+	}
+}
+
+func TestOpenOddPath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a b?c#d%20e", "talk.db")
+	s := mustOpen(t, path, sqlite.Options{})
+	if err := s.Apply(t.Context(), &service.Batch{SessionID: "s1", Session: newSession("s1")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("the database is not where it was asked to be: %v", err)
+	}
+}
+
+func TestSecret(t *testing.T) {
+	ctx := t.Context()
+	s := mustOpen(t, tempPath(t), sqlite.Options{})
+	boom := errors.New("no entropy")
+	if _, err := s.Secret(ctx, "a", func() ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
+		t.Errorf("Secret with a failing generator = %v, want %v", err, boom)
+	}
+	a, err := s.Secret(ctx, "a", func() ([]byte, error) { return []byte{0, 1, 2}, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Secret(ctx, "b", func() ([]byte, error) { return []byte{3}, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := s.Secret(ctx, "a", func() ([]byte, error) { return []byte{9}, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := a, []byte{0, 1, 2}; !bytes.Equal(got, want) {
+		t.Errorf("Secret(a) = %v, want %v", got, want)
+	}
+	if got, want := a2, a; !bytes.Equal(got, want) {
+		t.Errorf("Secret(a) again = %v, want %v", got, want)
+	}
+	if got, want := b, []byte{3}; !bytes.Equal(got, want) {
+		t.Errorf("Secret(b) = %v, want %v", got, want)
+	}
+}
+
+// holdWriteLock makes another connection, as another process would, take the database's
+// write lock until the test ends or release is called.
+func holdWriteLock(t *testing.T, path string) (release func()) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	conn, err := db.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	done := false
+	release = func() {
+		if !done {
+			done = true
+			if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
+				t.Errorf("ROLLBACK: %v", err)
+			}
+			conn.Close()
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
+func TestPingFailsWhileLocked(t *testing.T) {
+	ctx := t.Context()
+	path := tempPath(t)
+	s := mustOpen(t, path, sqlite.Options{BusyTimeout: 50 * time.Millisecond})
+	if err := s.Apply(ctx, &service.Batch{SessionID: "s1", Session: newSession("s1")}); err != nil {
+		t.Fatal(err)
+	}
+	release := holdWriteLock(t, path)
+
+	unavailable(t, "Ping while another process writes", s.Ping(ctx), "locked by another process")
+	err := s.Apply(ctx, chunkBatch("s1", "x"))
+	unavailable(t, "Apply while another process writes", err, "locked by another process")
+	if _, err := s.Session(ctx, "s1"); err != nil {
+		t.Errorf("Session while another process writes: %v (reads should go on)", err)
+	}
+
+	release()
+	if err := s.Ping(ctx); err != nil {
+		t.Errorf("Ping after the lock is released: %v", err)
+	}
+	if err := s.Apply(ctx, chunkBatch("s1", "x")); err != nil {
+		t.Errorf("Apply after the lock is released: %v", err)
+	}
+}
+
+func TestOpenFailsWhenReadOnly(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("file permissions do not stop root from writing")
+	}
+	ctx := t.Context()
+	path := tempPath(t)
+	s := mustOpen(t, path, sqlite.Options{})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(path)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.Chmod(filepath.Join(dir, e.Name()), 0o400); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, e := range entries {
+			os.Chmod(filepath.Join(dir, e.Name()), 0o600)
+		}
+	})
+	s, err = sqlite.Open(ctx, path, sqlite.Options{})
+	if err == nil {
+		t.Cleanup(func() { s.Close() })
+		err = s.Ping(ctx)
+	}
+	unavailable(t, "Open and Ping of a read-only file", err, "read-only")
+}
+
+func TestPingFailsWhenFileRemoved(t *testing.T) {
+	path := tempPath(t)
+	s := mustOpen(t, path, sqlite.Options{})
+	if err := s.Ping(t.Context()); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	unavailable(t, "Ping after the file was removed", s.Ping(t.Context()), "removed")
+}
+
+func TestSecondStoreFailsFast(t *testing.T) {
+	ctx := t.Context()
+	path := tempPath(t)
+	first := mustOpen(t, path, sqlite.Options{})
+	const timeout = 2 * time.Second
+	start := time.Now()
+	second, err := sqlite.Open(ctx, path, sqlite.Options{BusyTimeout: timeout})
+	if err == nil {
+		second.Close()
+		t.Fatal("Open of a file another Store has open succeeded, want EUNAVAILABLE")
+	}
+	if elapsed := time.Since(start); elapsed >= timeout {
+		t.Errorf("Open took %v, want less than the busy timeout %v", elapsed, timeout)
+	}
+	unavailable(t, "second Open", err, "in use by another process")
+
+	// Once the first is closed, the file is free.
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mustOpen(t, path, sqlite.Options{})
+}
+
+func TestOpenWhileLockedGivesUp(t *testing.T) {
+	ctx := t.Context()
+	path := tempPath(t)
+	s := mustOpen(t, path, sqlite.Options{})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	holdWriteLock(t, path)
+	const timeout = 100 * time.Millisecond
+	start := time.Now()
+	s, err := sqlite.Open(ctx, path, sqlite.Options{BusyTimeout: timeout})
+	if err == nil {
+		s.Close()
+	}
+	unavailable(t, "Open while another process writes", err, "locked by another process")
+	if elapsed := time.Since(start); elapsed > timeout+5*time.Second {
+		t.Errorf("Open took %v with a busy timeout of %v", elapsed, timeout)
+	}
+}
+
+func TestFull(t *testing.T) {
+	ctx := t.Context()
+	s := mustOpen(t, tempPath(t), sqlite.Options{MaxBytes: 512 << 10})
+	if err := s.Apply(ctx, &service.Batch{SessionID: "s1", Session: newSession("s1")}); err != nil {
+		t.Fatal(err)
+	}
+	big := &service.Message{ID: "m1", SessionID: "s1", Seq: 1, Content: strings.Repeat("x", 1<<20)}
+	err := s.Apply(ctx, &service.Batch{SessionID: "s1", Messages: []*service.Message{big},
+		Events: []*service.Event{{Type: service.EventMessageAdded, At: t0, Message: big}}})
+	unavailable(t, "Apply beyond MaxBytes", err, "storage is full")
+	var driverErr *moderncsqlite.Error
+	if !errors.As(err, &driverErr) {
+		t.Errorf("error %v does not wrap the driver's error", err)
+	}
+	if _, err := s.Message(ctx, "m1"); service.ErrorCode(err) != service.ENOTFOUND {
+		t.Errorf("Message after a failed Apply: %v, want ENOTFOUND", err)
+	}
+	small := chunkBatch("s1", "fits")
+	if err := s.Apply(ctx, small); err != nil {
+		t.Errorf("a small Apply after a failed one: %v", err)
+	}
+	if got, want := small.Events[0].Seq, int64(1); got != want {
+		t.Errorf("Seq after a failed Apply = %d, want %d", got, want)
+	}
+}
+
+func TestClosed(t *testing.T) {
+	ctx := t.Context()
+	s, err := sqlite.Open(ctx, tempPath(t), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	unavailable(t, "Ping after Close", s.Ping(ctx), "closed")
+	unavailable(t, "Apply after Close", s.Apply(ctx, chunkBatch("s1", "x")), "closed")
+	_, err = s.Session(ctx, "s1")
+	unavailable(t, "Session after Close", err, "closed")
+}
+
+func BenchmarkApplyChunk(b *testing.B) {
+	b.Run("synchronous=NORMAL", func(b *testing.B) {
+		storetest.BenchmarkApplyChunk(b, mustOpen(b, tempPath(b), sqlite.Options{}))
+	})
+	b.Run("synchronous=FULL", func(b *testing.B) {
+		storetest.BenchmarkApplyChunk(b, mustOpen(b, tempPath(b), sqlite.Options{FullSync: true}))
+	})
+}
+
+// BenchmarkOpen100kMessages measures Open (and Close) of a database that holds 100,000
+// messages, with their MessageAdded events, in 100 sessions.
+func BenchmarkOpen100kMessages(b *testing.B) {
+	ctx := b.Context()
+	path := tempPath(b)
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const sessions, perSession, perBatch = 100, 1000, 500
+	for i := range sessions {
+		id := fmt.Sprintf("s%03d", i)
+		if err := s.Apply(ctx, &service.Batch{SessionID: id, Session: newSession(id)}); err != nil {
+			b.Fatal(err)
+		}
+		for j := 0; j < perSession; j += perBatch {
+			batch := &service.Batch{SessionID: id}
+			for k := j; k < j+perBatch; k++ {
+				m := &service.Message{ID: fmt.Sprintf("%s-m%04d", id, k), SessionID: id, Role: service.RoleUser,
+					Kind: service.KindText, Content: "a message of a modest length, as people write them",
+					Status: service.MessageComplete, CreatedAt: t0}
+				batch.Messages = append(batch.Messages, m)
+				batch.Events = append(batch.Events, &service.Event{Type: service.EventMessageAdded, At: t0, Message: m})
+			}
+			if err := s.Apply(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		s, err := sqlite.Open(ctx, path, sqlite.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if fi, err := os.Stat(path); err == nil {
+		b.ReportMetric(float64(fi.Size())/(1<<20), "MiB")
+	}
+}
