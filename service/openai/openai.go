@@ -1,0 +1,239 @@
+// Package openai is the talkgraph agent for OpenAI-compatible chat-completions endpoints:
+// OpenAI itself, Ollama, vLLM, llama.cpp's server and anything else that speaks the same
+// streamed wire format. It adapts the openai-go SDK to service.Runner.
+//
+// On every run the agent rebuilds the model's message list from the session history (the
+// history is the only checkpoint), streams the reply into service.Output as the model writes
+// it, and runs the tools the model calls: ask_user (always offered; it asks the user through
+// Output.Ask), shell (only when Config.EnableShell is set) and any Tool an embedder
+// registers in Config.Tools. Each tool call is shown live through Output.StartTool and its
+// ToolHandle.
+//
+// What does not live here: storage, scheduling, GraphQL and the decision of which agent a
+// session uses. The package imports only the domain package service and the SDK.
+package openai
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"time"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/talkgraph/talkgraph/service"
+)
+
+// Defaults for the zero values of Config and ShellConfig.
+const (
+	DefaultBaseURL        = "https://api.openai.com/v1"
+	DefaultIdleTimeout    = 60 * time.Second
+	DefaultMaxRetries     = 2
+	DefaultShellTimeout   = 2 * time.Minute
+	DefaultShellMaxOutput = 64 << 10
+)
+
+// maxRounds bounds how many requests one run makes: a model that keeps calling tools
+// without ever answering ends the run instead of looping forever.
+const maxRounds = 32
+
+// Config configures an Agent. Only Model is needed in practice; BaseURL and APIKey select
+// the provider.
+type Config struct {
+	// BaseURL is the endpoint's base, the part before /chat/completions:
+	// "https://api.openai.com/v1" (the default), "http://localhost:11434/v1" for Ollama,
+	// "http://localhost:8000/v1" for vLLM. Environment variables are not consulted.
+	BaseURL string
+	// APIKey is sent as a bearer token; empty sends none, as local servers expect. It is a
+	// secret: it never appears in an error, a log line or anything written to Output.
+	APIKey string
+	// Model is the model a session uses unless its settings name another.
+	Model string
+	// Temperature is the sampling temperature unless the session sets one; nil leaves it to
+	// the provider.
+	Temperature *float64
+	// SystemPrompt opens every conversation unless the session sets its own; empty sends
+	// none.
+	SystemPrompt string
+	// IdleTimeout is how long a request may go without receiving a byte (connecting,
+	// waiting for headers, or between chunks) before it is abandoned and the run fails.
+	// Keep-alive comment lines count as bytes. Zero means DefaultIdleTimeout; negative turns
+	// the watchdog off. There is no limit on a request's total duration.
+	IdleTimeout time.Duration
+	// MaxRetries is how often a request that failed before streaming anything (429, 5xx,
+	// a connection error) is tried again. Zero means DefaultMaxRetries; negative means
+	// never.
+	MaxRetries int
+	// Tools are offered to the model besides ask_user (and shell). Names must be unique,
+	// match [a-zA-Z0-9_-]{1,64} and not be ask_user, or shell when EnableShell is set.
+	Tools []Tool
+	// EnableShell offers the model the shell tool, which runs `sh -c <command>` on this
+	// machine with the server's privileges. Off by default; turn it on only where the
+	// people who can talk to the agent may run commands here.
+	EnableShell bool
+	// Shell configures the shell tool.
+	Shell ShellConfig
+}
+
+// ShellConfig configures the shell tool.
+type ShellConfig struct {
+	// Dir is the working directory of the commands; empty means the server's.
+	Dir string
+	// Timeout ends a command that runs longer; zero means DefaultShellTimeout.
+	Timeout time.Duration
+	// MaxOutput caps, in bytes, the output streamed and returned to the model; the rest is
+	// discarded and the result says so. Zero means DefaultShellMaxOutput.
+	MaxOutput int
+}
+
+// Agent is a service.Runner backed by an OpenAI-compatible chat-completions endpoint. It
+// is safe for concurrent use: runs share nothing but the HTTP client.
+type Agent struct {
+	cfg       Config
+	client    oai.ChatCompletionService
+	secret    string
+	tools     map[string]Tool
+	toolDefs  []oai.ChatCompletionToolUnionParam
+	idle      time.Duration
+	retries   int
+	maxDelay  time.Duration
+	baseDelay time.Duration
+}
+
+var _ service.Runner = (*Agent)(nil)
+
+var toolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// New returns an agent for cfg. It fails when BaseURL is not an http(s) URL or a tool is
+// nil, badly named or registered twice; it does not contact the provider.
+func New(cfg Config) (*Agent, error) {
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		// The URL itself is not repeated: it may carry a credential.
+		return nil, errors.New("openai: Config.BaseURL must be an http or https URL")
+	}
+	if cfg.Shell.Timeout <= 0 {
+		cfg.Shell.Timeout = DefaultShellTimeout
+	}
+	if cfg.Shell.MaxOutput <= 0 {
+		cfg.Shell.MaxOutput = DefaultShellMaxOutput
+	}
+
+	a := &Agent{
+		cfg:       cfg,
+		secret:    cfg.APIKey,
+		tools:     make(map[string]Tool),
+		idle:      cfg.IdleTimeout,
+		retries:   cfg.MaxRetries,
+		maxDelay:  30 * time.Second,
+		baseDelay: 500 * time.Millisecond,
+	}
+	switch {
+	case a.idle == 0:
+		a.idle = DefaultIdleTimeout
+	case a.idle < 0:
+		a.idle = 0
+	}
+	switch {
+	case a.retries == 0:
+		a.retries = DefaultMaxRetries
+	case a.retries < 0:
+		a.retries = 0
+	}
+
+	builtin := []Tool{askUserTool{}}
+	if cfg.EnableShell {
+		builtin = append(builtin, newShellTool(cfg.Shell))
+	}
+	for i, t := range append(builtin, cfg.Tools...) {
+		if t == nil {
+			return nil, fmt.Errorf("openai: Config.Tools[%d] is nil", i-len(builtin))
+		}
+		name := t.Name()
+		if !toolNameRE.MatchString(name) {
+			return nil, fmt.Errorf("openai: tool name %q must match %s", name, toolNameRE)
+		}
+		if _, dup := a.tools[name]; dup {
+			return nil, fmt.Errorf("openai: tool %q is registered twice (or uses a built-in name)", name)
+		}
+		a.tools[name] = t
+		a.toolDefs = append(a.toolDefs, toolDef(t))
+	}
+
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	a.client = oai.NewChatCompletionService(
+		option.WithHTTPClient(&http.Client{Transport: transport}),
+		option.WithBaseURL(cfg.BaseURL),
+		option.WithAPIKey(cfg.APIKey),
+		// The agent retries on its own terms (only before anything was streamed), so the
+		// SDK must not retry behind its back.
+		option.WithMaxRetries(0),
+	)
+	return a, nil
+}
+
+// Run answers the last message of req.History. It streams the reply into out, runs the
+// tools the model calls (one after another, in the order the model gave them) and sends
+// their results back to the model until it answers without calling a tool.
+//
+// It returns nil when the reply is complete; ctx's error when ctx ends (stop, a newer
+// message), after closing the HTTP stream; and otherwise a failure whose
+// service.ErrorMessage is fit for the user (EUNAVAILABLE for the provider's failures,
+// EINVALID when no model is configured). Errors never contain the API key.
+func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Output) error {
+	model, temperature, system := a.cfg.Model, a.cfg.Temperature, a.cfg.SystemPrompt
+	if s := req.Settings.Model; s != nil && *s != "" {
+		model = *s
+	}
+	if s := req.Settings.Temperature; s != nil {
+		temperature = s
+	}
+	if s := req.Settings.SystemPrompt; s != nil && *s != "" {
+		system = *s
+	}
+	if model == "" {
+		return service.Errorf(service.EINVALID, "the openai agent has no model: set one in the session settings")
+	}
+
+	params := oai.ChatCompletionNewParams{
+		Model:    shared.ChatModel(model),
+		Messages: toParams(rebuild(system, req.History)),
+		Tools:    a.toolDefs,
+	}
+	if temperature != nil {
+		params.Temperature = oai.Float(*temperature)
+	}
+
+	for round := 0; ; round++ {
+		if round == maxRounds {
+			return service.Errorf(service.EUNAVAILABLE, "the model kept calling tools without finishing its reply")
+		}
+		t, err := a.stream(ctx, params, out)
+		if err != nil {
+			return err
+		}
+		if len(t.calls) == 0 {
+			return nil
+		}
+		params.Messages = append(params.Messages, assistantParam(t.text.String(), t.wireCalls()))
+		for i, c := range t.calls {
+			if ctx.Err() != nil {
+				abandon(t.calls[i:], "not run: the run was stopped")
+				return ctx.Err()
+			}
+			result := a.runTool(ctx, c, out)
+			params.Messages = append(params.Messages, oai.ToolMessage(result, c.id))
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,142 @@
+//go:build unix
+
+package openai_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/talkgraph/talkgraph/service"
+	"github.com/talkgraph/talkgraph/service/openai"
+)
+
+// shellCall is a response in which the model runs command with the shell tool.
+func shellCall(command string) http.HandlerFunc {
+	return sse(
+		data(chunk(`{"role":"assistant","content":"","tool_calls":[{"index":0,"id":"call_sh","type":"function","function":{"name":"shell","arguments":""}}]}`, "")),
+		data(chunk(`{"tool_calls":[{"index":0,"function":{"arguments":`+jsonString(`{"command":`+jsonString(command)+`}`)+`}}]}`, "")),
+		data(chunk(`{}`, "tool_calls")),
+		done,
+	)
+}
+
+func TestShellIsOffByDefault(t *testing.T) {
+	srv := newFakeServer(t, shellCall("echo hi"), textReply("ok"))
+	a := newAgent(t, srv, openai.Config{})
+	if err := run(t, a, userSays("hi"), newRecorder()); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	equal(t, "tools offered", srv.request(0).toolNames(), []string{"ask_user"})
+	equal(t, "tool answer", srv.request(1).transcript()[2:], []string{`tool call_sh: error: there is no tool named "shell"`})
+}
+
+func TestShellRunsCommands(t *testing.T) {
+	dir := t.TempDir()
+	// pwd, then 1000 two-byte characters against a cap of 1001 bytes: the cap falls in the
+	// middle of a character, which must not reach the user half-written.
+	command := `pwd; yes é | head -n 1000 | tr -d '\n'; echo oops >&2; exit 3`
+	srv := newFakeServer(t, shellCall(command), textReply("done"))
+	a := newAgent(t, srv, openai.Config{EnableShell: true, Shell: openai.ShellConfig{Dir: dir, MaxOutput: len(dir) + 1 + 1001}})
+	out := newRecorder()
+	if err := run(t, a, userSays("go"), out); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	equal(t, "tools offered", srv.request(0).toolNames(), []string{"ask_user", "shell"})
+
+	calls := out.toolCalls()
+	if len(calls) != 1 {
+		t.Fatalf("%d calls", len(calls))
+	}
+	c := calls[0]
+	streamed := c.output.String()
+	if !utf8.ValidString(streamed) || strings.ContainsRune(streamed, utf8.RuneError) {
+		t.Errorf("streamed output is not clean UTF-8: %q", streamed)
+	}
+	if want := dir + "\n" + strings.Repeat("é", 500); streamed != want {
+		t.Errorf("streamed output = %q…, want %q…", head(streamed), head(want))
+	}
+	wantResult := streamed + "\n[output cut at " + strconv.Itoa(len(dir)+1+1001) + " bytes]\n[exit status 3]"
+	if c.result != wantResult || c.err != nil {
+		t.Errorf("result = %q, %v; want %q", c.result, c.err, wantResult)
+	}
+	if got := srv.request(1).Body.Messages[2]; got.Content == nil || *got.Content != wantResult {
+		t.Errorf("tool message to the model = %v", got)
+	}
+}
+
+func TestShellTimeout(t *testing.T) {
+	srv := newFakeServer(t, shellCall("echo start; sleep 30"), textReply("ok"))
+	a := newAgent(t, srv, openai.Config{EnableShell: true, Shell: openai.ShellConfig{Timeout: 200 * time.Millisecond}})
+	out := newRecorder()
+	if err := run(t, a, userSays("go"), out); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got, want := out.toolCalls()[0].result, "start\n\n[killed after the 200ms time limit]"; got != want {
+		t.Errorf("result = %q, want %q", got, want)
+	}
+}
+
+// Stop during a long command kills its whole process group promptly; the output so far
+// was streamed, and the result says the command was stopped.
+func TestShellStopKillsProcessGroup(t *testing.T) {
+	srv := newFakeServer(t, shellCall(`echo $$; sleep 30 & sleep 30; wait`))
+	a := newAgent(t, srv, openai.Config{EnableShell: true})
+	out := newRecorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := runAsync(ctx, a, service.RunRequest{History: userSays("go")}, out)
+
+	var pgid int
+	out.waitFor(t, "the shell to print its PID", func() bool {
+		if len(out.tools) == 0 {
+			return false
+		}
+		line, ok := strings.CutSuffix(out.tools[0].output.String(), "\n")
+		if !ok {
+			return false
+		}
+		pgid, _ = strconv.Atoi(line)
+		return true
+	})
+	if pgid <= 1 {
+		t.Fatalf("bad pgid %d", pgid)
+	}
+	if err := syscall.Kill(-pgid, 0); err != nil {
+		t.Fatalf("process group %d is not running: %v", pgid, err)
+	}
+
+	cancel()
+	if err := waitErr(t, errc); !errors.Is(err, context.Canceled) {
+		t.Errorf("Run = %v, want context.Canceled", err)
+	}
+	// The group is killed before Run returns; its orphans are reaped by init, which may
+	// take a moment in a container.
+	deadline := time.Now().Add(wait)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for syscall.Kill(-pgid, 0) != syscall.ESRCH {
+		if time.Now().After(deadline) {
+			t.Fatalf("process group %d still exists", pgid)
+		}
+		<-tick.C
+	}
+
+	c := out.toolCalls()[0]
+	if !c.finished || !strings.HasPrefix(c.result, strconv.Itoa(pgid)+"\n") || !strings.Contains(c.result, "stopped") {
+		t.Errorf("finish = %v %q", c.finished, c.result)
+	}
+}
+
+func head(s string) string {
+	if r := []rune(s); len(r) > 60 {
+		return string(r[:60])
+	}
+	return s
+}

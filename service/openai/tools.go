@@ -1,0 +1,164 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/talkgraph/talkgraph/service"
+)
+
+// Tool is a function the model may call. Register tools in Config.Tools; the agent offers
+// each to the model on every request, reports each call live (service.Output.StartTool),
+// streams what the tool prints and sends its result back to the model.
+//
+// Calls of one run happen one at a time, in the order the model asked for them, but
+// several runs (of different sessions) may call the same Tool at once: Call must be safe
+// for concurrent use.
+type Tool interface {
+	// Name is how the model calls the tool: unique among the agent's tools, matching
+	// [a-zA-Z0-9_-]{1,64}. ask_user and shell are taken by the built-in tools.
+	Name() string
+	// Description tells the model what the tool does and when to use it.
+	Description() string
+	// Parameters is the JSON Schema of the arguments object, as a decoded JSON value,
+	// for example {"type": "object", "properties": {…}, "required": […]}. nil means the
+	// tool takes no arguments.
+	Parameters() map[string]any
+	// Call runs the tool. arguments is the JSON text the model wrote; it is not checked
+	// against Parameters (models get it wrong at times) and may even be malformed, so
+	// decode it carefully and return an error that helps the model correct itself.
+	//
+	// Whatever the tool prints along the way goes to out, which the user sees live. The
+	// returned string is the result the model reads. A non-nil error marks the call
+	// failed, and its text is what the model reads instead: write it for the model.
+	//
+	// ctx ends when the user stops the run or sends a newer message; return promptly
+	// then. A panic is recovered and reported as an error.
+	Call(ctx context.Context, arguments string, out ToolOutput) (string, error)
+}
+
+// ToolOutput streams what a tool prints while it runs. The user sees it live, as part of
+// the tool call; the model sees only the result. service.ToolHandle satisfies it.
+type ToolOutput interface {
+	// Output appends delta to the call's output. delta should be valid UTF-8. It returns
+	// an error once the run has ended; the tool may then stop writing.
+	Output(delta string) error
+}
+
+// toolDef is how t is offered to the model.
+func toolDef(t Tool) oai.ChatCompletionToolUnionParam {
+	params := t.Parameters()
+	if params == nil {
+		params = map[string]any{"type": "object", "properties": map[string]any{}}
+	}
+	def := shared.FunctionDefinitionParam{
+		Name:       t.Name(),
+		Parameters: shared.FunctionParameters(params),
+	}
+	if d := t.Description(); d != "" {
+		def.Description = oai.String(d)
+	}
+	return oai.ChatCompletionFunctionTool(def)
+}
+
+// runTool runs one reported call and returns what the model should read. It finishes the
+// call's handle with the result or the error.
+func (a *Agent) runTool(ctx context.Context, c *call, out service.Output) string {
+	var result string
+	var err error
+	switch tool := a.tools[c.name]; {
+	case c.name == askUserName:
+		result, err = askUser(ctx, c.args.String(), out)
+	case tool == nil:
+		err = fmt.Errorf("there is no tool named %q", c.name)
+	default:
+		result, err = safeCall(ctx, tool, c.args.String(), c.handle)
+	}
+	_ = c.handle.Finish(result, err) // refused only once the run has ended; Run then sees ctx
+	if err != nil {
+		return toolErrorText(err.Error())
+	}
+	return result
+}
+
+// toolErrorText is what the model reads for a failed call, in a run and when the history
+// is rebuilt alike.
+func toolErrorText(msg string) string { return "error: " + msg }
+
+func safeCall(ctx context.Context, t Tool, args string, out ToolOutput) (result string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			result, err = "", fmt.Errorf("the tool %s failed unexpectedly", t.Name())
+		}
+	}()
+	return t.Call(ctx, args, out)
+}
+
+const askUserName = "ask_user"
+
+// askUserTool describes ask_user to the model. Its calls do not go through Call: the
+// agent answers them with service.Output.Ask, which Tool.Call has no access to.
+type askUserTool struct{}
+
+func (askUserTool) Name() string { return askUserName }
+
+func (askUserTool) Description() string {
+	return "Ask the user a question and wait for the answer. Use it when you need information " +
+		"or a decision only the user can give. Offer choices when the answer is one of a few options."
+}
+
+func (askUserTool) Parameters() map[string]any {
+	return map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"question": map[string]any{
+				"type":        "string",
+				"description": "The question, as the user will read it.",
+			},
+			"choices": map[string]any{
+				"type":        "array",
+				"items":       map[string]any{"type": "string"},
+				"description": "Optional answers to offer the user.",
+			},
+		},
+		"required": []any{"question"},
+	}
+}
+
+func (askUserTool) Call(context.Context, string, ToolOutput) (string, error) {
+	return "", errors.New("ask_user is answered by the agent itself")
+}
+
+// askArgs are ask_user's arguments.
+type askArgs struct {
+	Question string   `json:"question"`
+	Choices  []string `json:"choices"`
+}
+
+func parseAskArgs(args string) (askArgs, error) {
+	var a askArgs
+	if err := json.Unmarshal([]byte(args), &a); err != nil {
+		return a, fmt.Errorf("arguments must be a JSON object like {\"question\": \"…\", \"choices\": [\"…\"]}: %v", err)
+	}
+	if a.Question == "" {
+		return a, errors.New(`"question" is required`)
+	}
+	if len(a.Choices) == 0 {
+		a.Choices = nil
+	}
+	return a, nil
+}
+
+// askUser asks through out and blocks until the user answers or ctx ends.
+func askUser(ctx context.Context, args string, out service.Output) (string, error) {
+	a, err := parseAskArgs(args)
+	if err != nil {
+		return "", err
+	}
+	return out.Ask(ctx, a.Question, a.Choices)
+}
