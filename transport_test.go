@@ -291,6 +291,7 @@ func TestLimits(t *testing.T) {
 		s := c.Connect("graphql-transport-ws")
 		s.Stream(sid, "")
 		s.Stream(sid, "")
+		waitFor(t, "two subscriptions", func() bool { return a.Service.Stats().Subscriptions == 2 })
 		_, third := s.Stream(sid, "")
 		if _, ok := third.TryNext(tgtest.Wait); ok || len(third.Err) == 0 || third.Err[0].Code() != "RATE_LIMITED" {
 			t.Errorf("third subscription: %+v", third.Err)
@@ -454,5 +455,18 @@ func TestSessionsArePagedMostRecentFirst(t *testing.T) {
 	}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("order = %v, want %v", got, want)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after tgtest.Wait. It is for states
+// with no event to wait on (counters); each poll yields briefly.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(tgtest.Wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: not within %v", what, tgtest.Wait)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
