@@ -375,3 +375,47 @@ func TestAPIKeyNeverLeaks(t *testing.T) {
 		}
 	})
 }
+
+// A provider (or a tool) that writes the key itself does not get it to the user: it is
+// redacted from text, even split across deltas, from tool arguments, output and results.
+func TestAPIKeyRedactedFromOutput(t *testing.T) {
+	half := len(testKey) / 2
+	srv := newFakeServer(t,
+		sse(
+			data(chunk(roleDelta, "")),
+			data(chunk(textDelta("Your key is "+testKey[:half]), "")),
+			data(chunk(textDelta(testKey[half:]+", yes"), "")),
+			data(chunk(`{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"leaky","arguments":`+jsonString(`{"k":"`+testKey+`"}`)+`}}]}`, "")),
+			data(chunk(`{}`, "tool_calls")),
+			done,
+		),
+		textReply("s", "k", "ip it."),
+	)
+	a := newAgent(t, srv, openai.Config{Tools: []openai.Tool{leakyTool{}}})
+	out := newRecorder()
+	if err := run(t, a, userSays("hi"), out); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got, want := out.text(), "Your key is [redacted], yesskip it."; got != want {
+		t.Errorf("text = %q, want %q", got, want)
+	}
+	c := out.toolCalls()[0]
+	for what, s := range map[string]string{"args": c.args, "output": c.output.String(), "result": c.result} {
+		if strings.Contains(s, testKey) || !strings.Contains(s, "[redacted]") {
+			t.Errorf("%s = %q", what, s)
+		}
+	}
+}
+
+// leakyTool prints and returns the key it is given, in pieces.
+type leakyTool struct{}
+
+func (leakyTool) Name() string               { return "leaky" }
+func (leakyTool) Description() string        { return "" }
+func (leakyTool) Parameters() map[string]any { return nil }
+func (leakyTool) Call(_ context.Context, args string, out openai.ToolOutput) (string, error) {
+	for _, r := range testKey {
+		_ = out.Output(string(r))
+	}
+	return "result " + testKey, nil
+}

@@ -187,7 +187,8 @@ func New(cfg Config) (*Agent, error) {
 // It returns nil when the reply is complete; ctx's error when ctx ends (stop, a newer
 // message), after closing the HTTP stream; and otherwise a failure whose
 // service.ErrorMessage is fit for the user (EUNAVAILABLE for the provider's failures,
-// EINVALID when no model is configured). Errors never contain the API key.
+// EINVALID when no model is configured). Neither errors nor anything written to out
+// contain the API key, even when the provider or a tool echoes it.
 func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Output) error {
 	model, temperature, system := a.cfg.Model, a.cfg.Temperature, a.cfg.SystemPrompt
 	if s := req.Settings.Model; s != nil && *s != "" {
@@ -203,6 +204,15 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 		return service.Errorf(service.EINVALID, "the openai agent has no model: set one in the session settings")
 	}
 
+	g := guard(out, a.secret)
+	used := map[string]bool{"": true}
+	for _, h := range req.History {
+		for _, tc := range h.ToolCalls {
+			if tc != nil {
+				used[tc.ID] = true
+			}
+		}
+	}
 	params := oai.ChatCompletionNewParams{
 		Model:    shared.ChatModel(model),
 		Messages: toParams(rebuild(system, req.History)),
@@ -216,7 +226,7 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 		if round == maxRounds {
 			return service.Errorf(service.EUNAVAILABLE, "the model kept calling tools without finishing its reply")
 		}
-		t, err := a.stream(ctx, params, out)
+		t, err := a.stream(ctx, params, g, used)
 		if err != nil {
 			return err
 		}
@@ -229,7 +239,7 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 				abandon(t.calls[i:], "not run: the run was stopped")
 				return ctx.Err()
 			}
-			result := a.runTool(ctx, c, out)
+			result := a.runTool(ctx, c, g)
 			params.Messages = append(params.Messages, oai.ToolMessage(result, c.id))
 		}
 		if ctx.Err() != nil {

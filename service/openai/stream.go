@@ -48,9 +48,9 @@ func (t *turn) wireCalls() []wireCall {
 // stream makes one request, retrying it while that is safe: the failure is transient
 // (429, 5xx, a connection error) and nothing of the response reached out yet, so a retry
 // can never show the user something twice.
-func (a *Agent) stream(ctx context.Context, params oai.ChatCompletionNewParams, out service.Output) (*turn, error) {
+func (a *Agent) stream(ctx context.Context, params oai.ChatCompletionNewParams, out *guardedOutput, used map[string]bool) (*turn, error) {
 	for attempt := 0; ; attempt++ {
-		t, emitted, err := a.attempt(ctx, params, out)
+		t, emitted, err := a.attempt(ctx, params, out, used)
 		if err == nil {
 			return t, nil
 		}
@@ -86,8 +86,9 @@ func (a *Agent) stream(ctx context.Context, params oai.ChatCompletionNewParams, 
 
 // attempt makes one streamed request and passes the reply to out as it arrives. emitted
 // reports whether anything was written to out. A failure of the request is a *failure; an
-// error from out is returned as it is.
-func (a *Agent) attempt(ctx context.Context, params oai.ChatCompletionNewParams, out service.Output) (t *turn, emitted bool, err error) {
+// error from out is returned as it is. used holds the tool call IDs of the session, which
+// are not offered to the service again.
+func (a *Agent) attempt(ctx context.Context, params oai.ChatCompletionNewParams, out *guardedOutput, used map[string]bool) (t *turn, emitted bool, err error) {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := &watchdog{idle: a.idle, stall: func() { cancel(errStalled) }}
@@ -122,6 +123,7 @@ func (a *Agent) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 
 	t = &turn{}
 	fail := func(err error) (*turn, bool, error) {
+		_ = out.flush() // what was received stays, even when the run fails
 		abandon(t.calls, "not run: the model's reply failed")
 		return nil, emitted, err
 	}
@@ -150,7 +152,7 @@ func (a *Agent) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 		}
 		// Report calls as soon as they are complete, so that they show while the
 		// model is still writing the next one.
-		if err := t.start(out, false, &emitted); err != nil {
+		if err := t.start(out, false, &emitted, used); err != nil {
 			return fail(err)
 		}
 	}
@@ -171,7 +173,10 @@ func (a *Agent) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 			return fail(&failure{message: "the model provider sent a malformed reply", cause: "a tool call without a name", retryAfter: -1})
 		}
 	}
-	if err := t.start(out, true, &emitted); err != nil {
+	if err := t.start(out, true, &emitted, used); err != nil {
+		return fail(err)
+	}
+	if err := out.flush(); err != nil {
 		return fail(err)
 	}
 	return t, emitted, nil
@@ -236,7 +241,11 @@ func (t *turn) addDelta(d oai.ChatCompletionChunkChoiceDeltaToolCall) {
 // start reports with StartTool the calls that are complete: all of them when final,
 // otherwise those whose arguments already form a JSON value (nothing can follow it) or that
 // another call has followed.
-func (t *turn) start(out service.Output, final bool, emitted *bool) error {
+//
+// The model's call ID is offered to the service unless the session used it already (some
+// servers number their calls afresh in every response); the service then makes one. From
+// here on the call goes by the handle's ID, with the model too.
+func (t *turn) start(out service.Output, final bool, emitted *bool, used map[string]bool) error {
 	for i, c := range t.calls {
 		if c.handle != nil || c.name == "" {
 			continue
@@ -245,10 +254,8 @@ func (t *turn) start(out service.Output, final bool, emitted *bool) error {
 			continue
 		}
 		id := c.modelID
-		for _, k := range t.calls[:i] {
-			if k.modelID == id {
-				id = "" // a repeated ID would confuse the history; let the service make one
-			}
+		if used[id] {
+			id = ""
 		}
 		*emitted = true
 		h, err := out.StartTool(id, c.name, c.args.String())
@@ -256,6 +263,7 @@ func (t *turn) start(out service.Output, final bool, emitted *bool) error {
 			return err
 		}
 		c.handle, c.id = h, h.ID()
+		used[c.modelID], used[c.id] = true, true
 	}
 	return nil
 }
