@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -33,6 +34,10 @@ type Config struct {
 	LogLevel        slog.Level
 	LogFormat       string
 	DemoChunkDelay  time.Duration
+
+	SQLiteBusyTimeout time.Duration
+	SQLiteFullSync    bool
+	SQLiteMaxBytes    int64
 
 	OpenAI OpenAIConfig
 
@@ -117,6 +122,9 @@ func settings() []setting {
 		}},
 		{"data-dir", "DATA_DIR", "./data", "directory for the SQLite file and the auth secret", str(func(c *Config) *string { return &c.DataDir })},
 		{"database-url", "DATABASE_URL", "", "storage: sqlite:///path/to/file.db (default: talkgraph.db in DATA_DIR) or memory: (nothing kept)", str(func(c *Config) *string { return &c.DatabaseURL })},
+		{"sqlite-busy-timeout", "SQLITE_BUSY_TIMEOUT", "5s", "how long a write waits for a locked database before failing", dur(func(c *Config) *time.Duration { return &c.SQLiteBusyTimeout })},
+		{"sqlite-full-sync", "SQLITE_FULL_SYNC", "false", "wait for the disk on every commit (survives power loss, not only crashes)", boolean(func(c *Config) *bool { return &c.SQLiteFullSync })},
+		{"sqlite-max-bytes", "SQLITE_MAX_BYTES", "0", "cap on the database size; writes beyond it fail as on a full disk (0: none)", num64(func(c *Config) *int64 { return &c.SQLiteMaxBytes })},
 		{"auth-secret", "AUTH_SECRET", "", "HS256 secret for tokens (default: generated once and kept in DATA_DIR/auth_secret)", str(func(c *Config) *string { return &c.AuthSecret })},
 		{"auth-issuer", "AUTH_ISSUER", "", "required iss claim (and set on issued tokens)", str(func(c *Config) *string { return &c.AuthIssuer })},
 		{"auth-audience", "AUTH_AUDIENCE", "", "required aud claim (and set on issued tokens)", str(func(c *Config) *string { return &c.AuthAudience })},
@@ -238,14 +246,27 @@ func (c Config) redactedDatabaseURL() string {
 	return u.Redacted()
 }
 
-// authSecret returns AUTH_SECRET, or the secret kept in the data directory, creating it
-// on first start so that issued tokens stay valid across restarts.
-func authSecret(c Config) ([]byte, error) {
+// secretKeeper is a store that can keep the signing secret with the data it protects.
+type secretKeeper interface {
+	Secret(ctx context.Context, name string, gen func() ([]byte, error)) ([]byte, error)
+}
+
+// authSecret returns AUTH_SECRET, or else the secret kept by the store (SQLite keeps it in
+// its file) or in DATA_DIR/auth_secret, created on first start, so that issued tokens stay
+// valid across restarts.
+func authSecret(ctx context.Context, c Config, store service.Store) ([]byte, error) {
 	if c.AuthSecret != "" {
 		if len(c.AuthSecret) < 16 {
 			return nil, errors.New("AUTH_SECRET must be at least 16 characters")
 		}
 		return []byte(c.AuthSecret), nil
+	}
+	if k, ok := store.(secretKeeper); ok {
+		return k.Secret(ctx, "auth", func() ([]byte, error) {
+			raw := make([]byte, 32)
+			_, err := rand.Read(raw)
+			return []byte(hex.EncodeToString(raw)), err
+		})
 	}
 	path := filepath.Join(c.DataDir, "auth_secret")
 	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {

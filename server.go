@@ -85,7 +85,7 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	secret, err := authSecret(cfg)
+	secret, err := authSecret(ctx, cfg, store)
 	if err != nil {
 		store.Close()
 		return nil, err

@@ -1,3 +1,3 @@
 package main
 
-const sqliteWired = false
+const sqliteWired = true

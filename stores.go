@@ -7,6 +7,7 @@ import (
 
 	"github.com/talkgraph/talkgraph/service"
 	"github.com/talkgraph/talkgraph/service/inmem"
+	"github.com/talkgraph/talkgraph/service/sqlite"
 )
 
 // openStore opens the store DATABASE_URL names.
@@ -15,7 +16,11 @@ func openStore(ctx context.Context, c Config) (service.Store, error) {
 	case c.DatabaseURL == "memory:" || c.DatabaseURL == "memory://":
 		return inmem.New(), nil
 	case strings.HasPrefix(c.DatabaseURL, "sqlite:"):
-		return nil, fmt.Errorf("sqlite is not wired yet")
+		path := strings.TrimPrefix(strings.TrimPrefix(c.DatabaseURL, "sqlite:"), "//")
+		if path == "" {
+			return nil, fmt.Errorf("DATABASE_URL %q: no file path", c.DatabaseURL)
+		}
+		return sqlite.Open(ctx, path, sqlite.Options{BusyTimeout: c.SQLiteBusyTimeout, FullSync: c.SQLiteFullSync, MaxBytes: c.SQLiteMaxBytes})
 	}
 	return nil, fmt.Errorf("DATABASE_URL %q: unsupported scheme (use sqlite:///path or memory:)", c.redactedDatabaseURL())
 }
