@@ -360,7 +360,7 @@ describe('chat app', { skip: SKIP ?? false, timeout: 600_000 }, () => {
     assert.notEqual(token, 'not-a-valid.token.at-all');
     assert.equal(token.split('.').length, 3);
     // Only this identity's chats are listed.
-    assert.equal(await page.locator('.session-item').count(), 1);
+    await until(page, 'one chat in the list', () => document.querySelectorAll('.session-item').length === 1);
   });
 
   test('a good-looking state for the README', async () => {

@@ -5,12 +5,12 @@ import { createApi, type Api } from './lib/apollo';
 import { ensureToken, onTokenChange } from './lib/auth';
 import { describeError } from './lib/errors';
 
-type Boot = { kind: 'signing-in' } | { kind: 'failed'; message: string } | { kind: 'ready'; api: Api; epoch: number };
+type Boot = { kind: 'signing-in' } | { kind: 'failed'; message: string } | { kind: 'ready'; api: Api };
 
 /**
  * Signs in (as a guest on the first visit) and then renders the app. When the token
- * changes (renewed after a refusal, or by another tab), the app starts over with a new
- * client, so that nothing of the old identity lingers.
+ * changes (renewed after a refusal, or by another tab), the websocket reconnects with it
+ * and every query on screen is fetched again as the new identity.
  */
 export function App() {
   const [boot, setBoot] = useState<Boot>({ kind: 'signing-in' });
@@ -19,23 +19,22 @@ export function App() {
   useEffect(() => {
     let cancelled = false;
     let api: Api | null = null;
-    let epoch = 0;
-    const start = () => {
-      api?.ws.dispose();
-      api?.client.stop();
-      api = createApi();
-      setBoot({ kind: 'ready', api, epoch: epoch++ });
-    };
     ensureToken().then(
       () => {
-        if (!cancelled) start();
+        if (cancelled) return;
+        api = createApi();
+        setBoot({ kind: 'ready', api });
       },
       (e) => {
         if (!cancelled) setBoot({ kind: 'failed', message: describeError(e) });
       },
     );
     const off = onTokenChange(() => {
-      if (!cancelled && api) start();
+      if (cancelled || !api) return;
+      api.ws.terminate();
+      api.client.resetStore().catch(() => {
+        // Queries that fail now show their own errors and retry.
+      });
     });
     return () => {
       cancelled = true;
@@ -65,7 +64,7 @@ export function App() {
   }
   return (
     <ApolloProvider client={boot.api.client}>
-      <Shell key={boot.epoch} />
+      <Shell />
     </ApolloProvider>
   );
 }

@@ -19,10 +19,6 @@ export function refreshSessions(client: ApolloClient) {
   );
 }
 
-export function firstLine(text: string, max = 60): string {
-  const line = text.trim().split('\n')[0].trim();
-  return line.length > max ? `${line.slice(0, max - 1).trimEnd()}…` : line;
-}
 
 export function relativeTime(iso: string, now = Date.now()): string {
   const t = Date.parse(iso);

@@ -78,13 +78,22 @@ export function useChat(
       stream?.unsubscribe();
       stream = undefined;
       if (cancelled) return;
+      const delay = Math.min(500 * 2 ** attempt++, 8_000);
       if (isUnauthenticated(error)) {
-        // The app starts over with the new identity when the token changes.
-        renewToken(getToken()).catch((e) => setPhase({ kind: 'retrying', message: describeError(e) }));
+        // Sign in again, then load as the new identity (to which this chat may not belong).
+        renewToken(getToken()).then(
+          () => {
+            if (!cancelled) timer = setTimeout(start, 0);
+          },
+          (e) => {
+            if (cancelled) return;
+            setPhase({ kind: 'retrying', message: describeError(e) });
+            timer = setTimeout(start, delay);
+          },
+        );
         return;
       }
       setPhase({ kind: 'retrying', message: describeError(error) });
-      const delay = Math.min(500 * 2 ** attempt++, 8_000);
       timer = setTimeout(start, delay);
     };
 
