@@ -78,15 +78,18 @@ func assistantTurn(pos int, h service.HistoryMessage, qa *answers, ids *callIDs)
 		if tc == nil {
 			continue
 		}
+		// An answered question belongs to the ask_user call that asked it, whether the
+		// call got its result in its run or the run was cut short while waiting.
+		var claimed *asked
+		if tc.Name == askUserName {
+			claimed = qa.take(pos, tc.Arguments)
+		}
 		result, ok := "", true
 		switch {
 		case tc.Result != nil:
 			result = *tc.Result
-			if tc.Name == askUserName {
-				qa.take(pos, tc.Arguments) // the question it asked is accounted for
-			}
-		case tc.Name == askUserName && qa.take(pos, tc.Arguments) != nil:
-			result = *qa.last.answer
+		case claimed != nil:
+			result = *claimed.answer
 		case tc.Error != nil:
 			result = toolErrorText(*tc.Error)
 		case tc.Status == service.ToolCompleted:
@@ -113,7 +116,6 @@ type answers struct {
 	list       []*asked
 	byPos      map[int]*asked    // by the position of its QUESTION message
 	byQuestion map[string]*asked // by question ID
-	last       *asked            // the one take returned last
 }
 
 type asked struct {
@@ -164,12 +166,14 @@ func newAnswers(history []service.HistoryMessage) *answers {
 
 // take claims, for an ask_user call made at position pos with the given arguments, the
 // first unclaimed answered question after pos, preferring one with the same prompt. It
-// returns nil when there is none.
+// returns nil when there is none, or when the arguments hold no question (the call
+// failed without asking).
 func (qa *answers) take(pos int, args string) *asked {
-	prompt := ""
-	if a, err := parseAskArgs(args); err == nil {
-		prompt = a.Question
+	a, err := parseAskArgs(args)
+	if err != nil {
+		return nil
 	}
+	prompt := a.Question
 	var first *asked
 	for _, q := range qa.list {
 		if q.used || q.answer == nil || q.pos <= pos {
@@ -186,7 +190,6 @@ func (qa *answers) take(pos int, args string) *asked {
 	if first != nil {
 		first.used = true
 	}
-	qa.last = first
 	return first
 }
 
