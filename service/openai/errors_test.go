@@ -224,7 +224,7 @@ func TestStall(t *testing.T) {
 		case <-srv.quit:
 		}
 	})
-	a := newAgent(t, srv, openai.Config{IdleTimeout: 200 * time.Millisecond})
+	a := newAgent(t, srv, openai.Config{IdleTimeout: 300 * time.Millisecond})
 	out := newRecorder()
 	wantFailure(t, run(t, a, userSays("hi"), out), "the model provider stopped responding")
 	waitClosed(t, srv.request(0).Done, "the server to see the request end")
@@ -242,7 +242,7 @@ func TestStallBeforeHeaders(t *testing.T) {
 		case <-srv.quit:
 		}
 	})
-	a := newAgent(t, srv, openai.Config{IdleTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	a := newAgent(t, srv, openai.Config{IdleTimeout: 300 * time.Millisecond, MaxRetries: -1})
 	wantFailure(t, run(t, a, userSays("hi"), newRecorder()), "the model provider stopped responding")
 }
 
@@ -330,7 +330,7 @@ func TestAPIKeyNeverLeaks(t *testing.T) {
 				script = []http.HandlerFunc{hold(&srv)}
 			}
 			srv = newFakeServer(t, script...)
-			a := newAgent(t, srv, openai.Config{IdleTimeout: 200 * time.Millisecond})
+			a := newAgent(t, srv, openai.Config{IdleTimeout: 300 * time.Millisecond})
 			out := newRecorder()
 			err := run(t, a, userSays("hi"), out)
 			if err == nil {

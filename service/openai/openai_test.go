@@ -267,7 +267,7 @@ func TestKeepAliveComments(t *testing.T) {
 		// Silent but for pings for longer than the idle timeout.
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
-		for range 12 {
+		for range 20 {
 			select {
 			case <-tick.C:
 				writeSSE(w, ping)
@@ -277,7 +277,7 @@ func TestKeepAliveComments(t *testing.T) {
 		}
 		writeSSE(w, data(chunk(textDelta("here."), "")), ping, data(chunk(`{}`, "stop")), ping, done)
 	})
-	a := newAgent(t, srv, openai.Config{IdleTimeout: 300 * time.Millisecond})
+	a := newAgent(t, srv, openai.Config{IdleTimeout: 500 * time.Millisecond})
 	out := newRecorder()
 	if err := run(t, a, userSays("hi"), out); err != nil {
 		t.Fatalf("Run: %v", err)
