@@ -245,7 +245,9 @@ func (s *Service) Subscribe(ctx context.Context, sessionID, after string) (<-cha
 		pos = c
 	}
 	out := make(chan *Event)
+	s.subsDone.Add(1)
 	go func() {
+		defer s.subsDone.Done()
 		defer close(out)
 		defer s.subs.Add(-1)
 		defer s.releaseState(st)

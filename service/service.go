@@ -93,11 +93,12 @@ type Service struct {
 	statesMu sync.Mutex
 	states   map[string]*sessionState
 
-	runs    sync.WaitGroup // runner goroutines
-	closing chan struct{}
-	closed  atomic.Bool
-	subs    atomic.Int64
-	stats   counters
+	runs     sync.WaitGroup // runner goroutines
+	subsDone sync.WaitGroup // subscription goroutines
+	closing  chan struct{}
+	closed   atomic.Bool
+	subs     atomic.Int64
+	stats    counters
 }
 
 type counters struct {
@@ -439,7 +440,6 @@ func (s *Service) Close() {
 	if s.closed.Swap(true) {
 		return
 	}
-	close(s.closing)
 	s.sched.close()
 	s.statesMu.Lock()
 	states := make([]*sessionState, 0, len(s.states))
@@ -461,12 +461,18 @@ func (s *Service) Close() {
 		st.queue = nil
 		st.mu.Unlock()
 	}
-	done := make(chan struct{})
-	go func() { s.runs.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(s.cfg.StopTimeout):
-		s.log.Warn("agents did not return in time after being stopped")
+	// Subscriptions deliver what was just recorded, then end.
+	close(s.closing)
+	deadline := time.After(s.cfg.StopTimeout)
+	for _, wg := range []*sync.WaitGroup{&s.subsDone, &s.runs} {
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-deadline:
+			s.log.Warn("agents or subscriptions did not end in time after being stopped")
+			return
+		}
 	}
 }
 
