@@ -232,6 +232,55 @@ describe('chat app', { skip: SKIP ?? false, timeout: 600_000 }, () => {
     }
   });
 
+  /** Sets the open chat's busy policy through the settings dialog. */
+  async function setBusyPolicy(name) {
+    await page.getByRole('button', { name: 'Chat settings' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Chat settings' });
+    await dialog.getByRole('radio', { name: new RegExp(name) }).check();
+    await dialog.getByRole('button', { name: 'Save' }).click();
+    await dialog.waitFor({ state: 'hidden' });
+  }
+
+  test('a new message while the agent works interrupts it (the default)', async () => {
+    await newChat();
+    await send(page, '/slow 50');
+    await waitForReply(page, { status: 'STREAMING', contains: 'chunk 2.' });
+    await send(page, 'never mind');
+    await waitForReply(page, { contains: 'You said: never mind' });
+    const first = page.locator(sel.assistant).first();
+    assert.equal(await first.getAttribute('data-status'), 'INTERRUPTED');
+    assert.ok(!(await first.textContent()).includes('chunk 50.'));
+  });
+
+  test('with the Queue policy a new message waits its turn', async () => {
+    await newChat();
+    await setBusyPolicy('Queue');
+    await send(page, '/slow 15');
+    await waitForReply(page, { status: 'STREAMING', contains: 'chunk 1.' });
+    await send(page, 'my turn next');
+    await until(page, 'the queued note', (s) =>
+      document.querySelector(s)?.textContent?.includes('1 message queued'), sel.status);
+    await waitForReply(page, { contains: 'You said: my turn next', timeout: 30_000 });
+    const first = page.locator(sel.assistant).first();
+    assert.equal(await first.getAttribute('data-status'), 'COMPLETE');
+    assert.equal(await first.locator('.msg-body').textContent(), slowText(15));
+  });
+
+  test('with the Reject policy a message sent while busy is refused and kept in the box', async () => {
+    await newChat();
+    await setBusyPolicy('Reject');
+    await send(page, '/slow 30');
+    await waitForReply(page, { status: 'STREAMING', contains: 'chunk 1.' });
+    await send(page, 'too early');
+    await page.locator('.composer-error', { hasText: 'still working' }).waitFor();
+    assert.equal(await page.locator(sel.composer).inputValue(), 'too early');
+    await page.getByRole('button', { name: 'Stop' }).click();
+    await page.getByRole('button', { name: 'Stop' }).waitFor({ state: 'detached' });
+    await page.locator(sel.composer).press('Enter');
+    await waitForReply(page, { contains: 'You said: too early' });
+    assert.equal(await page.locator('.composer-error').count(), 0);
+  });
+
   test('shows tool calls with arguments, output and result', async () => {
     await newChat();
     await send(page, '/tool alpha beta gamma');

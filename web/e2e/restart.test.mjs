@@ -81,4 +81,25 @@ describe('server restart', { skip: SKIP ?? false, timeout: 300_000 }, () => {
     assert.equal(await page.evaluate(() => localStorage.getItem('talkgraph.token')), tokenBefore);
     await page.close();
   });
+
+  test('a question asked before a restart can be answered after it', async () => {
+    const page = await browser.context.newPage();
+    await page.goto(server.url);
+    await send(page, '/ask Still there after the restart?');
+    await currentSessionId(page);
+    await page.locator(sel.question).getByText('Still there after the restart?').waitFor();
+
+    await server.stop('SIGKILL');
+    await page.getByText('Connection lost. Reconnecting…').waitFor();
+    server = await startServer({ bin, port, dataDir: path.join(dir, 'data'), logName: 'server-restarted-2' });
+    await page.getByText('Connection lost. Reconnecting…').waitFor({ state: 'detached', timeout: 30_000 });
+
+    const form = page.locator(sel.question);
+    await form.getByLabel('Your answer').fill('Yes');
+    await form.getByRole('button', { name: 'Answer' }).click();
+    await form.waitFor({ state: 'detached' });
+    await waitForReply(page, { contains: 'Thank you!' });
+    assert.equal(await lastReply(page), 'You answered "Yes". Thank you!');
+    await page.close();
+  });
 });

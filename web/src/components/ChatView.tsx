@@ -76,7 +76,8 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
   }
 
   const running = state.activeRun !== null && ['RUNNING', 'WAITING_FOR_INPUT', 'QUEUED'].includes(state.activeRun.status);
-  const queued = state.queuedRunIds.length;
+  // Runs waiting behind the active one (busy policy ENQUEUE).
+  const queued = state.activeRun ? state.queuedRunIds.filter((id) => id !== state.activeRun?.id).length : 0;
   let statusText = '';
   if (state.status === 'WAITING_FOR_INPUT') statusText = 'Waiting for your answer';
   else if (state.status === 'RUNNING') statusText = 'Agent is working…';
