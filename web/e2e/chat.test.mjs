@@ -413,15 +413,36 @@ describe('chat app', { skip: SKIP ?? false, timeout: 600_000 }, () => {
   });
 
   test('a good-looking state for the README', async () => {
-    await newChat();
-    await send(page, '/tool The echo tool shows its output live');
-    await waitForReply(page, { contains: 'The echo tool printed' });
-    await send(page, '/ask Which topping do you want?');
-    await page.locator(sel.question).waitFor();
-    await screenshot(page, 'overview');
-    const form = page.locator(sel.question);
-    await form.getByLabel('Your answer').fill('Mushrooms');
-    await form.getByRole('button', { name: 'Answer' }).click();
-    await waitForReply(page, { contains: 'Thank you!' });
+    await page.setViewportSize({ width: 1280, height: 860 });
+    try {
+      await page.goto(server.url);
+      await send(page, 'Hello! What can you do?');
+      await currentSessionId(page);
+      await waitForReply(page, { contains: 'What can you do?' });
+      await send(page, '/tool Tools report their output as they run');
+      await waitForReply(page, { contains: 'The echo tool printed' });
+      await send(page, '/ask Which topping would you like on your pizza?');
+      await page.locator(sel.question).waitFor();
+      await page.locator(sel.question).getByLabel('Your answer').fill('Mushrooms and olives');
+      // The chat list follows: this chat needs an answer.
+      await page.locator('.session-item.current .session-meta', { hasText: 'needs answer' }).waitFor();
+      await page.mouse.move(0, 0);
+      await screenshot(page, 'overview');
+      // The whole app fits the window: header and composer in view, only the messages scroll.
+      const fits = await page.evaluate(() => {
+        const bar = document.querySelector('.topbar').getBoundingClientRect();
+        const box = document.querySelector('.composer-box').getBoundingClientRect();
+        return bar.top >= 0 && box.bottom <= window.innerHeight && document.scrollingElement.scrollTop === 0;
+      });
+      assert.ok(fits, 'the header and the message box are both on screen');
+      // Reduced motion turns colour transitions off, so the picture shows the dark colours.
+      await page.emulateMedia({ colorScheme: 'dark', reducedMotion: 'reduce' });
+      await screenshot(page, 'overview-dark');
+      await page.emulateMedia({ colorScheme: 'light', reducedMotion: 'no-preference' });
+      await page.locator(sel.question).getByRole('button', { name: 'Answer' }).click();
+      await waitForReply(page, { contains: 'Thank you!' });
+    } finally {
+      await page.setViewportSize({ width: 1200, height: 820 });
+    }
   });
 });
