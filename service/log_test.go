@@ -1,0 +1,155 @@
+package service_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talkgraph/talkgraph/service"
+	"github.com/talkgraph/talkgraph/service/inmem"
+)
+
+type wordsRunner []string
+
+func (w wordsRunner) Run(ctx context.Context, req service.RunRequest, out service.Output) error {
+	for _, s := range w {
+		if err := out.Text(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func newService(t *testing.T, r service.Runner, change func(*service.Config)) (*service.Service, context.Context) {
+	t.Helper()
+	return newServiceOn(t, inmem.New(), r, change)
+}
+
+func newServiceOn(t *testing.T, store service.Store, r service.Runner, change func(*service.Config)) (*service.Service, context.Context) {
+	t.Helper()
+	cfg := service.DefaultConfig()
+	if change != nil {
+		change(&cfg)
+	}
+	agents := &service.Agents{}
+	agents.Register("test", "", r)
+	svc, err := service.New(context.Background(), store, agents, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	return svc, service.WithUser(context.Background(), "u1")
+}
+
+func collect(t *testing.T, ch <-chan *service.Event, until func(*service.Event) bool) []*service.Event {
+	t.Helper()
+	var out []*service.Event
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				t.Fatal("stream ended")
+			}
+			out = append(out, ev)
+			if until(ev) {
+				return out
+			}
+		case <-timeout:
+			t.Fatalf("no end after %d events", len(out))
+		}
+	}
+}
+
+func runEnded(ev *service.Event) bool {
+	return ev.Type == service.EventRunStatusChanged && ev.Run.Status.Final()
+}
+
+// A cursor taken in the middle of a message's chunks still resumes exactly after the
+// message is compacted: the replay gives the rest of the text, at the right offset.
+func TestReplayInsideCompactedChunksGivesOnlyTheRest(t *testing.T) {
+	words := []string{"héllo ", "wörld ", "this ", "is ", "a ", "test"}
+	store := inmem.New()
+	svc, ctx := newServiceOn(t, store, wordsRunner(words), func(c *service.Config) { c.FlushInterval = -1 })
+	agent := "test"
+	sess, err := svc.CreateTalkSession(ctx, "", service.SettingsInput{Agent: &agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := svc.View(ctx, sess.ID)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := svc.Subscribe(sctx, sess.ID, v.StreamCursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.AddMessage(ctx, sess.ID, "go", ""); err != nil {
+		t.Fatal(err)
+	}
+	live := collect(t, ch, runEnded)
+	var chunks []*service.Event
+	for _, ev := range live {
+		if ev.Type == service.EventMessageChunk {
+			chunks = append(chunks, ev)
+		}
+	}
+	if len(chunks) != len(words) {
+		t.Fatalf("%d live chunks, want one per word (%d)", len(chunks), len(words))
+	}
+	full := strings.Join(words, "")
+	// A new service on the same store (a restart) replays from the store, where the
+	// message's chunks are compacted.
+	svc.Close()
+	svc, _ = newServiceOn(t, store, wordsRunner(words), nil)
+	for i := range chunks {
+		// Resume after chunk i: what follows must be exactly the rest of the text.
+		after := service.EncodeCursor(sess.ID, service.CursorOf(chunks[i]))
+		rch, err := svc.Subscribe(sctx, sess.ID, after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := collect(t, rch, runEnded)
+		text := []rune(strings.Join(words[:i+1], ""))
+		for _, ev := range got {
+			if ev.Type != service.EventMessageChunk {
+				continue
+			}
+			if ev.Offset != len(text) {
+				t.Fatalf("after chunk %d: replayed chunk at offset %d, text so far %d", i, ev.Offset, len(text))
+			}
+			text = append(text, []rune(ev.Delta)...)
+		}
+		if string(text) != full {
+			t.Errorf("after chunk %d: text %q, want %q", i, string(text), full)
+		}
+	}
+	// From the start, the compacted log still yields all the text, in fewer events.
+	rch, _ := svc.Subscribe(sctx, sess.ID, service.EncodeCursor(sess.ID, service.Cursor{}))
+	all := collect(t, rch, runEnded)
+	n, text := 0, ""
+	for _, ev := range all {
+		if ev.Type == service.EventMessageChunk {
+			n++
+			text += ev.Delta
+		}
+	}
+	if text != full || n != 1 {
+		t.Errorf("replay from the start: %d chunk events with %q", n, text)
+	}
+}
+
+func TestCursorsAreCheckedAndOpaque(t *testing.T) {
+	c := service.Cursor{Seq: 42, Off: 7}
+	enc := service.EncodeCursor("s1", c)
+	if got, err := service.DecodeCursor("s1", enc); err != nil || got != c {
+		t.Errorf("round trip: %+v %v", got, err)
+	}
+	for _, bad := range []string{"", "!!", enc[:len(enc)-2], service.EncodeCursor("s2", c)} {
+		if _, err := service.DecodeCursor("s1", bad); service.ErrorCode(err) != service.EINVALID {
+			t.Errorf("DecodeCursor(%q) = %v, want EINVALID", bad, err)
+		}
+	}
+}
