@@ -37,6 +37,12 @@ export function Sidebar({
   const [problem, setProblem] = useState<string | null>(null);
   const [, tick] = useState(0);
 
+  // The drawer (narrow screens) takes the focus when it opens.
+  const newChatButton = useRef<HTMLButtonElement>(null);
+  useEffect(() => {
+    if (open) newChatButton.current?.focus();
+  }, [open]);
+
   // Keeps "5 min ago" current.
   useEffect(() => {
     const t = setInterval(() => tick((n) => n + 1), 60_000);
@@ -84,7 +90,13 @@ export function Sidebar({
           talkgraph
         </a>
       </div>
-      <button type="button" className="btn primary new-chat" onClick={newChat} disabled={creating}>
+      <button
+        type="button"
+        ref={newChatButton}
+        className="btn primary new-chat"
+        onClick={newChat}
+        disabled={creating}
+      >
         <PlusIcon /> New chat
       </button>
       {problem && (

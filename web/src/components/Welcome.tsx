@@ -1,7 +1,8 @@
 import { useApolloClient } from '@apollo/client/react';
 import { useEffect, useState } from 'react';
-import { AddMessageDocument, CreateTalkSessionDocument } from '../gql/graphql';
-import { describeError, randomId } from '../lib/errors';
+import { CreateTalkSessionDocument } from '../gql/graphql';
+import { describeError } from '../lib/errors';
+import { addMessage } from '../lib/useChat';
 import { openChat } from '../lib/route';
 import { refreshSessions } from '../lib/sessions';
 import { Composer } from './Composer';
@@ -31,10 +32,7 @@ export function Welcome({ bar }: { bar: TopBarProps }) {
     });
     const id = created.data?.createTalkSession.id;
     if (!id) throw new Error('The chat could not be created.');
-    await client.mutate({
-      mutation: AddMessageDocument,
-      variables: { input: { sessionId: id, content, idempotencyKey: randomId() } },
-    });
+    await addMessage(client, id, content);
     refreshSessions(client);
     openChat(id);
   }

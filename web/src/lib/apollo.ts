@@ -40,7 +40,8 @@ export function isUnauthenticated(error: unknown): boolean {
  */
 export function createApi(): Api {
   let hadSocket = false;
-  const ws = createClient({
+  let pongTimer: ReturnType<typeof setTimeout> | undefined;
+  const ws: Client = createClient({
     url: wsUrl(),
     connectionParams: () => ({ Authorization: `Bearer ${getToken() ?? ''}` }),
     lazy: true,
@@ -50,12 +51,21 @@ export function createApi(): Api {
     retryWait: (retries) => sleep(Math.min(250 * 2 ** retries, 5_000) + Math.random() * 250),
     shouldRetry: () => true,
     on: {
+      // A socket that stops answering pings (a laptop waking up, a dead NAT entry) is
+      // dropped and replaced rather than left to look connected.
+      ping: (received) => {
+        if (!received) pongTimer = setTimeout(() => ws.terminate(), 5_000);
+      },
+      pong: (received) => {
+        if (received) clearTimeout(pongTimer);
+      },
       connecting: (isRetry) => setConnectionState(isRetry || hadSocket ? 'reconnecting' : 'connecting'),
       connected: () => {
         hadSocket = true;
         setConnectionState('connected');
       },
       closed: (event) => {
+        clearTimeout(pongTimer);
         const code = (event as CloseEvent | undefined)?.code;
         // 1000 is the client closing an idle socket (no subscription left): not a problem.
         setConnectionState(code === 1000 ? 'idle' : 'reconnecting');

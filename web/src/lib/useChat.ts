@@ -1,3 +1,4 @@
+import type { ApolloClient } from '@apollo/client';
 import { useApolloClient } from '@apollo/client/react';
 import { useCallback, useEffect, useRef, useState } from 'react';
 import {
@@ -22,6 +23,30 @@ import {
 import { describeError, isNetworkError, randomId, sleep } from './errors';
 
 export const HISTORY_PAGE = 200;
+
+/**
+ * Sends a message. A network failure may hide a message the server accepted, so it is
+ * sent again (a few times, with backoff) under the same idempotency key, which cannot
+ * create a second one.
+ */
+export async function addMessage(client: ApolloClient, sessionId: string, content: string) {
+  const idempotencyKey = randomId();
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const res = await client.mutate({
+        mutation: AddMessageDocument,
+        variables: { input: { sessionId, content, idempotencyKey } },
+      });
+      return res.data?.addMessage ?? null;
+    } catch (error) {
+      if (attempt < 4 && isNetworkError(error)) {
+        await sleep(400 * 2 ** attempt);
+        continue;
+      }
+      throw error;
+    }
+  }
+}
 
 export type ChatPhase =
   | { kind: 'loading' }
@@ -148,26 +173,8 @@ export function useChat(
 
   const send = useCallback(
     async (content: string) => {
-      const idempotencyKey = randomId();
-      // A network failure may hide an accepted message: retrying with the same key
-      // cannot create a second one.
-      for (let attempt = 0; ; attempt++) {
-        try {
-          const res = await client.mutate({
-            mutation: AddMessageDocument,
-            variables: { input: { sessionId, content, idempotencyKey } },
-          });
-          const payload = res.data?.addMessage;
-          if (payload) update((s) => messageAccepted(s, payload.message, payload.run));
-          return;
-        } catch (error) {
-          if (attempt < 4 && isNetworkError(error)) {
-            await sleep(400 * 2 ** attempt);
-            continue;
-          }
-          throw error;
-        }
-      }
+      const payload = await addMessage(client, sessionId, content);
+      if (payload) update((s) => messageAccepted(s, payload.message, payload.run));
     },
     [client, sessionId, update],
   );
