@@ -1,6 +1,6 @@
 import { useApolloClient } from '@apollo/client/react';
 import { useEffect, useState } from 'react';
-import { CreateTalkSessionDocument } from '../gql/graphql';
+import { CreateTalkSessionDocument, SessionsDocument } from '../gql/graphql';
 import { describeError } from '../lib/errors';
 import { addMessage } from '../lib/useChat';
 import { openChat } from '../lib/route';
@@ -33,7 +33,7 @@ export function Welcome({ bar }: { bar: TopBarProps }) {
     const id = created.data?.createTalkSession.id;
     if (!id) throw new Error('The chat could not be created.');
     await addMessage(client, id, content);
-    refreshSessions(client);
+    client.refetchQueries({ include: [SessionsDocument] }).catch(() => refreshSessions(client));
     openChat(id);
   }
 
