@@ -16,7 +16,15 @@ export default defineConfig({
   },
   server: {
     proxy: {
-      '/query': { target: api, ws: true, changeOrigin: false },
+      '/query': {
+        target: api,
+        ws: true,
+        changeOrigin: true,
+        // The server refuses websockets from other origins: present the page as its own.
+        configure: (proxy) => {
+          proxy.on('proxyReqWs', (req) => req.setHeader('origin', api));
+        },
+      },
       '/auth': { target: api },
     },
   },
