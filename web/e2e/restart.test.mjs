@@ -103,4 +103,34 @@ if (!SKIP) describe('server restart', { timeout: 300_000 }, () => {
     assert.equal(await lastReply(page), 'You answered "Yes". Thank you!');
     await page.close();
   });
+
+  test('a reply cut by a crash is settled after the restart and the chat goes on', async () => {
+    const page = await browser.context.newPage();
+    await page.goto(server.url);
+    await send(page, '/slow 200');
+    await currentSessionId(page);
+    await waitForReply(page, { status: 'STREAMING', contains: 'chunk 3.' });
+
+    await server.stop('SIGKILL');
+    await page.getByText('Connection lost. Reconnecting…').waitFor();
+    server = await startServer({ bin, port, dataDir: path.join(dir, 'data'), logName: 'server-restarted-3' });
+    await page.getByText('Connection lost. Reconnecting…').waitFor({ state: 'detached', timeout: 30_000 });
+
+    // The run the crash cut short ends one way or another; the page learns it from the stream.
+    await until(
+      page,
+      'the cut reply to stop streaming',
+      (s) => {
+        const all = document.querySelectorAll(s);
+        return all.length > 0 && all[all.length - 1].dataset.status !== 'STREAMING';
+      },
+      sel.assistant,
+      30_000,
+    );
+    const text = await lastReply(page);
+    assert.ok(text.startsWith('chunk 1. chunk 2. chunk 3.'), `the text written before the crash is kept: ${text}`);
+    await send(page, 'after the crash');
+    await waitForReply(page, { contains: 'You said: after the crash' });
+    await page.close();
+  });
 });
