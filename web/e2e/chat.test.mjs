@@ -108,6 +108,14 @@ if (!SKIP) describe('chat app', { timeout: 600_000 }, () => {
     assert.equal(await box.inputValue(), '');
   });
 
+  test('text beyond the Basic Multilingual Plane streams intact (offsets in code points)', async () => {
+    await newChat();
+    const text = 'Emoji 😀 then 𝄞 music, 👩‍💻 coder, ✓ check, 🇫🇷 flag and 你好 done';
+    await send(page, text);
+    await waitForReply(page, { contains: 'done' });
+    assert.equal(await lastReply(page), `You said: ${text}`);
+  });
+
   test('asks a question and goes on with the answer', async () => {
     await newChat();
     await send(page, '/ask What is your favourite colour?');
