@@ -126,7 +126,9 @@ func TestCrashLosesNothingAcknowledged(t *testing.T) {
 
 		if waiting != "" {
 			// A question outlives the crash: answering it resumes the run.
-			var out struct{ RespondToQuestion struct{ Run struct{ ID string } } }
+			var out struct {
+				RespondToQuestion struct{ Run struct{ ID string } }
+			}
 			user.Must(`mutation($q: ID!){ respondToQuestion(input:{questionId:$q, answer:"after the crash"}){ run { id } } }`, map[string]any{"q": waiting}, &out)
 			end := evs.Until("resumed run ends", tgtest.RunEnds(out.RespondToQuestion.Run.ID))
 			if end.Run.Status != "COMPLETED" {

@@ -129,6 +129,7 @@ func (a *App) Serve(ln net.Listener) error {
 // websockets and streams are closed, in-flight requests finish, and the store is closed.
 func (a *App) Close(ctx context.Context) {
 	a.Service.Close()
+	a.Handler.Drain(ctx)
 	a.cancelFn() // ends every request context, hijacked websockets included
 	a.Handler.CloseWebsockets()
 	if err := a.http.Shutdown(ctx); err != nil {

@@ -81,7 +81,8 @@ func (c *HandlerConfig) fill() {
 // health, readiness, metrics, guest sign-in and the web app.
 type Server struct {
 	http.Handler
-	sockets *connTracker
+	sockets  *connTracker
+	resolver *Resolver
 }
 
 // New builds the HTTP handler for svc.
@@ -90,7 +91,8 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	log := cfg.Log
 	sockets := newConnTracker()
 
-	gql := handler.New(NewExecutableSchema(Config{Resolvers: &Resolver{Service: svc}}))
+	resolver := &Resolver{Service: svc}
+	gql := handler.New(NewExecutableSchema(Config{Resolvers: resolver}))
 	gql.AddTransport(transport.SSE{})
 	gql.AddTransport(transport.Websocket{
 		Implementation:        newGorillaWebsocket(cfg.AllowedOrigins, 10*time.Second),
@@ -150,7 +152,26 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 			http.Redirect(w, r, "/playground", http.StatusFound)
 		})
 	}
-	return &Server{Handler: logRequests(log, mux), sockets: sockets}
+	return &Server{Handler: logRequests(log, mux), sockets: sockets, resolver: resolver}
+}
+
+// Drain waits, until ctx ends, for subscriptions to hand over their last events once the
+// service has ended them (see service.Close), then a moment for the transports to write
+// them and their completions.
+func (s *Server) Drain(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { s.resolver.streams.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return
+	}
+	t := time.NewTimer(100 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // CloseWebsockets closes every open websocket with 1001; call it when shutting down,

@@ -6,9 +6,16 @@ package graph
 
 //go:generate go tool gqlgen generate
 
-import "github.com/talkgraph/talkgraph/service"
+import (
+	"sync"
+
+	"github.com/talkgraph/talkgraph/service"
+)
 
 // Resolver is the root resolver.
 type Resolver struct {
 	Service *service.Service
+	// streams counts the goroutines forwarding subscriptions, so shutdown can let them
+	// deliver their last events.
+	streams sync.WaitGroup
 }

@@ -163,7 +163,9 @@ func (r *subscriptionResolver) MessageStream(ctx context.Context, sessionID stri
 		return nil, err
 	}
 	out := make(chan model.SessionEvent)
+	r.streams.Add(1)
 	go func() {
+		defer r.streams.Done()
 		defer close(out)
 		defer releaseSubscriptionSlot(ctx)
 		for ev := range evs {

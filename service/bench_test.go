@@ -42,6 +42,7 @@ func benchFanout(b *testing.B, each bool, subs int) {
 		cfg.FlushInterval = -1
 	}
 	cfg.TailEvents = 4096
+	cfg.MaxReplyBytes = 1 << 30
 	agents := &service.Agents{}
 	agents.Register("bench", "", chunkRunner{n: b.N})
 	svc, err := service.New(context.Background(), inmem.New(), agents, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))

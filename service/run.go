@@ -46,6 +46,7 @@ type activeRun struct {
 
 type toolState struct {
 	call       *ToolCall
+	output     strings.Builder // call.Output shares its bytes
 	outLen     int
 	pending    strings.Builder
 	pendingOff int
@@ -348,7 +349,7 @@ func (s *Service) finishLocked(ctx context.Context, st *sessionState, ar *active
 	}
 	for _, ts := range ar.tools {
 		if ts.call.Status == ToolRunning {
-			s.toolChunkInto(b, ar, ts)
+			s.toolChunkInto(b, ar, ts, true)
 			now := s.now()
 			ts.call.Status = ToolCancelled
 			if status == RunFailed {
@@ -408,8 +409,10 @@ func (s *Service) startNextLocked(st *sessionState) {
 	s.startLocked(st, next, false)
 }
 
-// chunkInto moves the run's unwritten text into b as a MessageChunk and updates the
-// message row.
+// chunkInto moves the run's unwritten text into b as a MessageChunk. The message row is
+// not rewritten: until the message completes, its chunk events are the durable record of
+// its text (recovery rebuilds the content from them, views overlay what is in memory), so
+// streaming writes only what is new.
 func (s *Service) chunkInto(b *Batch, ar *activeRun) {
 	if ar.msg == nil || ar.pending.Len() == 0 {
 		return
@@ -420,21 +423,22 @@ func (s *Service) chunkInto(b *Batch, ar *activeRun) {
 	ar.msg.Content = ar.content.String()
 	b.Events = append(b.Events, &Event{Type: EventMessageChunk, Key: ar.msg.ID, MessageID: ar.msg.ID, Delta: delta, Offset: ar.pendingOff})
 	ar.pendingOff = ar.msgLen
-	cp := *ar.msg
-	b.Messages = append(b.Messages, &cp)
 }
 
-func (s *Service) toolChunkInto(b *Batch, ar *activeRun, ts *toolState) {
+// toolChunkInto does for a tool's output what chunkInto does for a message's text.
+func (s *Service) toolChunkInto(b *Batch, ar *activeRun, ts *toolState, final bool) {
 	if ts.pending.Len() == 0 {
 		return
 	}
 	delta := ts.pending.String()
 	ts.pending.Reset()
-	ts.call.Output += delta
+	ts.output.WriteString(delta)
+	ts.call.Output = ts.output.String()
 	b.Events = append(b.Events, &Event{Type: EventToolCallOutput, Key: ts.call.ID, MessageID: ts.call.MessageID, Delta: delta, Offset: ts.pendingOff})
 	ts.pendingOff = ts.outLen
-	cp := *ts.call
-	b.ToolCalls = append(b.ToolCalls, &cp)
+	if !final {
+		b.OutputAppends = append(b.OutputAppends, TextAppend{ID: ts.call.ID, Text: delta})
+	}
 }
 
 // completeMessageInto writes the rest of the current message and completes it.
@@ -454,7 +458,7 @@ func (s *Service) flushLocked(ar *activeRun) error {
 	b := &Batch{}
 	s.chunkInto(b, ar)
 	for _, ts := range ar.tools {
-		s.toolChunkInto(b, ar, ts)
+		s.toolChunkInto(b, ar, ts, false)
 	}
 	return s.commitLocked(ar.ctx, ar.st, b)
 }
@@ -547,7 +551,7 @@ func (o *output) Ask(ctx context.Context, prompt string, choices []string) (stri
 	ar.stopTimer()
 	b := &Batch{}
 	for _, ts := range ar.tools {
-		s.toolChunkInto(b, ar, ts)
+		s.toolChunkInto(b, ar, ts, false)
 	}
 	var done *Message
 	if ar.msg != nil {
@@ -768,7 +772,7 @@ func (h *toolHandle) Finish(result string, err error) error {
 		return Errorf(ECONFLICT, "the tool call has finished")
 	}
 	b := &Batch{}
-	s.toolChunkInto(b, ar, ts)
+	s.toolChunkInto(b, ar, ts, true)
 	now := s.now()
 	ts.call.FinishedAt = &now
 	if err != nil {

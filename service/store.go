@@ -71,6 +71,11 @@ type Batch struct {
 	Events []*Event
 	// Idempotency is inserted; ECONFLICT when (UserID, Key) already exists.
 	Idempotency *IdempotencyRecord
+	// OutputAppends add text to the end of stored tool calls' Output, after the rows above
+	// are written: streaming writes only what is new. Appends to rows that do not exist are
+	// ignored. (A streaming message's text is kept only in its chunk events until the
+	// message completes; see the service's recovery.)
+	OutputAppends []TextAppend
 	// Rewrite replaces stored events with the same Seq (for compaction), and DropEvents
 	// deletes events by Seq.
 	Rewrite    []*Event
@@ -81,7 +86,14 @@ type Batch struct {
 func (b *Batch) Empty() bool {
 	return b.Session == nil && !b.Delete && len(b.Messages) == 0 && len(b.Runs) == 0 &&
 		len(b.Questions) == 0 && len(b.ToolCalls) == 0 && len(b.Events) == 0 &&
+		len(b.OutputAppends) == 0 &&
 		b.Idempotency == nil && len(b.Rewrite) == 0 && len(b.DropEvents) == 0
+}
+
+// TextAppend adds Text to the end of the text of the row with ID.
+type TextAppend struct {
+	ID   string
+	Text string
 }
 
 // SessionPosition is a place in a user's session list.

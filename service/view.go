@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"unicode/utf8"
 )
 
 // SessionView is a session as one read saw it: its state and the position of its log at
@@ -20,9 +19,9 @@ type SessionView struct {
 }
 
 type snapshot struct {
-	seq         int64
-	streamingID string // the message being written, if any
-	streamedLen int    // how much of it was written, in code points
+	seq          int64
+	streamingID  string // the message being written, if any
+	streamedText string // what of it was written
 }
 
 // View returns the caller's session with its status, active run, pending question and
@@ -66,7 +65,7 @@ func (s *Service) viewOf(ctx context.Context, sess *TalkSession) *SessionView {
 		}
 		if ar.msg != nil {
 			v.asOf.streamingID = ar.msg.ID
-			v.asOf.streamedLen = utf8.RuneCountInString(ar.msg.Content)
+			v.asOf.streamedText = ar.msg.Content
 		}
 	} else if len(st.queue) > 0 {
 		v.Status = SessionRunning
@@ -81,8 +80,14 @@ func (s *Service) viewOf(ctx context.Context, sess *TalkSession) *SessionView {
 // bad cursor or a negative count; ENOTFOUND for a session that is missing or not the
 // caller's.
 func (s *Service) Messages(ctx context.Context, sessionID string, asOf *SessionView, first *int, after string, last *int, before string) (msgs []*Message, hasPrev, hasNext bool, err error) {
-	if _, err := s.session(ctx, sessionID); err != nil {
+	sess, err := s.session(ctx, sessionID)
+	if err != nil {
 		return nil, false, false, err
+	}
+	if asOf == nil {
+		// The store holds a streaming message's text only in its chunk events: take the
+		// text from memory, as of now.
+		asOf = s.viewOf(ctx, sess)
 	}
 	var page MessagePage
 	if after != "" {
@@ -95,7 +100,7 @@ func (s *Service) Messages(ctx context.Context, sessionID string, asOf *SessionV
 			return nil, false, false, err
 		}
 	}
-	if asOf != nil && (page.Before == 0 || page.Before > asOf.asOf.seq+1) {
+	if page.Before == 0 || page.Before > asOf.asOf.seq+1 {
 		page.Before = asOf.asOf.seq + 1
 	}
 	fromEnd := last != nil && first == nil
@@ -136,11 +141,11 @@ func (s *Service) Messages(ctx context.Context, sessionID string, asOf *SessionV
 	} else {
 		hasPrev = after != ""
 	}
-	if asOf != nil && asOf.asOf.streamingID != "" {
+	if asOf.asOf.streamingID != "" {
 		for i, m := range list {
 			if m.ID == asOf.asOf.streamingID {
 				cp := *m
-				cp.Content = string([]rune(cp.Content)[:min(asOf.asOf.streamedLen, utf8.RuneCountInString(cp.Content))])
+				cp.Content = asOf.asOf.streamedText
 				cp.Status = MessageStreaming
 				list[i] = &cp
 			}
@@ -253,6 +258,12 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 	b := &Batch{}
 	for _, m := range msgs {
 		if m.RunID == run.ID && m.Status == MessageStreaming {
+			// Its text is in its chunk events: every flushed chunk, nothing more.
+			text, err := s.streamedText(ctx, st.id, m)
+			if err != nil {
+				return err
+			}
+			m.Content = text
 			m.Status = MessageInterrupted
 			cp := *m
 			b.Messages = append(b.Messages, m)
@@ -270,4 +281,26 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 	}
 	st.active = ar
 	return s.finishLocked(ctx, st, ar, RunInterrupted, "")
+}
+
+// streamedText rebuilds the text of a message from its chunk events, placing each delta at
+// its offset.
+func (s *Service) streamedText(ctx context.Context, sessionID string, m *Message) (string, error) {
+	var text []rune
+	after := m.Seq
+	for {
+		evs, err := s.store.Events(ctx, sessionID, after, 1000)
+		if err != nil {
+			return "", err
+		}
+		for _, ev := range evs {
+			if ev.Type == EventMessageChunk && ev.Key == m.ID && ev.Offset <= len(text) {
+				text = append(text[:ev.Offset], []rune(ev.Delta)...)
+			}
+		}
+		if len(evs) < 1000 {
+			return string(text), nil
+		}
+		after = evs[len(evs)-1].Seq
+	}
 }

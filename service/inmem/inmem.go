@@ -184,6 +184,11 @@ func (s *Store) Apply(ctx context.Context, b *service.Batch) error {
 		s.toolCalls[tc.ID] = cloneToolCall(tc)
 		sd.toolCalls[tc.ID] = struct{}{}
 	}
+	for _, ap := range b.OutputAppends {
+		if tc := s.toolCalls[ap.ID]; tc != nil && tc.SessionID == b.SessionID {
+			tc.Output += ap.Text
+		}
+	}
 
 	// Tell the caller what was assigned.
 	for i, e := range b.Events {

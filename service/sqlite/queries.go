@@ -150,6 +150,7 @@ const (
 	// The message IDs come as one JSON array.
 	qToolCalls = `SELECT ` + toolCallCols + ` FROM tool_calls
 		WHERE message_id IN (SELECT value FROM json_each(?)) ORDER BY started_at, id`
+	qAppendOutput   = `UPDATE tool_calls SET output = output || ? WHERE id = ? AND session_id = ?`
 	qUpsertToolCall = `INSERT INTO tool_calls (` + toolCallCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET run_id = excluded.run_id, message_id = excluded.message_id,
 		name = excluded.name, arguments = excluded.arguments, output = excluded.output,

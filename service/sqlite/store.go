@@ -217,6 +217,11 @@ func (s *Store) applyTx(ctx context.Context, tx *sql.Tx, b *service.Batch, sessi
 			return nil, err
 		}
 	}
+	for _, ap := range b.OutputAppends {
+		if _, err := exec(qAppendOutput, ap.Text, ap.ID, b.SessionID); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 
