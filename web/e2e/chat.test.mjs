@@ -290,6 +290,23 @@ if (!SKIP) describe('chat app', { timeout: 600_000 }, () => {
     assert.equal(await page.locator('.composer-error').count(), 0);
   });
 
+  test('a chat deleted in one tab says so in the other', async () => {
+    await newChat();
+    await send(page, 'short-lived');
+    await waitForReply(page, { contains: 'short-lived' });
+    const sessionId = await currentSessionId(page);
+    const other = await browser.context.newPage();
+    try {
+      await other.goto(`${server.url}/#/c/${sessionId}`);
+      await waitForReply(other, { contains: 'short-lived' });
+      await page.locator('.session-item.current').getByRole('button', { name: /^Delete chat/ }).click();
+      await page.getByRole('dialog', { name: 'Delete this chat?' }).getByRole('button', { name: 'Delete' }).click();
+      await other.getByText('This chat does not exist').waitFor({ timeout: 20_000 });
+    } finally {
+      await other.close();
+    }
+  });
+
   test('shows tool calls with arguments, output and result', async () => {
     await newChat();
     await send(page, '/tool alpha beta gamma');

@@ -94,6 +94,7 @@ export function useChat(
     let attempt = 0;
     let timer: ReturnType<typeof setTimeout> | undefined;
     let stream: { unsubscribe(): void } | undefined;
+    let restartPending = false;
 
     setState(null);
     stateRef.current = null;
@@ -102,7 +103,9 @@ export function useChat(
     const fail = (error: unknown) => {
       stream?.unsubscribe();
       stream = undefined;
-      if (cancelled) return;
+      // An error and the completion after it ask for one restart, not two.
+      if (cancelled || restartPending) return;
+      restartPending = true;
       const delay = Math.min(500 * 2 ** attempt++, 8_000);
       if (isUnauthenticated(error)) {
         // Sign in again, then load as the new identity (to which this chat may not belong).
@@ -123,6 +126,7 @@ export function useChat(
     };
 
     async function start() {
+      restartPending = false;
       try {
         const res = await client.query({
           query: SessionDocument,
