@@ -1,6 +1,16 @@
 package main
 
-import "io/fs"
+import (
+	"io/fs"
 
-// webFiles returns the embedded browser app, or nil while there is none.
-func webFiles() fs.FS { return nil }
+	"github.com/talkgraph/talkgraph/web"
+)
+
+// webFiles returns the embedded browser app, served at /.
+func webFiles() fs.FS {
+	dist, err := fs.Sub(web.Dist, "dist")
+	if err != nil {
+		panic(err) // the embed pattern guarantees the folder
+	}
+	return dist
+}
