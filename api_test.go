@@ -3,8 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
-	"unicode/utf8"
 
+	"github.com/talkgraph/talkgraph/app"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
 )
 
@@ -339,7 +339,7 @@ func TestAgentPanicFailsOnlyItsRun(t *testing.T) {
 
 func TestBadInputGetsClearCodeAndStoresNothing(t *testing.T) {
 	eachStore(t, func(t *testing.T, store string) {
-		a := startApp(t, store, func(c *Config) { c.Service.MaxMessageBytes = 100 })
+		a := startApp(t, store, func(c *app.Config) { c.Service.MaxMessageBytes = 100 })
 		c := guest(t, a)
 		sid := c.CreateSession(nil)
 		add := `mutation($s: ID!, $c: String!){ addMessage(input:{sessionId:$s, content:$c}){ run { id } } }`
@@ -388,6 +388,6 @@ func TestBadInputGetsClearCodeAndStoresNothing(t *testing.T) {
 		if len(list.Sessions.Edges) != 1 {
 			t.Errorf("bad input created sessions: %d listed", len(list.Sessions.Edges))
 		}
-		_ = utf8.RuneLen
+		
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkgraph/talkgraph/app"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
 )
 
@@ -17,16 +18,16 @@ var stores = []string{"memory", "sqlite"}
 
 // testApp is a real server on a random local port.
 type testApp struct {
-	*App
+	*app.App
 	URL string
 }
 
 // startApp starts the whole server (store, service, HTTP) on 127.0.0.1 with a temporary
 // data directory; change adjusts the configuration. It is closed when the test ends.
-func startApp(t testing.TB, store string, change func(*Config)) *testApp {
+func startApp(t testing.TB, store string, change func(*app.Config)) *testApp {
 	t.Helper()
 	env := map[string]string{"DATA_DIR": t.TempDir(), "DEMO_CHUNK_DELAY": "0s", "FLUSH_INTERVAL": "5ms", "RATE_LIMIT": "1000", "RATE_BURST": "1000"}
-	cfg, err := loadConfig(nil, func(k string) string { return env[k] })
+	cfg, err := app.LoadConfig(nil, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,13 +43,13 @@ func startApp(t testing.TB, store string, change func(*Config)) *testApp {
 	return serveApp(t, cfg)
 }
 
-func serveApp(t testing.TB, cfg Config) *testApp {
+func serveApp(t testing.TB, cfg app.Config) *testApp {
 	t.Helper()
 	var logOut io.Writer = io.Discard
 	if os.Getenv("TALKGRAPH_TEST_LOG") != "" {
 		logOut = os.Stderr
 	}
-	app, err := Open(context.Background(), cfg, logOut)
+	app, err := app.Open(context.Background(), cfg, logOut)
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkgraph/talkgraph/app"
+
 	"github.com/gorilla/websocket"
 
 	"github.com/talkgraph/talkgraph/graph"
@@ -77,7 +79,7 @@ func TestForgedTokenIsRefusedOverHTTP(t *testing.T) {
 }
 
 func TestExpiredTokenClosesSocket(t *testing.T) {
-	a := startApp(t, "memory", func(c *Config) { c.TokenTTL = 1500 * time.Millisecond })
+	a := startApp(t, "memory", func(c *app.Config) { c.TokenTTL = 1500 * time.Millisecond })
 	c := guest(t, a)
 	s := c.Connect("graphql-transport-ws")
 	select {
@@ -246,7 +248,7 @@ func TestBusyPolicyEnqueueAndReject(t *testing.T) {
 
 func TestLimits(t *testing.T) {
 	t.Run("operations per user per second", func(t *testing.T) {
-		a := startApp(t, "memory", func(c *Config) { c.HTTP.OpsPerSecond = 0.5; c.HTTP.OpsBurst = 3 })
+		a := startApp(t, "memory", func(c *app.Config) { c.HTTP.OpsPerSecond = 0.5; c.HTTP.OpsBurst = 3 })
 		c := guest(t, a)
 		var codes []string
 		for i := 0; i < 5; i++ {
@@ -261,7 +263,7 @@ func TestLimits(t *testing.T) {
 		}
 	})
 	t.Run("depth and complexity", func(t *testing.T) {
-		a := startApp(t, "memory", func(c *Config) { c.HTTP.MaxDepth = 4; c.HTTP.MaxComplexity = 50 })
+		a := startApp(t, "memory", func(c *app.Config) { c.HTTP.MaxDepth = 4; c.HTTP.MaxComplexity = 50 })
 		c := guest(t, a)
 		deep := `{ sessions { edges { node { messages { edges { node { id } } } } } } }`
 		if r := c.Do(deep, nil); r.Code() != "BAD_USER_INPUT" || !strings.Contains(r.Errors[0].Message, "deep") {
@@ -277,7 +279,7 @@ func TestLimits(t *testing.T) {
 		}
 	})
 	t.Run("request body size", func(t *testing.T) {
-		a := startApp(t, "memory", func(c *Config) { c.HTTP.MaxBodyBytes = 1000 })
+		a := startApp(t, "memory", func(c *app.Config) { c.HTTP.MaxBodyBytes = 1000 })
 		c := guest(t, a)
 		r := c.Do(`{ viewer { id } }`+strings.Repeat(" ", 2000), nil)
 		if r.Status != http.StatusRequestEntityTooLarge || r.Code() != "BAD_USER_INPUT" {
@@ -285,7 +287,7 @@ func TestLimits(t *testing.T) {
 		}
 	})
 	t.Run("subscriptions per connection", func(t *testing.T) {
-		a := startApp(t, "memory", func(c *Config) { c.HTTP.SubsPerConnection = 2 })
+		a := startApp(t, "memory", func(c *app.Config) { c.HTTP.SubsPerConnection = 2 })
 		c := guest(t, a)
 		sid := c.CreateSession(nil)
 		s := c.Connect("graphql-transport-ws")
@@ -302,13 +304,13 @@ func TestLimits(t *testing.T) {
 		if r := on.Do(`{ __schema { queryType { name } } }`, nil); len(r.Errors) > 0 {
 			t.Errorf("introspection on: %+v", r.Errors)
 		}
-		off := guest(t, startApp(t, "memory", func(c *Config) { c.HTTP.DisableIntrospection = true }))
+		off := guest(t, startApp(t, "memory", func(c *app.Config) { c.HTTP.DisableIntrospection = true }))
 		if r := off.Do(`{ __schema { queryType { name } } }`, nil); len(r.Errors) == 0 {
 			t.Error("introspection answered while switched off")
 		}
 	})
 	t.Run("websocket origin", func(t *testing.T) {
-		a := startApp(t, "memory", func(c *Config) { c.HTTP.AllowedOrigins = []string{"https://app.example"} })
+		a := startApp(t, "memory", func(c *app.Config) { c.HTTP.AllowedOrigins = []string{"https://app.example"} })
 		for origin, ok := range map[string]bool{"https://evil.example": false, "https://app.example": true, a.URL: true} {
 			d := websocket.Dialer{Subprotocols: []string{"graphql-transport-ws"}}
 			h := http.Header{"Origin": {origin}}

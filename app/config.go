@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/talkgraph/talkgraph/graph"
 	"github.com/talkgraph/talkgraph/service"
+	"github.com/talkgraph/talkgraph/service/openai"
 )
 
 // Config is everything the server can be told. Each setting is a flag and an
@@ -43,6 +44,10 @@ type Config struct {
 
 	Service service.Config
 	HTTP    graph.HandlerConfig
+
+	// Agents, when set, registers more agents (or replaces built-in ones) for a program
+	// that embeds talkgraph.
+	Agents func(*service.Agents)
 }
 
 // OpenAIConfig configures the openai agent; it is registered when a base URL or key is set.
@@ -55,16 +60,19 @@ type OpenAIConfig struct {
 	Shell        bool
 	ShellDir     string
 	ShellTimeout time.Duration
+	// Tools are more tools offered to the model, for a program that embeds talkgraph.
+	Tools []openai.Tool
 }
 
-// setting is one configuration entry: a flag, its environment variable, its default and
-// what it means. The README's configuration table lists the same.
-type setting struct {
-	flag, env, def, help string
-	set                  func(c *Config, v string) error
+// Setting is one configuration entry: a flag, its environment variable, its default and
+// what it means. The README's configuration table lists the same (a test checks it).
+type Setting struct {
+	Flag, Env, Default, Help string
+	set                      func(c *Config, v string) error
 }
 
-func settings() []setting {
+// Settings lists every setting: flag, environment variable, default and meaning.
+func Settings() []Setting {
 	str := func(p func(*Config) *string) func(*Config, string) error {
 		return func(c *Config, v string) error { *p(c) = v; return nil }
 	}
@@ -108,7 +116,7 @@ func settings() []setting {
 			return nil
 		}
 	}
-	return []setting{
+	return []Setting{
 		{"port", "PORT", "8080", "TCP port to listen on", func(c *Config, v string) error {
 			if _, err := strconv.ParseUint(v, 10, 16); err != nil {
 				return fmt.Errorf("want a port number, got %q", v)
@@ -205,29 +213,30 @@ func joinHost(host, addr string) string {
 	return host + ":" + port
 }
 
-// loadConfig reads settings: defaults, then the environment, then flags.
-func loadConfig(args []string, getenv func(string) string) (Config, error) {
+// LoadConfig reads the settings (see Settings): defaults, then the environment through
+// getenv, then the flags in args.
+func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	var c Config
 	c.Service = service.DefaultConfig()
 	fs := flag.NewFlagSet("talkgraph", flag.ContinueOnError)
-	list := settings()
+	list := Settings()
 	values := make([]*string, len(list))
 	for i, s := range list {
-		v := s.def
-		if e := getenv(s.env); e != "" {
+		v := s.Default
+		if e := getenv(s.Env); e != "" {
 			v = e
 		}
-		values[i] = fs.String(s.flag, v, s.help+" (env "+s.env+")")
+		values[i] = fs.String(s.Flag, v, s.Help+" (env "+s.Env+")")
 	}
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	for i, s := range list {
-		if *values[i] == "" && s.def == "" {
+		if *values[i] == "" && s.Default == "" {
 			continue
 		}
 		if err := s.set(&c, *values[i]); err != nil {
-			return c, fmt.Errorf("%s (-%s): %w", s.env, s.flag, err)
+			return c, fmt.Errorf("%s (-%s): %w", s.Env, s.Flag, err)
 		}
 	}
 	if c.DatabaseURL == "" {
@@ -237,8 +246,8 @@ func loadConfig(args []string, getenv func(string) string) (Config, error) {
 	return c, nil
 }
 
-// redactedDatabaseURL is the database URL without any password, for logs.
-func (c Config) redactedDatabaseURL() string {
+// RedactedDatabaseURL is the database URL without any password, for logs.
+func (c Config) RedactedDatabaseURL() string {
 	u, err := url.Parse(c.DatabaseURL)
 	if err != nil {
 		return "(unparsable)"

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"fmt"
@@ -14,12 +14,15 @@ import (
 func buildAgents(c Config) (*service.Agents, error) {
 	agents := &service.Agents{}
 	agents.Register("demo", demo.Description, &demo.Agent{ChunkDelay: c.DemoChunkDelay})
+	if c.Agents != nil {
+		defer c.Agents(agents)
+	}
 	o := c.OpenAI
 	if o.BaseURL == "" && o.APIKey == "" {
 		return agents, nil
 	}
 	cfg := openai.Config{BaseURL: o.BaseURL, APIKey: o.APIKey, Model: o.Model, SystemPrompt: o.SystemPrompt,
-		EnableShell: o.Shell, Shell: openai.ShellConfig{Dir: o.ShellDir, Timeout: o.ShellTimeout}}
+		Tools: o.Tools, EnableShell: o.Shell, Shell: openai.ShellConfig{Dir: o.ShellDir, Timeout: o.ShellTimeout}}
 	if o.Temperature != "" {
 		t, err := strconv.ParseFloat(o.Temperature, 64)
 		if err != nil || t < 0 || t > 2 {

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -22,5 +22,5 @@ func openStore(ctx context.Context, c Config) (service.Store, error) {
 		}
 		return sqlite.Open(ctx, path, sqlite.Options{BusyTimeout: c.SQLiteBusyTimeout, FullSync: c.SQLiteFullSync, MaxBytes: c.SQLiteMaxBytes})
 	}
-	return nil, fmt.Errorf("DATABASE_URL %q: unsupported scheme (use sqlite:///path or memory:)", c.redactedDatabaseURL())
+	return nil, fmt.Errorf("DATABASE_URL %q: unsupported scheme (use sqlite:///path or memory:)", c.RedactedDatabaseURL())
 }

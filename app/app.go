@@ -1,0 +1,135 @@
+// Package app assembles a talkgraph server from a Config: the store DATABASE_URL names, the
+// service, the agents, and the HTTP handler with its transports. The talkgraph command is a
+// thin main around it; a Go program that embeds talkgraph uses it the same way, adding its
+// own agents (Config.Agents) and tools for the openai agent (Config.OpenAI.Tools):
+//
+//	cfg, err := app.LoadConfig(os.Args[1:], os.Getenv)
+//	cfg.Agents = func(a *service.Agents) { a.Register("mine", "My agent", myRunner) }
+//	a, err := app.Open(ctx, cfg, os.Stderr)
+//	err = a.ListenAndServe(ctx) // until ctx ends, then a graceful shutdown
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/talkgraph/talkgraph/graph"
+	"github.com/talkgraph/talkgraph/service"
+)
+
+// App is a running talkgraph: the store, the service and the HTTP server.
+type App struct {
+	Config  Config
+	Log     *slog.Logger
+	Store   service.Store
+	Service *service.Service
+	Handler *graph.Server
+
+	http     *http.Server
+	cancelFn context.CancelFunc
+}
+
+// Open builds an App from cfg: it opens the store (running migrations), recovers runs
+// left by a previous process, and prepares the HTTP handler. Logs go to logOut.
+func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
+	log := newLogger(cfg, logOut)
+	store, err := openStore(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	secret, err := authSecret(ctx, cfg, store)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	agents, err := buildAgents(cfg)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	svc, err := service.New(ctx, store, agents, cfg.Service, log)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("start service: %w", err)
+	}
+	hcfg := cfg.HTTP
+	hcfg.Auth = &graph.Auth{Secret: secret, Issuer: cfg.AuthIssuer, Audience: cfg.AuthAudience, TokenTTL: cfg.TokenTTL, Guest: cfg.GuestSignIn, Leeway: 30 * time.Second}
+	hcfg.Log = log
+	hcfg.Web = webFiles()
+	h := graph.New(svc, hcfg)
+	base, cancel := context.WithCancel(context.Background())
+	a := &App{Config: cfg, Log: log, Store: store, Service: svc, Handler: h, cancelFn: cancel}
+	a.http = &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return a, nil
+}
+
+// Serve serves HTTP on ln until Close.
+func (a *App) Serve(ln net.Listener) error {
+	err := a.http.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// ListenAndServe listens on the configured address and serves until ctx ends, then shuts
+// down gracefully within the configured timeout.
+func (a *App) ListenAndServe(ctx context.Context) error {
+	ln, err := net.Listen("tcp", a.Config.Addr)
+	if err != nil {
+		a.Close(context.Background())
+		return err
+	}
+	a.Log.Info("talkgraph listening", "addr", ln.Addr().String(), "store", a.Config.RedactedDatabaseURL(), "agents", len(a.Service.Agents()))
+	errc := make(chan error, 1)
+	go func() { errc <- a.Serve(ln) }()
+	select {
+	case err := <-errc:
+		a.Close(context.Background())
+		return err
+	case <-ctx.Done():
+	}
+	a.Log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), a.Config.ShutdownTimeout)
+	defer cancel()
+	a.Close(sctx)
+	return nil
+}
+
+// Close shuts down gracefully within ctx: the service stops accepting work and ends
+// running runs INTERRUPTED (keeping partial replies; waiting runs stay waiting),
+// subscriptions deliver their last events, open websockets and streams are closed,
+// in-flight requests finish, and the store is closed.
+func (a *App) Close(ctx context.Context) {
+	a.Service.Close()
+	a.Handler.Drain(ctx)
+	a.cancelFn() // ends every request context, hijacked websockets included
+	a.Handler.CloseWebsockets()
+	if err := a.http.Shutdown(ctx); err != nil {
+		a.Log.Warn("http shutdown", "err", err)
+		_ = a.http.Close()
+	}
+	if err := a.Store.Close(); err != nil {
+		a.Log.Warn("store close", "err", err)
+	}
+}
+
+func newLogger(cfg Config, out io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(out, opts))
+	}
+	return slog.New(slog.NewJSONHandler(out, opts))
+}
