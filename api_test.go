@@ -388,6 +388,6 @@ func TestBadInputGetsClearCodeAndStoresNothing(t *testing.T) {
 		if len(list.Sessions.Edges) != 1 {
 			t.Errorf("bad input created sessions: %d listed", len(list.Sessions.Edges))
 		}
-		
+
 	})
 }
