@@ -128,12 +128,12 @@ func Settings() []Setting {
 			c.Addr = joinHost(v, c.Addr)
 			return nil
 		}},
-		{"data-dir", "DATA_DIR", "./data", "directory for the SQLite file and the auth secret", str(func(c *Config) *string { return &c.DataDir })},
+		{"data-dir", "DATA_DIR", "./data", "directory for the default SQLite file (and the auth secret with memory: storage)", str(func(c *Config) *string { return &c.DataDir })},
 		{"database-url", "DATABASE_URL", "", "storage: sqlite:///path/to/file.db (default: talkgraph.db in DATA_DIR) or memory: (nothing kept)", str(func(c *Config) *string { return &c.DatabaseURL })},
 		{"sqlite-busy-timeout", "SQLITE_BUSY_TIMEOUT", "5s", "how long a write waits for a locked database before failing", dur(func(c *Config) *time.Duration { return &c.SQLiteBusyTimeout })},
 		{"sqlite-full-sync", "SQLITE_FULL_SYNC", "false", "wait for the disk on every commit (survives power loss, not only crashes)", boolean(func(c *Config) *bool { return &c.SQLiteFullSync })},
 		{"sqlite-max-bytes", "SQLITE_MAX_BYTES", "0", "cap on the database size; writes beyond it fail as on a full disk (0: none)", num64(func(c *Config) *int64 { return &c.SQLiteMaxBytes })},
-		{"auth-secret", "AUTH_SECRET", "", "HS256 secret for tokens (default: generated once and kept in DATA_DIR/auth_secret)", str(func(c *Config) *string { return &c.AuthSecret })},
+		{"auth-secret", "AUTH_SECRET", "", "HS256 secret for tokens, at least 16 characters (default: generated once, kept in the SQLite file or DATA_DIR/auth_secret)", str(func(c *Config) *string { return &c.AuthSecret })},
 		{"auth-issuer", "AUTH_ISSUER", "", "required iss claim (and set on issued tokens)", str(func(c *Config) *string { return &c.AuthIssuer })},
 		{"auth-audience", "AUTH_AUDIENCE", "", "required aud claim (and set on issued tokens)", str(func(c *Config) *string { return &c.AuthAudience })},
 		{"token-ttl", "TOKEN_TTL", "720h", "lifetime of tokens issued by /auth/guest", dur(func(c *Config) *time.Duration { return &c.TokenTTL })},
