@@ -664,7 +664,12 @@ func (s *Service) Respond(ctx context.Context, questionID, answer string) (*Ques
 		ar.answer <- answer
 	} else {
 		// No agent is waiting in this process (it was restarted): run the agent again on
-		// the history, which now holds the question and its answer.
+		// the history, which now holds the question and its answer. A tool call that was
+		// running when the question was asked (an agent's "ask the user" tool) is that
+		// question's call: the answer is its result.
+		if err := s.finishAskingToolLocked(ctx, st, q, answer); err != nil {
+			s.log.Warn("completing the asking tool call", "question", q.ID, "err", err)
+		}
 		ar.sealed = true
 		ar.cancel()
 		st.active = nil
@@ -705,12 +710,8 @@ func (o *output) StartTool(id, name, arguments string) (ToolHandle, error) {
 	if ar.sealed {
 		return nil, o.ended()
 	}
-	if id == "" || len(id) > 200 {
-		id = newID()
-	}
-	if ar.tools[id] != nil {
-		id = newID()
-	}
+	// Models reuse their call IDs across turns ("call_0"); the stored ID must be unique.
+	id = newID()
 	if ar.msg == nil {
 		if err := s.beginMessageLocked(ar); err != nil {
 			return nil, err
@@ -793,4 +794,36 @@ func (h *toolHandle) Finish(result string, err error) error {
 	}
 	s.compactLocked(ar.ctx, ar.st, ts.call.ID, ts.fromSeq)
 	return nil
+}
+
+// finishAskingToolLocked completes, with the answer as its result, the latest tool call of
+// q's run that was still running when q was asked, if any.
+func (s *Service) finishAskingToolLocked(ctx context.Context, st *sessionState, q *Question, answer string) error {
+	msgs, err := s.store.Messages(ctx, st.id, MessagePage{Last: 50})
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for _, m := range msgs {
+		if m.RunID == q.RunID && m.Role == RoleAssistant {
+			ids = append(ids, m.ID)
+		}
+	}
+	calls, err := s.store.ToolCalls(ctx, ids)
+	if err != nil {
+		return err
+	}
+	var asking *ToolCall
+	for _, c := range calls {
+		if c.Status == ToolRunning && !c.StartedAt.After(q.AskedAt) {
+			asking = c
+		}
+	}
+	if asking == nil {
+		return nil
+	}
+	now := s.now()
+	asking.Status, asking.Result, asking.FinishedAt = ToolCompleted, &answer, &now
+	cp := *asking
+	return s.commitLocked(ctx, st, &Batch{ToolCalls: []*ToolCall{asking}, Events: []*Event{{Type: EventToolCallFinished, ToolCall: &cp}}})
 }

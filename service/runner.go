@@ -69,7 +69,8 @@ type Output interface {
 	// choices may be nil for a free answer.
 	Ask(ctx context.Context, prompt string, choices []string) (string, error)
 	// StartTool records the start of a tool call on the current assistant message and
-	// returns its handle. id may be empty; the service then makes one.
+	// returns its handle. The call gets an ID of its own (ToolHandle.ID), unique in the
+	// store; id, the agent's name for it (e.g. the model's tool_call_id), may be empty.
 	StartTool(id, name, arguments string) (ToolHandle, error)
 }
 

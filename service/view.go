@@ -220,11 +220,25 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 		if err != nil {
 			return err
 		}
+		var ids []string
 		for _, m := range msgs {
 			if m.Kind == KindQuestion && m.RunID == run.ID {
 				if q, err := s.store.Question(ctx, m.QuestionID); err == nil && q.Answer == nil && !q.Withdrawn {
 					ar.question = q
 				}
+			}
+			if m.RunID == run.ID && m.Role == RoleAssistant {
+				ids = append(ids, m.ID)
+			}
+		}
+		// Tool calls left running (the asking one) end with the run if it is stopped.
+		calls, err := s.store.ToolCalls(ctx, ids)
+		if err != nil {
+			return err
+		}
+		for _, c := range calls {
+			if c.Status == ToolRunning {
+				ar.tools[c.ID] = &toolState{call: c}
 			}
 		}
 		st.active = ar
