@@ -88,7 +88,9 @@ func (s *Service) commitLocked(ctx context.Context, st *sessionState, b *Batch) 
 	if b.Session != nil {
 		b.Session.LastSeq = seq
 	}
-	if err := s.store.Apply(ctx, b); err != nil {
+	err := s.store.Apply(ctx, b)
+	s.noteWrite(err)
+	if err != nil {
 		s.log.Error("store apply", "session", st.id, "err", err)
 		return err
 	}

@@ -97,8 +97,10 @@ type Service struct {
 	subsDone sync.WaitGroup // subscription goroutines
 	closing  chan struct{}
 	closed   atomic.Bool
-	subs     atomic.Int64
-	stats    counters
+	// writeFailure is set while writes fail for want of storage.
+	writeFailure atomic.Pointer[writeFailure]
+	subs         atomic.Int64
+	stats        counters
 }
 
 type counters struct {
@@ -159,12 +161,35 @@ func (s *Service) countRun(status RunStatus) {
 	s.stats.runsMu.Unlock()
 }
 
-// Ready returns nil while the service accepts work and its store can be written.
+// Ready returns nil while the service accepts work and its store can be written: the store
+// answers Ping, and no write has failed for want of storage in the last few seconds (a
+// full disk can still take a tiny probe).
 func (s *Service) Ready(ctx context.Context) error {
 	if s.closed.Load() {
 		return Errorf(EUNAVAILABLE, "the server is shutting down")
 	}
+	if f := s.writeFailure.Load(); f != nil && time.Since(f.at) < 5*time.Second {
+		return f.err
+	}
 	return s.store.Ping(ctx)
+}
+
+// writeFailure is the last write that failed because storage could not be written.
+type writeFailure struct {
+	at  time.Time
+	err error
+}
+
+// noteWrite records the outcome of a store write for Ready.
+func (s *Service) noteWrite(err error) {
+	switch {
+	case err == nil:
+		if s.writeFailure.Load() != nil {
+			s.writeFailure.Store(nil)
+		}
+	case ErrorCode(err) == EUNAVAILABLE:
+		s.writeFailure.Store(&writeFailure{at: time.Now(), err: err})
+	}
 }
 
 func newID() string { return uuid.NewString() }
@@ -252,7 +277,9 @@ func (s *Service) CreateTalkSession(ctx context.Context, title string, settings 
 	now := s.now()
 	sess := &TalkSession{ID: newID(), UserID: u, Title: title, Settings: set, CreatedAt: now, UpdatedAt: now}
 	b := &Batch{SessionID: sess.ID, Session: sess}
-	if err := s.store.Apply(ctx, b); err != nil {
+	err = s.store.Apply(ctx, b)
+	s.noteWrite(err)
+	if err != nil {
 		return nil, err
 	}
 	return sess, nil
