@@ -391,3 +391,20 @@ func TestBadInputGetsClearCodeAndStoresNothing(t *testing.T) {
 
 	})
 }
+
+func TestUntitledSessionIsNamedAfterItsFirstMessage(t *testing.T) {
+	a := startApp(t, "memory", nil)
+	c := guest(t, a)
+	var out struct{ CreateTalkSession struct{ ID, Title string } }
+	c.Must(`mutation{ createTalkSession { id title } }`, nil, &out)
+	sid := out.CreateTalkSession.ID
+	ws := c.Connect("graphql-transport-ws")
+	_, evs := ws.Stream(sid, c.Cursor(sid))
+	c.Send(sid, "plan a   trip to Lisbon")
+	evs.Until("SessionUpdated", func(e tgtest.Event) bool { return e.Typename == "SessionUpdated" })
+	var got struct{ Session struct{ Title string } }
+	c.Must(`query($s: ID!){ session(id: $s){ title } }`, map[string]any{"s": sid}, &got)
+	if got.Session.Title != "plan a trip to Lisbon" {
+		t.Errorf("title = %q", got.Session.Title)
+	}
+}

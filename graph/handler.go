@@ -228,11 +228,23 @@ func logRequests(log *slog.Logger, next http.Handler) http.Handler {
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
+	wrote  bool
 }
 
+// WriteHeader passes on the first status only: when a websocket upgrade is refused, both
+// the upgrader and gqlgen's transport answer.
 func (s *statusRecorder) WriteHeader(code int) {
+	if s.wrote {
+		return
+	}
+	s.wrote = true
 	s.status = code
 	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	s.wrote = true
+	return s.ResponseWriter.Write(b)
 }
 
 // Unwrap lets http.ResponseController reach the connection.

@@ -126,14 +126,17 @@ func (s *Service) AddMessage(ctx context.Context, sessionID, content, key string
 	run := &Run{ID: newID(), SessionID: sess.ID, UserID: u, Status: RunQueued, Agent: sess.Settings.Agent, CreatedAt: now}
 	msg := &Message{ID: newID(), SessionID: sess.ID, Role: RoleUser, Kind: KindText, Content: content,
 		Status: MessageComplete, RunID: run.ID, CreatedAt: now}
-	if sess.Title == "" {
-		sess.Title = truncate(strings.Join(strings.Fields(content), " "), 60)
-	}
 	sess.UpdatedAt = now
 	b.Session = sess
 	b.Messages = append(b.Messages, msg)
 	b.Runs = append(b.Runs, run)
 	b.Events = append(b.Events, &Event{Type: EventMessageAdded, Message: msg}, runEvent(run))
+	if sess.Title == "" {
+		// An untitled session is named after its first message.
+		sess.Title = truncate(strings.Join(strings.Fields(content), " "), 60)
+		snap := *sess
+		b.Events = append(b.Events, &Event{Type: EventSessionUpdated, Session: &snap})
+	}
 	if key != "" {
 		b.Idempotency = &IdempotencyRecord{UserID: u, Key: key, SessionID: sess.ID, MessageID: msg.ID, RunID: run.ID, CreatedAt: now}
 	}
