@@ -1,0 +1,984 @@
+package main
+
+// End-to-end tests of the openai agent through the whole server: a real guest user talks
+// GraphQL over HTTP and websockets to a server whose openai agent streams from fakeLLM, an
+// httptest server that speaks the chat-completions streaming wire format and records every
+// request, so that each test can say both what the user saw and what the model was sent.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/talkgraph/talkgraph/app"
+	"github.com/talkgraph/talkgraph/internal/tgtest"
+)
+
+// llmKey is the API key the server is configured with. The provider gets it; a user never
+// does.
+const llmKey = "sk-e2e-Vq7RzT2mLx9PwKd41"
+
+// fakeLLM is an OpenAI-compatible chat-completions endpoint. Request i is answered by
+// replies[i]; every request is recorded.
+type fakeLLM struct {
+	*httptest.Server
+	t    testing.TB
+	quit chan struct{} // closed when the test ends: handlers holding a stream give up
+
+	mu      sync.Mutex
+	replies []http.HandlerFunc
+	reqs    []*llmRequest
+}
+
+// llmRequest is one request as the fake received it.
+type llmRequest struct {
+	Path string
+	Auth string // the Authorization header
+	Raw  string
+	Body chatRequest
+}
+
+type chatRequest struct {
+	Model       string    `json:"model"`
+	Temperature *float64  `json:"temperature"`
+	Stream      bool      `json:"stream"`
+	Messages    []chatMsg `json:"messages"`
+	Tools       []struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	} `json:"tools"`
+}
+
+type chatMsg struct {
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"` // a string, an array of text parts, or absent
+	ToolCallID string          `json:"tool_call_id"`
+	ToolCalls  []struct {
+		ID       string `json:"id"`
+		Type     string `json:"type"`
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
+}
+
+// text is the message's content as plain text.
+func (m chatMsg) text() string {
+	var s string
+	if json.Unmarshal(m.Content, &s) == nil {
+		return s
+	}
+	var parts []struct{ Text string }
+	_ = json.Unmarshal(m.Content, &parts)
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(p.Text)
+	}
+	return b.String()
+}
+
+// String shows a message as a transcript line: "user: hi",
+// "assistant: [call_1 ask_user {…}]", "tool call_1: Rome".
+func (m chatMsg) String() string {
+	var b strings.Builder
+	b.WriteString(m.Role)
+	if m.ToolCallID != "" {
+		b.WriteString(" " + m.ToolCallID)
+	}
+	b.WriteString(":")
+	if t := m.text(); t != "" {
+		b.WriteString(" " + t)
+	}
+	for _, c := range m.ToolCalls {
+		fmt.Fprintf(&b, " [%s %s %s]", c.ID, c.Function.Name, c.Function.Arguments)
+	}
+	return b.String()
+}
+
+func (r *llmRequest) transcript() []string {
+	out := make([]string, len(r.Body.Messages))
+	for i, m := range r.Body.Messages {
+		out[i] = m.String()
+	}
+	return out
+}
+
+func (r *llmRequest) toolNames() []string {
+	var out []string
+	for _, t := range r.Body.Tools {
+		out = append(out, t.Function.Name)
+	}
+	return out
+}
+
+func newFakeLLM(t testing.TB, replies ...http.HandlerFunc) *fakeLLM {
+	t.Helper()
+	f := &fakeLLM{t: t, quit: make(chan struct{}), replies: replies}
+	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.Close)
+	t.Cleanup(func() { close(f.quit) }) // runs first: releases held streams
+	return f
+}
+
+func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
+	raw, _ := io.ReadAll(r.Body)
+	rec := &llmRequest{Path: r.URL.Path, Auth: r.Header.Get("Authorization"), Raw: string(raw)}
+	if err := json.Unmarshal(raw, &rec.Body); err != nil {
+		f.t.Errorf("request body is not JSON: %v\n%s", err, raw)
+	}
+	f.mu.Lock()
+	n := len(f.reqs)
+	f.reqs = append(f.reqs, rec)
+	var h http.HandlerFunc
+	if n < len(f.replies) {
+		h = f.replies[n]
+	}
+	f.mu.Unlock()
+
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
+		f.t.Errorf("request #%d: %s %s, want POST /v1/chat/completions", n+1, r.Method, r.URL.Path)
+	}
+	if h == nil {
+		f.t.Errorf("unexpected request #%d:\n%s", n+1, strings.Join(rec.transcript(), "\n"))
+		// 400: an error the agent does not retry.
+		writeStatus(w, http.StatusBadRequest, `{"error":{"message":"no scripted reply"}}`)
+		return
+	}
+	h(w, r)
+}
+
+// requests returns what the fake received so far.
+func (f *fakeLLM) requests() []*llmRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.reqs)
+}
+
+// The streaming wire format: one "data: {chunk}\n\n" event per chunk, each flushed, then
+// "data: [DONE]\n\n".
+
+func sseHeaders(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+}
+
+func sseWrite(w http.ResponseWriter, data string) {
+	_, _ = io.WriteString(w, "data: "+data+"\n\n")
+	w.(http.Flusher).Flush()
+}
+
+// chunkJSON is a chat.completion.chunk with one choice; finish "" is null.
+func chunkJSON(delta map[string]any, finish string) string {
+	var fr any
+	if finish != "" {
+		fr = finish
+	}
+	b, err := json.Marshal(map[string]any{
+		"id": "chatcmpl-e2e", "object": "chat.completion.chunk", "created": 1730000000, "model": "fake-model",
+		"system_fingerprint": "fp_e2e",
+		"choices":            []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": fr}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+func contentDelta(s string) map[string]any { return map[string]any{"content": s} }
+
+// textReply streams a reply made of parts.
+func textReply(parts ...string) http.HandlerFunc {
+	return gatedReply(nil, parts, nil)
+}
+
+// gatedReply streams before, then holds the stream open until gate is closed, then
+// streams after: a provider that is still writing while the user reads the beginning.
+func gatedReply(gate <-chan struct{}, before, after []string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sseHeaders(w)
+		sseWrite(w, chunkJSON(map[string]any{"role": "assistant", "content": ""}, ""))
+		for _, p := range before {
+			sseWrite(w, chunkJSON(contentDelta(p), ""))
+		}
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		for _, p := range after {
+			sseWrite(w, chunkJSON(contentDelta(p), ""))
+		}
+		sseWrite(w, chunkJSON(map[string]any{}, "stop"))
+		sseWrite(w, "[DONE]")
+	}
+}
+
+// toolCallReply streams one function call the way OpenAI does: the ID and name first,
+// then the arguments in fragments, then finish_reason "tool_calls".
+func toolCallReply(id, name, args string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sseHeaders(w)
+		sseWrite(w, chunkJSON(map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{
+			"index": 0, "id": id, "type": "function", "function": map[string]any{"name": name, "arguments": ""},
+		}}}, ""))
+		for len(args) > 0 {
+			n := min(len(args), 7)
+			sseWrite(w, chunkJSON(map[string]any{"tool_calls": []any{map[string]any{
+				"index": 0, "function": map[string]any{"arguments": args[:n]},
+			}}}, ""))
+			args = args[n:]
+		}
+		sseWrite(w, chunkJSON(map[string]any{}, "tool_calls"))
+		sseWrite(w, "[DONE]")
+	}
+}
+
+// slowReply streams n chunks "w1 ", "w2 ", … one every interval, like a slow provider. It
+// stops as soon as the request's context ends (the client hung up), and then closes
+// hungUp.
+func slowReply(n int, interval time.Duration, quit <-chan struct{}) (h http.HandlerFunc, hungUp <-chan struct{}) {
+	hung := make(chan struct{})
+	return func(w http.ResponseWriter, r *http.Request) {
+		sseHeaders(w)
+		sseWrite(w, chunkJSON(map[string]any{"role": "assistant", "content": ""}, ""))
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for i := 1; i <= n; i++ {
+			select {
+			case <-r.Context().Done():
+				close(hung)
+				return
+			case <-quit:
+				return
+			case <-tick.C:
+			}
+			sseWrite(w, chunkJSON(contentDelta(fmt.Sprintf("w%d ", i)), ""))
+		}
+		sseWrite(w, chunkJSON(map[string]any{}, "stop"))
+		sseWrite(w, "[DONE]")
+	}, hung
+}
+
+func writeStatus(w http.ResponseWriter, status int, body string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, body)
+}
+
+func errorReply(status int, body string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { writeStatus(w, status, body) }
+}
+
+// startOpenAI starts the whole server with the openai agent talking to f.
+func startOpenAI(t *testing.T, store string, f *fakeLLM, change func(*app.Config)) *testApp {
+	t.Helper()
+	return startApp(t, store, func(c *app.Config) {
+		c.OpenAI.BaseURL = f.URL + "/v1"
+		c.OpenAI.APIKey = llmKey
+		if change != nil {
+			change(c)
+		}
+	})
+}
+
+// openAISession creates a session that uses the openai agent, with more settings.
+func openAISession(c *tgtest.Client, settings map[string]any) string {
+	c.T.Helper()
+	s := map[string]any{"agent": "openai"}
+	for k, v := range settings {
+		s[k] = v
+	}
+	return c.CreateSession(s)
+}
+
+// equalLines compares transcripts and reports the difference.
+func equalLines(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Errorf("%s:\n got: %q\nwant: %q", what, got, want)
+	}
+}
+
+// checkToolCallsAnswered fails the test unless, in every request, each tool call of an
+// assistant message is answered by a tool message with its ID before the next assistant
+// or user message: what the chat-completions API requires of a request.
+func checkToolCallsAnswered(t *testing.T, reqs []*llmRequest) {
+	t.Helper()
+	for i, r := range reqs {
+		open := map[string]bool{}
+		msgs := r.Body.Messages
+		for j, m := range msgs {
+			switch m.Role {
+			case "tool":
+				if !open[m.ToolCallID] {
+					t.Errorf("request #%d, message %d: tool message for %q, which no pending tool call has", i+1, j, m.ToolCallID)
+				}
+				delete(open, m.ToolCallID)
+				continue
+			}
+			for id := range open {
+				t.Errorf("request #%d: tool call %q is not answered before message %d (%s)", i+1, id, j, m)
+			}
+			clear(open)
+			for _, c := range m.ToolCalls {
+				if c.ID == "" || open[c.ID] {
+					t.Errorf("request #%d, message %d: tool call ID %q is empty or repeated", i+1, j, c.ID)
+				}
+				open[c.ID] = true
+			}
+		}
+		for id := range open {
+			t.Errorf("request #%d: tool call %q is not answered at the end", i+1, id)
+		}
+	}
+}
+
+// assistantReplies returns the MessageCompleted events of assistant messages.
+func assistantReplies(evs []tgtest.Event) []*tgtest.Message {
+	var out []*tgtest.Message
+	for _, ev := range evs {
+		if ev.Typename == "MessageCompleted" && ev.Message.Role == "ASSISTANT" {
+			out = append(out, ev.Message)
+		}
+	}
+	return out
+}
+
+// checkChunks fails the test unless the chunks of message id tile its content exactly:
+// each starts where the previous ended, and together they are content. It returns how
+// many chunks there were.
+func checkChunks(t *testing.T, evs []tgtest.Event, id, content string) int {
+	t.Helper()
+	var got strings.Builder
+	n, runes := 0, 0
+	for _, ev := range evs {
+		if ev.Typename != "MessageChunk" || ev.MessageID != id {
+			continue
+		}
+		if ev.Offset != runes {
+			t.Errorf("chunk %d of %s starts at %d, want %d (after %q)", n+1, id, ev.Offset, runes, got.String())
+		}
+		n++
+		runes += len([]rune(ev.Delta))
+		got.WriteString(ev.Delta)
+	}
+	if got.String() != content {
+		t.Errorf("concatenated deltas of %s = %q, stored content %q", id, got.String(), content)
+	}
+	return n
+}
+
+const respondMutation = `mutation($q: ID!, $a: String!){ respondToQuestion(input:{questionId:$q, answer:$a}){ question { id answer } run { id status } } }`
+
+const choicesQuery = `subscription($s: ID!, $a: String){ messageStream(sessionId: $s, after: $a){
+  __typename ... on QuestionAsked { question { id prompt choices } } } }`
+
+// askedQuestion reads a second subscription (sub) until its QuestionAsked, and returns the
+// question as that subscriber saw it, choices included.
+func askedQuestion(t *testing.T, sub <-chan tgtest.Frame) (id, prompt string, choices []string) {
+	t.Helper()
+	deadline := time.NewTimer(tgtest.Wait)
+	defer deadline.Stop()
+	for {
+		select {
+		case f, ok := <-sub:
+			if !ok || f.Complete || len(f.Errors) > 0 {
+				t.Fatalf("question subscription ended before QuestionAsked: %+v", f.Errors)
+			}
+			var ev struct {
+				MessageStream struct {
+					Typename string `json:"__typename"`
+					Question struct {
+						ID, Prompt string
+						Choices    []string
+					}
+				}
+			}
+			if err := json.Unmarshal(f.Data, &ev); err != nil {
+				t.Fatalf("decoding %s: %v", f.Data, err)
+			}
+			if q := ev.MessageStream; q.Typename == "QuestionAsked" {
+				return q.Question.ID, q.Question.Prompt, q.Question.Choices
+			}
+		case <-deadline.C:
+			t.Fatalf("no QuestionAsked within %v", tgtest.Wait)
+		}
+	}
+}
+
+// waitingSession is what a session shows while its run waits for an answer.
+type waitingSession struct {
+	Status          string
+	ActiveRun       *struct{ ID, Status string }
+	PendingQuestion *struct {
+		ID, Prompt string
+		Choices    []string
+	}
+}
+
+func sessionState(c *tgtest.Client, sid string) waitingSession {
+	c.T.Helper()
+	var out struct{ Session waitingSession }
+	c.Must(`query($s: ID!){ session(id: $s){ status activeRun { id status } pendingQuestion { id prompt choices } } }`,
+		map[string]any{"s": sid}, &out)
+	return out.Session
+}
+
+// historyToolCall is a tool call as the message history shows it.
+type historyToolCall struct {
+	ID, Name, Status, Output string
+	Result                   *string
+}
+
+// toolCallsInHistory returns every tool call of the session's messages, oldest first.
+func toolCallsInHistory(c *tgtest.Client, sid string) []historyToolCall {
+	c.T.Helper()
+	var out struct {
+		Session struct {
+			Messages struct {
+				Edges []struct {
+					Node struct{ ToolCalls []historyToolCall }
+				}
+			}
+		}
+	}
+	c.Must(`query($s: ID!){ session(id: $s){ messages(first: 100){ edges { node { toolCalls { id name status output result } } } } } }`,
+		map[string]any{"s": sid}, &out)
+	var calls []historyToolCall
+	for _, e := range out.Session.Messages.Edges {
+		calls = append(calls, e.Node.ToolCalls...)
+	}
+	return calls
+}
+
+func kinds(msgs []tgtest.Message) string {
+	var ks []string
+	for _, m := range msgs {
+		ks = append(ks, m.Role+"/"+m.Kind)
+	}
+	return strings.Join(ks, " ")
+}
+
+func TestOpenAIAgentListedOnlyWhenConfigured(t *testing.T) {
+	agentNames := func(c *tgtest.Client) (names []string, descs []string) {
+		var out struct {
+			Agents []struct{ Name, Description string }
+		}
+		c.Must(`{ agents { name description } }`, nil, &out)
+		for _, a := range out.Agents {
+			names = append(names, a.Name)
+			descs = append(descs, a.Description)
+		}
+		return names, descs
+	}
+
+	plain := startApp(t, "memory", nil)
+	c := guest(t, plain)
+	if names, _ := agentNames(c); slices.Contains(names, "openai") || !slices.Contains(names, "demo") {
+		t.Errorf("agents without openai configured = %q, want demo and no openai", names)
+	}
+	r := c.Do(`mutation{ createTalkSession(input:{settings:{agent:"openai"}}){ id } }`, nil)
+	if r.Code() != "BAD_USER_INPUT" {
+		t.Errorf("an openai session on a server without it: %+v, want BAD_USER_INPUT", r.Errors)
+	}
+
+	f := newFakeLLM(t)
+	configured := startOpenAI(t, "memory", f, nil)
+	c = guest(t, configured)
+	names, descs := agentNames(c)
+	i := slices.Index(names, "openai")
+	if i < 0 || !slices.Contains(names, "demo") {
+		t.Fatalf("agents with openai configured = %q, want demo and openai", names)
+	}
+	if descs[i] == "" || strings.Contains(descs[i], llmKey) {
+		t.Errorf("openai description = %q", descs[i])
+	}
+	if n := len(f.requests()); n != 0 {
+		t.Errorf("listing agents made %d requests to the provider", n)
+	}
+}
+
+func TestOpenAIAgentStreamsReplyAndSendsHistory(t *testing.T) {
+	eachStore(t, func(t *testing.T, store string) {
+		gate := make(chan struct{})
+		f := newFakeLLM(t,
+			gatedReply(gate, []string{"Hello"}, []string{", wor", "ld! ", "Brief ", "enough."}),
+			textReply("Rust ", "is ", "fast."))
+		a := startOpenAI(t, store, f, nil)
+		c := guest(t, a)
+		sid := openAISession(c, map[string]any{"model": "m-1", "systemPrompt": "be brief", "temperature": 0.5})
+		ws := c.Connect("graphql-transport-ws")
+		_, evs := ws.Stream(sid, c.Cursor(sid))
+
+		_, run := c.Send(sid, "What is Go?")
+		// The user reads the beginning while the provider is still writing: streaming.
+		first := evs.Until("the first chunk", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" })
+		if first.Delta != "Hello" || first.Offset != 0 {
+			t.Errorf("first chunk = %q at %d, want %q at 0", first.Delta, first.Offset, "Hello")
+		}
+		close(gate)
+		if end := evs.Until("run ends", tgtest.RunEnds(run)); end.Run.Status != "COMPLETED" {
+			t.Fatalf("run ended %s (%s)", end.Run.Status, end.Run.Error)
+		}
+		replies := assistantReplies(evs.All)
+		if len(replies) != 1 {
+			t.Fatalf("%d assistant messages completed, want 1", len(replies))
+		}
+		reply := replies[0]
+		if reply.Content != "Hello, world! Brief enough." || reply.Status != "COMPLETE" || reply.RunID != run {
+			t.Errorf("reply = %+v", reply)
+		}
+		if n := checkChunks(t, evs.All, reply.ID, reply.Content); n < 2 {
+			t.Errorf("reply came in %d chunks, want at least 2", n)
+		}
+
+		reqs := f.requests()
+		if len(reqs) != 1 {
+			t.Fatalf("provider received %d requests, want 1", len(reqs))
+		}
+		r := reqs[0]
+		if r.Body.Model != "m-1" || r.Body.Temperature == nil || *r.Body.Temperature != 0.5 || !r.Body.Stream {
+			t.Errorf("request: model %q, temperature %v, stream %v; want m-1, 0.5, true\n%s", r.Body.Model, r.Body.Temperature, r.Body.Stream, r.Raw)
+		}
+		if r.Auth != "Bearer "+llmKey {
+			t.Errorf("Authorization = %q, want the configured key", r.Auth)
+		}
+		if tools := r.toolNames(); !slices.Contains(tools, "ask_user") || slices.Contains(tools, "shell") {
+			t.Errorf("tools offered = %q, want ask_user and no shell (not enabled)", tools)
+		}
+		equalLines(t, "first request", r.transcript(), []string{"system: be brief", "user: What is Go?"})
+
+		// The second message sends the whole conversation.
+		_, run2 := c.Send(sid, "And Rust?")
+		if end := evs.Until("second run ends", tgtest.RunEnds(run2)); end.Run.Status != "COMPLETED" {
+			t.Fatalf("second run ended %s (%s)", end.Run.Status, end.Run.Error)
+		}
+		reqs = f.requests()
+		if len(reqs) != 2 {
+			t.Fatalf("provider received %d requests, want 2", len(reqs))
+		}
+		equalLines(t, "second request", reqs[1].transcript(), []string{
+			"system: be brief", "user: What is Go?", "assistant: Hello, world! Brief enough.", "user: And Rust?",
+		})
+		if reqs[1].Body.Model != "m-1" {
+			t.Errorf("second request model = %q", reqs[1].Body.Model)
+		}
+		msgs := c.Messages(sid)
+		if got, want := kinds(msgs), "USER/TEXT ASSISTANT/TEXT USER/TEXT ASSISTANT/TEXT"; got != want {
+			t.Fatalf("history = %s, want %s", got, want)
+		}
+		if msgs[1].Content != reply.Content || msgs[3].Content != "Rust is fast." || msgs[3].Status != "COMPLETE" {
+			t.Errorf("history = %+v", msgs)
+		}
+		r2 := assistantReplies(evs.All)
+		checkChunks(t, evs.All, r2[len(r2)-1].ID, "Rust is fast.")
+	})
+}
+
+const askArgs = `{"question":"Which city?","choices":["Paris","Rome"]}`
+
+func TestOpenAIAskUserRoundTrip(t *testing.T) {
+	eachStore(t, func(t *testing.T, store string) {
+		f := newFakeLLM(t,
+			toolCallReply("call_ask1", "ask_user", askArgs),
+			textReply("Rome ", "it is."))
+		a := startOpenAI(t, store, f, nil)
+		c := guest(t, a)
+		sid := openAISession(c, nil)
+		ws := c.Connect("graphql-transport-ws")
+		cursor := c.Cursor(sid)
+		_, evs := ws.Stream(sid, cursor)
+		_, sub := ws.Subscribe(choicesQuery, map[string]any{"s": sid, "a": cursor})
+
+		_, run := c.Send(sid, "Plan a trip")
+		started := evs.Until("ToolCallStarted", func(e tgtest.Event) bool { return e.Typename == "ToolCallStarted" })
+		if started.ToolCall.Name != "ask_user" || started.ToolCall.Status != "RUNNING" || started.ToolCall.Arguments != askArgs {
+			t.Errorf("tool call started = %+v", started.ToolCall)
+		}
+		q := evs.Until("QuestionAsked", func(e tgtest.Event) bool { return e.Typename == "QuestionAsked" })
+		if q.Question.Prompt != "Which city?" || q.Question.RunID != run {
+			t.Errorf("question = %+v", q.Question)
+		}
+		qid, prompt, choices := askedQuestion(t, sub)
+		if qid != q.Question.ID || prompt != "Which city?" || !slices.Equal(choices, []string{"Paris", "Rome"}) {
+			t.Errorf("QuestionAsked: %s %q %q; want %s \"Which city?\" [Paris Rome]", qid, prompt, choices, q.Question.ID)
+		}
+		s := sessionState(c, sid)
+		if s.Status != "WAITING_FOR_INPUT" || s.ActiveRun == nil || s.ActiveRun.ID != run || s.PendingQuestion == nil ||
+			s.PendingQuestion.ID != q.Question.ID || !slices.Equal(s.PendingQuestion.Choices, []string{"Paris", "Rome"}) {
+			t.Fatalf("session while waiting = %+v", s)
+		}
+
+		var out struct {
+			RespondToQuestion struct {
+				Question struct{ ID, Answer string }
+				Run      struct{ ID, Status string }
+			}
+		}
+		c.Must(respondMutation, map[string]any{"q": q.Question.ID, "a": "Rome"}, &out)
+		if out.RespondToQuestion.Run.ID != run || out.RespondToQuestion.Question.Answer != "Rome" {
+			t.Errorf("respondToQuestion = %+v", out.RespondToQuestion)
+		}
+		if end := evs.Until("run ends", tgtest.RunEnds(run)); end.Run.Status != "COMPLETED" {
+			t.Fatalf("run ended %s (%s)", end.Run.Status, end.Run.Error)
+		}
+		var finished *tgtest.Event
+		for i, ev := range evs.All {
+			if ev.Typename == "ToolCallFinished" && ev.ToolCall.ID == started.ToolCall.ID {
+				finished = &evs.All[i]
+			}
+		}
+		if finished == nil || finished.ToolCall.Status != "COMPLETED" || finished.ToolCall.Result != "Rome" {
+			t.Errorf("ask_user call finished = %+v, want COMPLETED with result Rome", finished)
+		}
+
+		reqs := f.requests()
+		if len(reqs) != 2 {
+			t.Fatalf("provider received %d requests, want 2", len(reqs))
+		}
+		// The call goes by the ID the service gave it (ToolCallStarted), with the model too.
+		id := started.ToolCall.ID
+		equalLines(t, "request after the answer", reqs[1].transcript(), []string{
+			"user: Plan a trip",
+			"assistant: [" + id + " ask_user " + askArgs + "]",
+			"tool " + id + ": Rome",
+		})
+		checkToolCallsAnswered(t, reqs)
+
+		replies := assistantReplies(evs.All)
+		last := replies[len(replies)-1]
+		if last.Content != "Rome it is." || last.Status != "COMPLETE" || last.RunID != run {
+			t.Errorf("final reply = %+v", last)
+		}
+		checkChunks(t, evs.All, last.ID, last.Content)
+		msgs := c.Messages(sid)
+		if got := kinds(msgs); !strings.HasSuffix(got, "ASSISTANT/QUESTION USER/ANSWER ASSISTANT/TEXT") || !strings.HasPrefix(got, "USER/TEXT ") {
+			t.Errorf("history kinds = %s, want the user's message, …, the question, the answer, the reply", got)
+		}
+		if n := len(msgs); n < 3 || msgs[n-2].Content != "Rome" || msgs[n-1].Content != "Rome it is." {
+			t.Errorf("history = %+v", msgs)
+		}
+	})
+}
+
+func TestOpenAIAnswerAfterRestart(t *testing.T) {
+	if !sqliteWired {
+		t.Skip("sqlite store not wired yet")
+	}
+	f := newFakeLLM(t,
+		toolCallReply("call_ask1", "ask_user", askArgs),
+		textReply("Rome ", "it is, then."))
+	a1 := startOpenAI(t, "sqlite", f, nil)
+	c := guest(t, a1)
+	sid := openAISession(c, nil)
+	ws := c.Connect("graphql-transport-ws")
+	_, evs := ws.Stream(sid, c.Cursor(sid))
+	_, run := c.Send(sid, "Plan a trip")
+	started := evs.Until("ToolCallStarted", func(e tgtest.Event) bool { return e.Typename == "ToolCallStarted" })
+	q := evs.Until("QuestionAsked", func(e tgtest.Event) bool { return e.Typename == "QuestionAsked" })
+
+	// The server stops while the question waits, and starts again on the same database.
+	ctx, cancel := context.WithTimeout(context.Background(), tgtest.Wait)
+	a1.Close(ctx)
+	cancel()
+	a2 := serveApp(t, a1.Config)
+	c2 := &tgtest.Client{T: t, Base: a2.URL, Token: c.Token, HTTP: c.HTTP}
+
+	s := sessionState(c2, sid)
+	if s.Status != "WAITING_FOR_INPUT" || s.ActiveRun == nil || s.ActiveRun.ID != run || s.ActiveRun.Status != "WAITING_FOR_INPUT" ||
+		s.PendingQuestion == nil || s.PendingQuestion.ID != q.Question.ID || s.PendingQuestion.Prompt != "Which city?" ||
+		!slices.Equal(s.PendingQuestion.Choices, []string{"Paris", "Rome"}) {
+		t.Fatalf("session after the restart = %+v", s)
+	}
+	if n := len(f.requests()); n != 1 {
+		t.Fatalf("provider received %d requests before the answer, want 1", n)
+	}
+
+	ws2 := c2.Connect("graphql-transport-ws")
+	_, evs2 := ws2.Stream(sid, c2.Cursor(sid))
+	var out struct {
+		RespondToQuestion struct{ Run struct{ ID string } }
+	}
+	c2.Must(respondMutation, map[string]any{"q": q.Question.ID, "a": "Rome"}, &out)
+	if out.RespondToQuestion.Run.ID != run {
+		t.Errorf("the answer went on run %s, want the waiting run %s", out.RespondToQuestion.Run.ID, run)
+	}
+	if end := evs2.Until("run ends", tgtest.RunEnds(run)); end.Run.Status != "COMPLETED" {
+		t.Fatalf("run ended %s (%s)", end.Run.Status, end.Run.Error)
+	}
+
+	reqs := f.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("provider received %d requests, want 2", len(reqs))
+	}
+	id := started.ToolCall.ID
+	equalLines(t, "request after the restart", reqs[1].transcript(), []string{
+		"user: Plan a trip",
+		"assistant: [" + id + " ask_user " + askArgs + "]",
+		"tool " + id + ": Rome",
+	})
+	checkToolCallsAnswered(t, reqs)
+
+	replies := assistantReplies(evs2.All)
+	if len(replies) == 0 || replies[len(replies)-1].Content != "Rome it is, then." {
+		t.Fatalf("replies after the answer = %+v", replies)
+	}
+	msgs := c2.Messages(sid)
+	if got := kinds(msgs); !strings.HasSuffix(got, "ASSISTANT/QUESTION USER/ANSWER ASSISTANT/TEXT") {
+		t.Errorf("history kinds = %s", got)
+	}
+	if last := msgs[len(msgs)-1]; last.Content != "Rome it is, then." || last.Status != "COMPLETE" || last.RunID != run {
+		t.Errorf("final reply in history = %+v", last)
+	}
+
+	// The ask_user call was answered: the history shows it completed with the answer, not
+	// running forever.
+	calls := toolCallsInHistory(c2, sid)
+	if len(calls) != 1 || calls[0].ID != id || calls[0].Name != "ask_user" || calls[0].Status != "COMPLETED" ||
+		calls[0].Result == nil || *calls[0].Result != "Rome" {
+		t.Errorf("tool calls in the history = %+v, want the ask_user call %s COMPLETED with result Rome", calls, id)
+	}
+}
+
+func TestOpenAIStopDuringStream(t *testing.T) {
+	eachStore(t, func(t *testing.T, store string) {
+		f := newFakeLLM(t)
+		slow, hungUp := slowReply(400, 50*time.Millisecond, f.quit)
+		f.mu.Lock()
+		f.replies = []http.HandlerFunc{slow}
+		f.mu.Unlock()
+		a := startOpenAI(t, store, f, nil)
+		c := guest(t, a)
+		sid := openAISession(c, nil)
+		ws := c.Connect("graphql-transport-ws")
+		_, evs := ws.Stream(sid, c.Cursor(sid))
+		_, run := c.Send(sid, "Tell me a long story")
+
+		evs.Until("three chunks of text", func(e tgtest.Event) bool {
+			return e.Typename == "MessageChunk" && strings.Contains(tgtest.Text(evs.All)[e.MessageID], "w3 ")
+		})
+		stopped := time.Now()
+		var out struct{ CancelRun *struct{ ID, Status string } }
+		c.Must(`mutation($s: ID!){ cancelRun(sessionId: $s){ id status } }`, map[string]any{"s": sid}, &out)
+		if out.CancelRun == nil || out.CancelRun.ID != run || out.CancelRun.Status != "CANCELLED" {
+			t.Fatalf("cancelRun = %+v", out.CancelRun)
+		}
+		end := evs.Until("run ends", tgtest.RunEnds(run))
+		if end.Run.Status != "CANCELLED" {
+			t.Fatalf("run ended %s, want CANCELLED", end.Run.Status)
+		}
+		if d := time.Since(stopped); d > 3*time.Second {
+			t.Errorf("the run took %v to end after cancelRun", d)
+		}
+
+		// The agent hangs up on the provider: no tokens are paid for after the stop.
+		select {
+		case <-hungUp:
+		case <-time.After(tgtest.Wait):
+			t.Fatalf("the provider's request was still open %v after cancelRun", tgtest.Wait)
+		}
+
+		replies := assistantReplies(evs.All)
+		if len(replies) != 1 {
+			t.Fatalf("%d assistant messages completed, want 1", len(replies))
+		}
+		partial := replies[0]
+		if partial.Status != "INTERRUPTED" || !strings.HasPrefix(partial.Content, "w1 w2 w3 ") || strings.Contains(partial.Content, "w400") {
+			t.Errorf("partial reply = %+v", partial)
+		}
+		checkChunks(t, evs.All, partial.ID, partial.Content)
+		msgs := c.Messages(sid)
+		if len(msgs) != 2 || msgs[1].ID != partial.ID || msgs[1].Status != "INTERRUPTED" || msgs[1].Content != partial.Content {
+			t.Errorf("history = %+v, want the partial reply %q kept INTERRUPTED", msgs, partial.Content)
+		}
+		if s := sessionState(c, sid); s.Status != "IDLE" || s.ActiveRun != nil {
+			t.Errorf("session after the stop = %+v", s)
+		}
+		if n := len(f.requests()); n != 1 {
+			t.Errorf("provider received %d requests, want 1", n)
+		}
+	})
+}
+
+func TestOpenAIShellToolStopKillsCommand(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("the shell tool runs sh")
+	}
+	eachStore(t, func(t *testing.T, store string) {
+		dir := t.TempDir()
+		// The command makes a FIFO, says "started", then holds the FIFO open for writing
+		// while it sleeps, in the shell and in sleep: the test's reader sees EOF only once
+		// every process of the command has died.
+		const command = "mkfifo alive && echo started && exec 3>alive && sleep 30"
+		args, _ := json.Marshal(map[string]string{"command": command})
+		f := newFakeLLM(t, toolCallReply("call_sh1", "shell", string(args)))
+		a := startOpenAI(t, store, f, func(c *app.Config) {
+			c.OpenAI.Shell = true
+			c.OpenAI.ShellDir = dir
+		})
+		c := guest(t, a)
+		sid := openAISession(c, nil)
+		ws := c.Connect("graphql-transport-ws")
+		_, evs := ws.Stream(sid, c.Cursor(sid))
+		_, run := c.Send(sid, "Run something slow")
+
+		started := evs.Until("ToolCallStarted", func(e tgtest.Event) bool { return e.Typename == "ToolCallStarted" })
+		if started.ToolCall.Name != "shell" || started.ToolCall.Arguments != string(args) {
+			t.Errorf("tool call started = %+v", started.ToolCall)
+		}
+		if tools := f.requests()[0].toolNames(); !slices.Contains(tools, "shell") {
+			t.Errorf("tools offered = %q, want shell", tools)
+		}
+		evs.Until(`ToolCallOutput "started"`, func(e tgtest.Event) bool {
+			return e.Typename == "ToolCallOutput" && e.ToolCallID == started.ToolCall.ID && strings.Contains(e.Delta, "started")
+		})
+
+		// Open the FIFO's reading end: this returns once the command holds its writing end.
+		fifo := filepath.Join(dir, "alive")
+		opened := make(chan *os.File, 1)
+		go func() {
+			r, err := os.Open(fifo)
+			if err != nil {
+				t.Errorf("open fifo: %v", err)
+			}
+			opened <- r
+		}()
+		t.Cleanup(func() { // releases the opener if the command never got there
+			if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				w.Close()
+			}
+		})
+		var reader *os.File
+		select {
+		case reader = <-opened:
+		case <-time.After(tgtest.Wait):
+			t.Fatal("the command never opened its FIFO")
+		}
+		if reader == nil {
+			t.FailNow()
+		}
+		defer reader.Close()
+		gone := make(chan error, 1)
+		go func() {
+			_, err := io.Copy(io.Discard, reader) // returns at EOF: no writer is left
+			gone <- err
+		}()
+
+		var out struct{ CancelRun *struct{ ID, Status string } }
+		c.Must(`mutation($s: ID!){ cancelRun(sessionId: $s){ id status } }`, map[string]any{"s": sid}, &out)
+		if out.CancelRun == nil || out.CancelRun.ID != run {
+			t.Fatalf("cancelRun = %+v", out.CancelRun)
+		}
+		stopped := time.Now()
+		end := evs.Until("run ends", tgtest.RunEnds(run))
+		if end.Run.Status != "CANCELLED" || time.Since(stopped) > 3*time.Second {
+			t.Fatalf("run ended %s after %v, want CANCELLED within a few seconds", end.Run.Status, time.Since(stopped))
+		}
+		select {
+		case err := <-gone:
+			if err != nil {
+				t.Errorf("reading the FIFO: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the command (sh or its sleep) was still alive 5s after cancelRun")
+		}
+
+		var finished *tgtest.Event
+		for i, ev := range evs.All {
+			if ev.Typename == "ToolCallFinished" && ev.ToolCall.ID == started.ToolCall.ID {
+				finished = &evs.All[i]
+			}
+		}
+		if finished == nil || finished.ToolCall.Status != "CANCELLED" || !strings.Contains(finished.ToolCall.Output, "started") {
+			t.Errorf("shell call finished = %+v, want CANCELLED with output \"started\"", finished)
+		}
+		calls := toolCallsInHistory(c, sid)
+		if len(calls) != 1 || calls[0].Name != "shell" || calls[0].Status == "RUNNING" || calls[0].Status == "COMPLETED" ||
+			calls[0].Output != "started\n" {
+			t.Errorf("tool calls in the history = %+v, want the shell call ended (CANCELLED) with output %q", calls, "started\n")
+		}
+		if n := len(f.requests()); n != 1 {
+			t.Errorf("provider received %d requests, want 1 (nothing after the stop)", n)
+		}
+	})
+}
+
+func TestOpenAIProviderErrorFailsRunWithoutLeakingKey(t *testing.T) {
+	eachStore(t, func(t *testing.T, store string) {
+		// Like OpenAI, the provider quotes the key it refused.
+		body := `{"error":{"message":"Incorrect API key provided: ` + llmKey + `. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`
+		f := newFakeLLM(t,
+			errorReply(http.StatusUnauthorized, body),
+			textReply("Back ", "again."))
+		a := startOpenAI(t, store, f, nil)
+		c := guest(t, a)
+		sid := openAISession(c, nil)
+		ws := c.Connect("graphql-transport-ws")
+		_, evs := ws.Stream(sid, c.Cursor(sid))
+
+		_, run := c.Send(sid, "Hello?")
+		end := evs.Until("run ends", tgtest.RunEnds(run))
+		if end.Run.Status != "FAILED" {
+			t.Fatalf("run ended %s, want FAILED", end.Run.Status)
+		}
+		msg := end.Run.Error
+		if msg == "" || len(msg) > 300 || strings.ContainsAny(msg, "\n{}") || strings.Contains(msg, "goroutine") ||
+			strings.Contains(msg, llmKey) || strings.Contains(msg, llmKey[:12]) {
+			t.Errorf("run error %q is not fit for a user (or leaks the key)", msg)
+		}
+		if n := len(f.requests()); n != 1 {
+			t.Errorf("provider received %d requests, want 1 (a refused key is not retried)", n)
+		}
+
+		// The session stays usable.
+		_, run2 := c.Send(sid, "Hello again?")
+		if end := evs.Until("next run ends", tgtest.RunEnds(run2)); end.Run.Status != "COMPLETED" {
+			t.Fatalf("next run ended %s (%s)", end.Run.Status, end.Run.Error)
+		}
+		replies := assistantReplies(evs.All)
+		if last := replies[len(replies)-1]; last.Content != "Back again." || last.Status != "COMPLETE" || last.RunID != run2 {
+			t.Errorf("reply = %+v", last)
+		}
+		reqs := f.requests()
+		if len(reqs) != 2 {
+			t.Fatalf("provider received %d requests, want 2", len(reqs))
+		}
+		if tr := reqs[1].transcript(); len(tr) == 0 || !strings.HasPrefix(tr[0], "user: Hello?") || !strings.HasSuffix(tr[len(tr)-1], "Hello again?") {
+			t.Errorf("request after the failure = %q", tr)
+		}
+		for i, r := range reqs {
+			if r.Auth != "Bearer "+llmKey {
+				t.Errorf("request #%d: Authorization %q, want the configured key", i+1, r.Auth)
+			}
+		}
+
+		// Nothing the user can read holds the key: not the stream, not the history.
+		seen, _ := json.Marshal(evs.All)
+		var hist struct{ Session json.RawMessage }
+		c.Must(`query($s: ID!){ session(id: $s){ activeRun { error } messages(first: 100){ edges { node { content status toolCalls { output result error } } } } } }`,
+			map[string]any{"s": sid}, &hist)
+		for what, text := range map[string]string{"the event stream": string(seen), "the history": string(hist.Session)} {
+			if strings.Contains(text, llmKey) {
+				t.Errorf("%s contains the API key: %s", what, text)
+			}
+		}
+	})
+}
