@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -282,7 +281,7 @@ func TestGracefulShutdownKeepsPartialRepliesAndWaitingQuestions(t *testing.T) {
 	}
 	t.Logf("shut down in %v", time.Since(start))
 
-	srv = startChild(t, dataDir, port)
+	startChild(t, dataDir, port)
 	msgs := c.Messages(streaming)
 	if len(msgs) != 2 || msgs[1].Status != "INTERRUPTED" || !strings.HasPrefix(msgs[1].Content, "chunk 1.") {
 		t.Errorf("after restart: %+v", msgs)
@@ -303,5 +302,5 @@ func TestGracefulShutdownKeepsPartialRepliesAndWaitingQuestions(t *testing.T) {
 	if end := s3.Until("resumed run ends", tgtest.RunEnds(askRun)); end.Run.Status != "COMPLETED" {
 		t.Errorf("resumed run ended %s", end.Run.Status)
 	}
-	_ = context.Background
+
 }

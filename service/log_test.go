@@ -23,11 +23,6 @@ func (w wordsRunner) Run(ctx context.Context, req service.RunRequest, out servic
 	return nil
 }
 
-func newService(t *testing.T, r service.Runner, change func(*service.Config)) (*service.Service, context.Context) {
-	t.Helper()
-	return newServiceOn(t, inmem.New(), r, change)
-}
-
 func newServiceOn(t *testing.T, store service.Store, r service.Runner, change func(*service.Config)) (*service.Service, context.Context) {
 	t.Helper()
 	cfg := service.DefaultConfig()

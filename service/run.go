@@ -706,7 +706,7 @@ func (s *Service) CancelRun(ctx context.Context, sessionID string) (*Run, error)
 	return &r, nil
 }
 
-func (o *output) StartTool(id, name, arguments string) (ToolHandle, error) {
+func (o *output) StartTool(_, name, arguments string) (ToolHandle, error) {
 	s, ar := o.s, o.ar
 	ar.st.mu.Lock()
 	defer ar.st.mu.Unlock()
@@ -714,7 +714,7 @@ func (o *output) StartTool(id, name, arguments string) (ToolHandle, error) {
 		return nil, o.ended()
 	}
 	// Models reuse their call IDs across turns ("call_0"); the stored ID must be unique.
-	id = newID()
+	id := newID()
 	if ar.msg == nil {
 		if err := s.beginMessageLocked(ar); err != nil {
 			return nil, err
@@ -802,17 +802,7 @@ func (h *toolHandle) Finish(result string, err error) error {
 // finishAskingToolLocked completes, with the answer as its result, the latest tool call of
 // q's run that was still running when q was asked, if any.
 func (s *Service) finishAskingToolLocked(ctx context.Context, st *sessionState, q *Question, answer string) error {
-	msgs, err := s.store.Messages(ctx, st.id, MessagePage{Last: 50})
-	if err != nil {
-		return err
-	}
-	var ids []string
-	for _, m := range msgs {
-		if m.RunID == q.RunID && m.Role == RoleAssistant {
-			ids = append(ids, m.ID)
-		}
-	}
-	calls, err := s.store.ToolCalls(ctx, ids)
+	_, calls, err := s.runWork(ctx, st.id, q.RunID)
 	if err != nil {
 		return err
 	}

@@ -216,26 +216,18 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 	case RunWaitingForInput:
 		cctx, cancel := context.WithCancel(context.Background())
 		ar := &activeRun{st: st, run: run, ctx: cctx, cancel: cancel, parked: true, answer: make(chan string, 1), tools: map[string]*toolState{}}
-		msgs, err := s.store.Messages(ctx, st.id, MessagePage{Last: 50})
+		msgs, calls, err := s.runWork(ctx, st.id, run.ID)
 		if err != nil {
 			return err
 		}
-		var ids []string
 		for _, m := range msgs {
-			if m.Kind == KindQuestion && m.RunID == run.ID {
+			if m.Kind == KindQuestion {
 				if q, err := s.store.Question(ctx, m.QuestionID); err == nil && q.Answer == nil && !q.Withdrawn {
 					ar.question = q
 				}
 			}
-			if m.RunID == run.ID && m.Role == RoleAssistant {
-				ids = append(ids, m.ID)
-			}
 		}
 		// Tool calls left running (the asking one) end with the run if it is stopped.
-		calls, err := s.store.ToolCalls(ctx, ids)
-		if err != nil {
-			return err
-		}
 		for _, c := range calls {
 			if c.Status == ToolRunning {
 				ar.tools[c.ID] = &toolState{call: c}
@@ -250,17 +242,7 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 	// RUNNING: the process died while the agent worked. What was written stays, marked
 	// INTERRUPTED.
 	ar := &activeRun{st: st, run: run, ctx: context.Background(), cancel: func() {}, tools: map[string]*toolState{}}
-	msgs, err := s.store.Messages(ctx, st.id, MessagePage{Last: 50})
-	if err != nil {
-		return err
-	}
-	var ids []string
-	for _, m := range msgs {
-		if m.RunID == run.ID && m.Role == RoleAssistant {
-			ids = append(ids, m.ID)
-		}
-	}
-	calls, err := s.store.ToolCalls(ctx, ids)
+	msgs, calls, err := s.runWork(ctx, st.id, run.ID)
 	if err != nil {
 		return err
 	}
@@ -271,7 +253,7 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 	}
 	b := &Batch{}
 	for _, m := range msgs {
-		if m.RunID == run.ID && m.Status == MessageStreaming {
+		if m.Status == MessageStreaming {
 			// Its text is in its chunk events: every flushed chunk, nothing more.
 			text, err := s.streamedText(ctx, st.id, m)
 			if err != nil {
@@ -317,4 +299,23 @@ func (s *Service) streamedText(ctx context.Context, sessionID string, m *Message
 		}
 		after = evs[len(evs)-1].Seq
 	}
+}
+
+// runWork returns the messages a run wrote (among the session's latest) and their tool
+// calls.
+func (s *Service) runWork(ctx context.Context, sessionID, runID string) ([]*Message, []*ToolCall, error) {
+	latest, err := s.store.Messages(ctx, sessionID, MessagePage{Last: 100})
+	if err != nil {
+		return nil, nil, err
+	}
+	var msgs []*Message
+	var ids []string
+	for _, m := range latest {
+		if m.RunID == runID && m.Role == RoleAssistant {
+			msgs = append(msgs, m)
+			ids = append(ids, m.ID)
+		}
+	}
+	calls, err := s.store.ToolCalls(ctx, ids)
+	return msgs, calls, err
 }

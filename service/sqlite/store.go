@@ -21,7 +21,7 @@ func (s *Store) Apply(ctx context.Context, b *service.Batch) error {
 	if err := s.check(); err != nil {
 		return err
 	}
-	if err := validate(b); err != nil {
+	if err := b.Check(); err != nil {
 		return err
 	}
 	// Encode what does not depend on the stored state before taking the write lock.
