@@ -227,6 +227,29 @@ func TestBusyPolicyEnqueueAndReject(t *testing.T) {
 			t.Errorf("second run ended %s", e.Run.Status)
 		}
 	})
+	t.Run("INTERRUPT after ENQUEUE supersedes the queue", func(t *testing.T) {
+		sid := c.CreateSession(map[string]any{"busyPolicy": "ENQUEUE"})
+		ws := c.Connect("graphql-transport-ws")
+		_, evs := ws.Stream(sid, c.Cursor(sid))
+		_, first := c.Send(sid, "/slow 100")
+		_, queued := c.Send(sid, "waiting")
+		c.Must(`mutation($s: ID!){ updateTalkSessionSettings(input:{id:$s, settings:{busyPolicy: INTERRUPT}}){ id } }`, map[string]any{"s": sid}, nil)
+		_, third := c.Send(sid, "now")
+		for run, want := range map[string]string{first: "INTERRUPTED", queued: "INTERRUPTED", third: "COMPLETED"} {
+			var status string
+			for _, ev := range evs.All {
+				if tgtest.RunEnds(run)(ev) {
+					status = ev.Run.Status
+				}
+			}
+			if status == "" {
+				status = evs.Until("run "+want, tgtest.RunEnds(run)).Run.Status
+			}
+			if status != want {
+				t.Errorf("run %s ended %s, want %s", run, status, want)
+			}
+		}
+	})
 	t.Run("REJECT", func(t *testing.T) {
 		sid := c.CreateSession(map[string]any{"busyPolicy": "REJECT"})
 		c.Send(sid, "/slow 100")

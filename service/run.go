@@ -107,18 +107,19 @@ func (s *Service) AddMessage(ctx context.Context, sessionID, content, key string
 				return nil, nil, Errorf(ERATELIMIT, "too many messages are waiting in this session")
 			}
 		default:
-			if ar := st.active; ar != nil {
-				if err := s.finishLocked(ctx, st, ar, RunInterrupted, ""); err != nil {
-					return nil, nil, err
-				}
-			}
-			// Queued runs are covered by the new run, which reads the whole history.
+			// Queued runs are covered by the new run, which reads the whole history. They
+			// leave the queue first, so that stopping the active run starts none of them.
 			for _, q := range st.queue {
 				s.endRun(q, RunInterrupted, "")
 				b.Runs = append(b.Runs, q)
 				b.Events = append(b.Events, runEvent(q))
 			}
 			st.queue = nil
+			if ar := st.active; ar != nil {
+				if err := s.finishLocked(ctx, st, ar, RunInterrupted, ""); err != nil {
+					return nil, nil, err
+				}
+			}
 		}
 	}
 

@@ -448,6 +448,10 @@ func (s *Service) DeleteTalkSession(ctx context.Context, id string) error {
 		ar.stopTimer()
 		ar.cancel()
 		st.active = nil
+		if ar.parked {
+			ar.parked = false
+			s.releaseState(st)
+		}
 	}
 	st.queue = nil
 	if err := s.store.Apply(ctx, &Batch{SessionID: id, Delete: true}); err != nil {
