@@ -138,3 +138,119 @@ func BenchmarkDatabaseSize(b *testing.B) {
 		b.ReportMetric(float64(size)/(1<<20), "MiB/1000msgs")
 	}
 }
+
+// pacedRunner streams n chunks, one every interval, each carrying the time it was written.
+type pacedRunner struct {
+	n        int
+	interval time.Duration
+}
+
+func (r pacedRunner) Run(ctx context.Context, req service.RunRequest, out service.Output) error {
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	for i := 0; i < r.n; i++ {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if err := out.Text(fmt.Sprintf("%d ", time.Now().UnixNano())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BenchmarkPacedStreaming streams from many sessions at once at a model-like pace (a chunk
+// every 10 ms per session, i.e. 100 tokens/s) for about two seconds, and reports the chunk
+// rate delivered to subscribers and the delay from an agent's Text to a subscriber, for
+// each store: what a server under this load sees.
+func BenchmarkPacedStreaming(b *testing.B) {
+	for _, sessions := range []int{50, 200} {
+		for _, kind := range []string{"memory", "sqlite"} {
+			b.Run(fmt.Sprintf("sessions=%d/store=%s", sessions, kind), func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					pacedOnce(b, kind, sessions)
+				}
+			})
+		}
+	}
+}
+
+func pacedOnce(b *testing.B, kind string, sessions int) {
+	const perSession = 200
+	store, _ := openStore(b, kind)
+	defer store.Close()
+	agents := &service.Agents{}
+	agents.Register("paced", "", pacedRunner{n: perSession, interval: 10 * time.Millisecond})
+	cfg := service.DefaultConfig()
+	cfg.Workers, cfg.RunsPerUser = sessions, sessions
+	svc, err := service.New(context.Background(), store, agents, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer svc.Close()
+	ctx := service.WithUser(context.Background(), "bench")
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	agent := "paced"
+	type result struct {
+		chunks int
+		delay  time.Duration // summed over chunks
+		worst  time.Duration
+	}
+	results := make(chan result, sessions)
+	var ids []string
+	for i := 0; i < sessions; i++ {
+		sess, err := svc.CreateTalkSession(ctx, "", service.SettingsInput{Agent: &agent})
+		if err != nil {
+			b.Fatal(err)
+		}
+		v, _ := svc.View(ctx, sess.ID)
+		ch, err := svc.Subscribe(sctx, sess.ID, v.StreamCursor)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids = append(ids, sess.ID)
+		go func() {
+			var r result
+			for ev := range ch {
+				if ev.Type == service.EventMessageChunk {
+					now := time.Now()
+					for _, f := range strings.Fields(ev.Delta) {
+						var ns int64
+						fmt.Sscan(f, &ns)
+						d := now.Sub(time.Unix(0, ns))
+						r.chunks++
+						r.delay += d
+						r.worst = max(r.worst, d)
+					}
+				}
+				if ev.Type == service.EventRunStatusChanged && ev.Run.Status.Final() {
+					break
+				}
+			}
+			results <- r
+		}()
+	}
+	start := time.Now()
+	for _, id := range ids {
+		if _, _, err := svc.AddMessage(ctx, id, "go", ""); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var total result
+	for range ids {
+		r := <-results
+		total.chunks += r.chunks
+		total.delay += r.delay
+		total.worst = max(total.worst, r.worst)
+	}
+	elapsed := time.Since(start)
+	if total.chunks != sessions*perSession {
+		b.Fatalf("%d chunks delivered, want %d", total.chunks, sessions*perSession)
+	}
+	b.ReportMetric(float64(total.chunks)/elapsed.Seconds(), "chunks/s")
+	b.ReportMetric(float64(total.delay.Milliseconds())/float64(total.chunks), "ms-mean-delay")
+	b.ReportMetric(float64(total.worst.Milliseconds()), "ms-worst-delay")
+}

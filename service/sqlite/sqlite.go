@@ -31,6 +31,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,6 +69,10 @@ type Store struct {
 	file   os.FileInfo // the database file as opened, to notice it being removed or replaced
 	unlock func() error
 	closed atomic.Bool
+
+	gmu     sync.Mutex  // guards the group commit's queue
+	pending []*applyReq // batches waiting for the writer
+	leading bool        // a goroutine is writing pending batches
 }
 
 var _ service.Store = (*Store)(nil)

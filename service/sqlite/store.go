@@ -49,18 +49,12 @@ func (s *Store) Apply(ctx context.Context, b *service.Batch) error {
 		}
 	}
 
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return s.fail("apply", err)
+	req := &applyReq{ctx: ctx, b: b, sessionRow: sessionRow, questionRows: questionRows, rewriteRows: rewriteRows, done: make(chan struct{})}
+	s.submit(req)
+	if req.err != nil {
+		return req.err
 	}
-	defer tx.Rollback()
-	res, err := s.applyTx(ctx, tx, b, sessionRow, questionRows, rewriteRows)
-	if err != nil {
-		return s.fail("apply", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return s.fail("apply", err)
-	}
+	res := req.res
 
 	// Tell the caller what was assigned.
 	for i, e := range b.Events {
@@ -77,6 +71,106 @@ func (s *Store) Apply(ctx context.Context, b *service.Batch) error {
 		b.Session.LastSeq = res.lastSeq
 	}
 	return nil
+}
+
+// applyReq is one Apply waiting for its turn on the writer connection.
+type applyReq struct {
+	ctx                       context.Context
+	b                         *service.Batch
+	sessionRow                []any
+	questionRows, rewriteRows [][]any
+
+	res  *applied
+	err  error
+	done chan struct{}
+}
+
+// maxGroup is the most batches one transaction commits.
+const maxGroup = 128
+
+// submit applies r, committing it together with the batches that other goroutines apply at
+// the same moment (group commit): the first to arrive leads, writing every waiting batch in
+// one transaction, each inside its own savepoint so that one failing batch writes nothing
+// and fails alone. Sessions streaming at once thus share commits instead of queueing for
+// one each.
+func (s *Store) submit(r *applyReq) {
+	s.gmu.Lock()
+	s.pending = append(s.pending, r)
+	if s.leading {
+		s.gmu.Unlock()
+		<-r.done
+		return
+	}
+	s.leading = true
+	for len(s.pending) > 0 {
+		n := min(len(s.pending), maxGroup)
+		group := append([]*applyReq(nil), s.pending[:n]...)
+		s.pending = append(s.pending[:0], s.pending[n:]...)
+		s.gmu.Unlock()
+		s.applyGroup(group)
+		s.gmu.Lock()
+	}
+	s.leading = false
+	s.gmu.Unlock()
+	<-r.done
+}
+
+// applyGroup writes the batches of group in one transaction and tells each its outcome.
+func (s *Store) applyGroup(group []*applyReq) {
+	defer func() {
+		for _, r := range group {
+			close(r.done)
+		}
+	}()
+	// The transaction outlives any one caller's context: a caller that gives up does not
+	// take the others' writes with it.
+	ctx := context.Background()
+	failAll := func(err error) {
+		for _, r := range group {
+			if r.err == nil {
+				r.err, r.res = s.fail("apply", err), nil
+			}
+		}
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		failAll(err)
+		return
+	}
+	defer tx.Rollback()
+	alone := len(group) == 1
+	for _, r := range group {
+		if err := r.ctx.Err(); err != nil {
+			r.err = err
+			continue
+		}
+		if !alone {
+			if _, err := tx.ExecContext(ctx, "SAVEPOINT batch"); err != nil {
+				failAll(err)
+				return
+			}
+		}
+		r.res, r.err = s.applyTx(ctx, tx, r.b, r.sessionRow, r.questionRows, r.rewriteRows)
+		switch {
+		case r.err != nil && alone:
+			r.err = s.fail("apply", r.err)
+			return
+		case r.err != nil:
+			r.err = s.fail("apply", r.err)
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO batch; RELEASE batch"); err != nil {
+				failAll(err)
+				return
+			}
+		case !alone:
+			if _, err := tx.ExecContext(ctx, "RELEASE batch"); err != nil {
+				failAll(err)
+				return
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		failAll(err)
+	}
 }
 
 // applied is what Apply assigned.
