@@ -79,7 +79,7 @@ func TestForgedTokenIsRefusedOverHTTP(t *testing.T) {
 }
 
 func TestExpiredTokenClosesSocket(t *testing.T) {
-	a := startApp(t, "memory", func(c *app.Config) { c.TokenTTL = 1500 * time.Millisecond })
+	a := startApp(t, "memory", func(c *app.Config) { c.TokenTTL = 3 * time.Second })
 	c := guest(t, a)
 	s := c.Connect("graphql-transport-ws")
 	select {
@@ -271,7 +271,7 @@ func TestBusyPolicyEnqueueAndReject(t *testing.T) {
 
 func TestLimits(t *testing.T) {
 	t.Run("operations per user per second", func(t *testing.T) {
-		a := startApp(t, "memory", func(c *app.Config) { c.HTTP.OpsPerSecond = 0.5; c.HTTP.OpsBurst = 3 })
+		a := startApp(t, "memory", func(c *app.Config) { c.HTTP.OpsPerSecond = 0.01; c.HTTP.OpsBurst = 3 })
 		c := guest(t, a)
 		var codes []string
 		for i := 0; i < 5; i++ {

@@ -246,6 +246,9 @@ func (s *Service) lockSession(ctx context.Context, id string) (*TalkSession, *se
 		return nil, nil, nil, Errorf(ENOTFOUND, "session not found")
 	}
 	sess, err = s.store.Session(ctx, id)
+	if err == nil {
+		err = s.syncStateLocked(ctx, st, sess)
+	}
 	if err != nil {
 		unlock()
 		if ErrorCode(err) == ENOTFOUND {
@@ -254,6 +257,25 @@ func (s *Service) lockSession(ctx context.Context, id string) (*TalkSession, *se
 		return nil, nil, nil, err
 	}
 	return sess, st, unlock, nil
+}
+
+// syncStateLocked catches a session state up with the stored log. A state is built from a
+// session read just before it; when an older state was dropped in between, the read can
+// be behind what that state wrote, and the log must continue from what is stored.
+func (s *Service) syncStateLocked(ctx context.Context, st *sessionState, sess *TalkSession) error {
+	if sess.LastSeq <= st.lastSeq {
+		return nil
+	}
+	last, err := s.store.Events(ctx, st.id, sess.LastSeq-1, 1)
+	if err != nil {
+		return err
+	}
+	st.lastSeq, st.lastOff = sess.LastSeq, 0
+	if len(last) == 1 {
+		st.lastOff = CursorOf(last[0]).Off
+	}
+	st.tail, st.tailStart = nil, sess.LastSeq+1
+	return nil
 }
 
 // CreateTalkSession creates a session for the caller. EINVALID for a title that is too
