@@ -10,11 +10,7 @@ import (
 
 func TestStreamedReplyMatchesStoredMessage(t *testing.T) {
 	eachStore(t, func(t *testing.T, store string) {
-		a := startApp(t, store, nil)
-		c := guest(t, a)
-		sid := c.CreateSession(nil)
-		ws := c.Connect("graphql-transport-ws")
-		_, evs := ws.Stream(sid, c.Cursor(sid))
+		_, c, sid, _, evs := watchedSession(t, store)
 		_, run := c.Send(sid, "hello there, agent")
 		evs.Until("run completes", tgtest.RunEnds(run))
 
@@ -120,11 +116,7 @@ func TestUsersCannotSeeEachOthersData(t *testing.T) {
 
 func TestNewMessageInterruptsBusySession(t *testing.T) {
 	eachStore(t, func(t *testing.T, store string) {
-		a := startApp(t, store, nil)
-		c := guest(t, a)
-		sid := c.CreateSession(nil)
-		ws := c.Connect("graphql-transport-ws")
-		_, evs := ws.Stream(sid, c.Cursor(sid))
+		_, c, sid, _, evs := watchedSession(t, store)
 		_, first := c.Send(sid, "/slow 200")
 		evs.Until("a chunk", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" })
 		_, second := c.Send(sid, "hello again")
@@ -153,11 +145,7 @@ func TestNewMessageInterruptsBusySession(t *testing.T) {
 
 func TestCancelRunStopsSlowRunKeepingPartialReply(t *testing.T) {
 	eachStore(t, func(t *testing.T, store string) {
-		a := startApp(t, store, nil)
-		c := guest(t, a)
-		sid := c.CreateSession(nil)
-		ws := c.Connect("graphql-transport-ws")
-		_, evs := ws.Stream(sid, c.Cursor(sid))
+		_, c, sid, _, evs := watchedSession(t, store)
 		_, run := c.Send(sid, "/slow 200")
 		evs.Until("two chunks", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" && e.Offset > 0 })
 		var out struct{ CancelRun *struct{ ID, Status string } }
@@ -186,11 +174,7 @@ func TestCancelRunStopsSlowRunKeepingPartialReply(t *testing.T) {
 
 func TestAnsweredQuestionWakesTheSameRun(t *testing.T) {
 	eachStore(t, func(t *testing.T, store string) {
-		a := startApp(t, store, nil)
-		c := guest(t, a)
-		sid := c.CreateSession(nil)
-		ws := c.Connect("graphql-transport-ws")
-		_, evs := ws.Stream(sid, c.Cursor(sid))
+		_, c, sid, _, evs := watchedSession(t, store)
 		_, run := c.Send(sid, "/ask favourite colour?")
 		q := evs.Until("question", func(e tgtest.Event) bool { return e.Typename == "QuestionAsked" })
 		if q.Question.Prompt != "favourite colour?" || q.Question.RunID != run {
@@ -241,11 +225,7 @@ func TestAnsweredQuestionWakesTheSameRun(t *testing.T) {
 
 func TestResumeWithCursorGivesExactlyTheMissedEvents(t *testing.T) {
 	eachStore(t, func(t *testing.T, store string) {
-		a := startApp(t, store, nil)
-		c := guest(t, a)
-		sid := c.CreateSession(nil)
-		ws := c.Connect("graphql-transport-ws")
-		_, evs := ws.Stream(sid, c.Cursor(sid))
+		_, c, sid, ws, evs := watchedSession(t, store)
 		_, run := c.Send(sid, "/slow 30")
 		evs.Until("a few chunks", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" && e.Offset > 20 })
 		ws.Close()
@@ -296,13 +276,7 @@ func TestIdempotencyKeyMakesOneMessageAndOneRun(t *testing.T) {
 		if one != two {
 			t.Errorf("retry answered %+v, first call %+v", two, one)
 		}
-		users := 0
-		for _, m := range c.Messages(sid) {
-			if m.Role == "USER" {
-				users++
-			}
-		}
-		if users != 1 {
+		if users := userMessages(c, sid); users != 1 {
 			t.Errorf("%d user messages stored, want 1", users)
 		}
 		// The same key for different content is a conflict, not a silent replay.
@@ -315,11 +289,7 @@ func TestIdempotencyKeyMakesOneMessageAndOneRun(t *testing.T) {
 
 func TestAgentPanicFailsOnlyItsRun(t *testing.T) {
 	eachStore(t, func(t *testing.T, store string) {
-		a := startApp(t, store, nil)
-		c := guest(t, a)
-		sid := c.CreateSession(nil)
-		ws := c.Connect("graphql-transport-ws")
-		_, evs := ws.Stream(sid, c.Cursor(sid))
+		_, c, sid, _, evs := watchedSession(t, store)
 		_, run := c.Send(sid, "/panic")
 		end := evs.Until("run ends", tgtest.RunEnds(run))
 		if end.Run.Status != "FAILED" || end.Run.Error == "" || strings.Contains(end.Run.Error, "goroutine") {

@@ -79,3 +79,26 @@ func eachStore(t *testing.T, test func(t *testing.T, store string)) {
 }
 
 func guest(t testing.TB, a *testApp) *tgtest.Client { return tgtest.Guest(t, a.URL) }
+
+// watchedSession starts a server on store, signs in a guest, creates a session and
+// subscribes to it over graphql-transport-ws from its current cursor.
+func watchedSession(t *testing.T, store string) (*testApp, *tgtest.Client, string, *tgtest.Socket, *tgtest.Events) {
+	t.Helper()
+	a := startApp(t, store, nil)
+	c := guest(t, a)
+	sid := c.CreateSession(nil)
+	ws := c.Connect("graphql-transport-ws")
+	_, evs := ws.Stream(sid, c.Cursor(sid))
+	return a, c, sid, ws, evs
+}
+
+// userMessages counts the user's messages in a session's history.
+func userMessages(c *tgtest.Client, sid string) int {
+	n := 0
+	for _, m := range c.Messages(sid) {
+		if m.Role == "USER" {
+			n++
+		}
+	}
+	return n
+}

@@ -257,13 +257,7 @@ func TestBusyPolicyEnqueueAndReject(t *testing.T) {
 		if r.Code() != "CONFLICT" {
 			t.Errorf("busy REJECT session: %+v", r.Errors)
 		}
-		users := 0
-		for _, m := range c.Messages(sid) {
-			if m.Role == "USER" {
-				users++
-			}
-		}
-		if users != 1 {
+		if users := userMessages(c, sid); users != 1 {
 			t.Errorf("%d user messages stored, want 1", users)
 		}
 	})
@@ -353,11 +347,7 @@ func TestLimits(t *testing.T) {
 }
 
 func TestHealthReadinessAndMetrics(t *testing.T) {
-	a := startApp(t, "memory", nil)
-	c := guest(t, a)
-	sid := c.CreateSession(nil)
-	ws := c.Connect("graphql-transport-ws")
-	_, evs := ws.Stream(sid, c.Cursor(sid))
+	a, c, sid, _, evs := watchedSession(t, "memory")
 	_, run := c.Send(sid, "count me")
 	evs.Until("run ends", tgtest.RunEnds(run))
 	for _, path := range []string{"/healthz", "/readyz"} {
@@ -421,11 +411,7 @@ func TestStreamCursorContinuesLoadedHistoryMidStream(t *testing.T) {
 }
 
 func TestDeleteSessionStopsRunAndEndsStreams(t *testing.T) {
-	a := startApp(t, "memory", nil)
-	c := guest(t, a)
-	sid := c.CreateSession(nil)
-	ws := c.Connect("graphql-transport-ws")
-	_, evs := ws.Stream(sid, c.Cursor(sid))
+	_, c, sid, _, evs := watchedSession(t, "memory")
 	c.Send(sid, "/slow 500")
 	evs.Until("a chunk", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" })
 	c.Must(`mutation($s: ID!){ deleteTalkSession(id: $s) }`, map[string]any{"s": sid}, nil)
