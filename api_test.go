@@ -378,3 +378,43 @@ func TestUntitledSessionIsNamedAfterItsFirstMessage(t *testing.T) {
 		t.Errorf("title = %q", got.Session.Title)
 	}
 }
+
+func TestNewMessageOrStopWithdrawsAPendingQuestion(t *testing.T) {
+	_, c, sid, _, evs := watchedSession(t, "memory")
+	respond := `mutation($q: ID!){ respondToQuestion(input:{questionId:$q, answer:"late"}){ run { id } } }`
+	pending := `query($s: ID!){ session(id: $s){ status pendingQuestion { id } } }`
+	type view struct {
+		Session struct {
+			Status          string
+			PendingQuestion *struct{ ID string }
+		}
+	}
+
+	// A new message interrupts the waiting run and withdraws its question.
+	_, asking := c.Send(sid, "/ask first?")
+	q := evs.Until("question", func(e tgtest.Event) bool { return e.Typename == "QuestionAsked" })
+	_, next := c.Send(sid, "never mind")
+	if e := evs.Until("asking run ends", tgtest.RunEnds(asking)); e.Run.Status != "INTERRUPTED" {
+		t.Errorf("waiting run ended %s, want INTERRUPTED", e.Run.Status)
+	}
+	evs.Until("next run ends", tgtest.RunEnds(next))
+	var v view
+	c.Must(pending, map[string]any{"s": sid}, &v)
+	if v.Session.PendingQuestion != nil || v.Session.Status != "IDLE" {
+		t.Errorf("after the interruption: %+v", v.Session)
+	}
+	if r := c.Do(respond, map[string]any{"q": q.Question.ID}); r.Code() != "CONFLICT" {
+		t.Errorf("answering a withdrawn question: %+v", r.Errors)
+	}
+
+	// Stop ends a run blocked waiting for an answer.
+	_, asking = c.Send(sid, "/ask second?")
+	q = evs.Until("question", func(e tgtest.Event) bool { return e.Typename == "QuestionAsked" })
+	c.Must(`mutation($s: ID!){ cancelRun(sessionId: $s){ id } }`, map[string]any{"s": sid}, nil)
+	if e := evs.Until("run ends", tgtest.RunEnds(asking)); e.Run.Status != "CANCELLED" {
+		t.Errorf("stopped waiting run ended %s", e.Run.Status)
+	}
+	if r := c.Do(respond, map[string]any{"q": q.Question.ID}); r.Code() != "CONFLICT" {
+		t.Errorf("answering after stop: %+v", r.Errors)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -479,5 +480,34 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("waiting for %s: not within %v", what, tgtest.Wait)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestGetQueriesPlaygroundAndGuestSwitch(t *testing.T) {
+	a := startApp(t, "memory", nil)
+	c := guest(t, a)
+	req, _ := http.NewRequest("GET", a.URL+"/query?query="+url.QueryEscape("{ viewer { id } }"), nil)
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"viewer":{"id":`) {
+		t.Errorf("GET /query: %d %s", resp.StatusCode, body)
+	}
+	resp, err = http.Get(a.URL + "/playground")
+	if err != nil || resp.StatusCode != 200 {
+		t.Errorf("/playground: %v %v", err, resp)
+	}
+	off := startApp(t, "memory", func(c *app.Config) { c.GuestSignIn = false })
+	resp, err = http.Post(off.URL+"/auth/guest", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("guest sign-in switched off answered %d", resp.StatusCode)
 	}
 }
