@@ -43,7 +43,7 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	secret, err := authSecret(ctx, cfg, store)
+	auth, err := buildAuth(ctx, cfg, store, log)
 	if err != nil {
 		store.Close()
 		return nil, err
@@ -59,7 +59,7 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 		return nil, fmt.Errorf("start service: %w", err)
 	}
 	hcfg := cfg.HTTP
-	hcfg.Auth = &graph.Auth{Secret: secret, Issuer: cfg.AuthIssuer, Audience: cfg.AuthAudience, TokenTTL: cfg.TokenTTL, Guest: cfg.GuestSignIn, Leeway: 30 * time.Second}
+	hcfg.Auth = auth
 	hcfg.Log = log
 	hcfg.Web = webFiles()
 	h := graph.New(svc, hcfg)
@@ -71,6 +71,31 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return a, nil
+}
+
+// buildAuth makes the token verifier. With AUTH_JWKS_URL it loads the identity provider's
+// keys; a provider out of reach is only a warning, tokens being refused until its keys
+// arrive. HS256 tokens (and so guest sign-in) then need AUTH_SECRET as well; without
+// AUTH_JWKS_URL they use AUTH_SECRET or the secret kept with the data.
+func buildAuth(ctx context.Context, cfg Config, store service.Store, log *slog.Logger) (*graph.Auth, error) {
+	a := &graph.Auth{Issuer: cfg.AuthIssuer, Audience: cfg.AuthAudience, TokenTTL: cfg.TokenTTL, Guest: cfg.GuestSignIn, Leeway: 30 * time.Second}
+	if cfg.AuthJWKSURL == "" || cfg.AuthSecret != "" {
+		secret, err := authSecret(ctx, cfg, store)
+		if err != nil {
+			return nil, err
+		}
+		a.Secret = secret
+	} else if cfg.GuestSignIn {
+		a.Guest = false
+		log.Info("guest sign-in is off: with AUTH_JWKS_URL it needs AUTH_SECRET too")
+	}
+	if cfg.AuthJWKSURL != "" {
+		a.JWKS = &graph.JWKS{URL: cfg.AuthJWKSURL, Refresh: cfg.AuthJWKSRefresh, Log: log}
+		if err := a.JWKS.Load(ctx); err != nil {
+			log.Warn("cannot load the identity provider's keys; its tokens are refused until they arrive", "err", err)
+		}
 	}
 	return a, nil
 }

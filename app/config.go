@@ -29,6 +29,8 @@ type Config struct {
 	AuthSecret      string
 	AuthIssuer      string
 	AuthAudience    string
+	AuthJWKSURL     string
+	AuthJWKSRefresh time.Duration
 	TokenTTL        time.Duration
 	GuestSignIn     bool
 	ShutdownTimeout time.Duration
@@ -136,6 +138,22 @@ func Settings() []Setting {
 		{"auth-secret", "AUTH_SECRET", "", "HS256 secret for tokens, at least 16 characters (default: generated once, kept in the SQLite file or DATA_DIR/auth_secret)", str(func(c *Config) *string { return &c.AuthSecret })},
 		{"auth-issuer", "AUTH_ISSUER", "", "required iss claim (and set on issued tokens)", str(func(c *Config) *string { return &c.AuthIssuer })},
 		{"auth-audience", "AUTH_AUDIENCE", "", "required aud claim (and set on issued tokens)", str(func(c *Config) *string { return &c.AuthAudience })},
+		{"auth-jwks-url", "AUTH_JWKS_URL", "", "identity provider's JSON Web Key Set: accept its RS256/384/512, PS256, ES256 and ES384 tokens (HS256 and guest sign-in then only with AUTH_SECRET)", func(c *Config, v string) error {
+			u, err := url.Parse(v)
+			if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+				return fmt.Errorf("want an http(s) URL, got %q", v)
+			}
+			c.AuthJWKSURL = v
+			return nil
+		}},
+		{"auth-jwks-refresh", "AUTH_JWKS_REFRESH", "15m", "how long the identity provider's keys are used before they are fetched again", func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("want a duration > 0 like 15m, got %q", v)
+			}
+			c.AuthJWKSRefresh = d
+			return nil
+		}},
 		{"token-ttl", "TOKEN_TTL", "720h", "lifetime of tokens issued by /auth/guest", dur(func(c *Config) *time.Duration { return &c.TokenTTL })},
 		{"guest-signin", "GUEST_SIGNIN", "true", "allow POST /auth/guest", boolean(func(c *Config) *bool { return &c.GuestSignIn })},
 		{"allowed-origins", "ALLOWED_ORIGINS", "", "comma-separated origins allowed to open websockets besides the server's own (* for any)", func(c *Config, v string) error {

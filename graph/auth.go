@@ -14,12 +14,17 @@ import (
 	"github.com/talkgraph/talkgraph/service"
 )
 
-// Auth verifies and issues the HS256 JWTs that identify users: the user is the token's
-// sub claim, never an argument.
+// Auth verifies the JWTs that identify users, and issues HS256 ones: the user is the
+// token's sub claim, never an argument.
 type Auth struct {
+	// Secret signs and verifies HS256 tokens (guest sign-in's). Without it HS256 tokens are
+	// refused and none are issued.
 	Secret []byte
-	// Issuer and Audience, when set, must match the token's iss and aud (an identity
-	// provider sharing the secret sets them); tokens issued here carry them.
+	// JWKS, when set, verifies tokens signed by an identity provider with the keys it
+	// publishes (see JWKSAlgorithms).
+	JWKS *JWKS
+	// Issuer and Audience, when set, must match the token's iss and aud (as an identity
+	// provider sets them); tokens issued here carry them.
 	Issuer   string
 	Audience string
 	// TokenTTL is how long issued tokens last; default 30 days.
@@ -38,6 +43,9 @@ type Identity struct {
 
 // Issue signs a token for userID.
 func (a *Auth) Issue(userID string) (string, time.Time, error) {
+	if len(a.Secret) == 0 {
+		return "", time.Time{}, errors.New("no secret to sign tokens with")
+	}
 	ttl := a.TokenTTL
 	if ttl <= 0 {
 		ttl = 30 * 24 * time.Hour
@@ -52,10 +60,18 @@ func (a *Auth) Issue(userID string) (string, time.Time, error) {
 	return tok, exp, err
 }
 
-// Verify checks a token's signature, algorithm, expiry, issuer and audience.
+// Verify checks a token's signature, algorithm, expiry, issuer and audience: HS256 with
+// Secret, or an identity provider's algorithm with the JWKS key its kid names.
 // EUNAUTHORIZED with a short reason when any is wrong.
 func (a *Auth) Verify(token string) (Identity, error) {
-	opts := []jwt.ParserOption{jwt.WithValidMethods([]string{"HS256"}), jwt.WithLeeway(a.Leeway)}
+	methods := make([]string, 0, 1+len(JWKSAlgorithms)) // never nil: nil would allow any
+	if len(a.Secret) > 0 {
+		methods = append(methods, "HS256")
+	}
+	if a.JWKS != nil {
+		methods = append(methods, JWKSAlgorithms...)
+	}
+	opts := []jwt.ParserOption{jwt.WithValidMethods(methods), jwt.WithLeeway(a.Leeway)}
 	if a.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(a.Issuer))
 	}
@@ -63,8 +79,11 @@ func (a *Auth) Verify(token string) (Identity, error) {
 		opts = append(opts, jwt.WithAudience(a.Audience))
 	}
 	var claims jwt.RegisteredClaims
-	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return a.Secret, nil }, opts...)
+	_, err := jwt.ParseWithClaims(token, &claims, a.key, opts...)
 	if err != nil {
+		if errors.Is(err, ErrJWKSUnavailable) {
+			return Identity{}, service.Errorf(service.EUNAUTHORIZED, "cannot verify tokens right now")
+		}
 		if errors.Is(err, jwt.ErrTokenExpired) {
 			return Identity{}, service.Errorf(service.EUNAUTHORIZED, "token expired")
 		}
@@ -78,6 +97,23 @@ func (a *Auth) Verify(token string) (Identity, error) {
 		id.Expires = claims.ExpiresAt.Time
 	}
 	return id, nil
+}
+
+// key picks the key that verifies tok; the parser has already refused algorithms Verify
+// does not allow.
+func (a *Auth) key(tok *jwt.Token) (any, error) {
+	alg := tok.Method.Alg()
+	if alg == "HS256" {
+		if len(a.Secret) == 0 {
+			return nil, errors.New("HS256 tokens are not accepted")
+		}
+		return a.Secret, nil
+	}
+	if a.JWKS == nil {
+		return nil, errors.New("no keys for " + alg)
+	}
+	kid, _ := tok.Header["kid"].(string)
+	return a.JWKS.Key(kid, alg)
 }
 
 // bearer returns the token of an Authorization value "Bearer <token>".
@@ -132,7 +168,7 @@ func (a *Auth) guestHandler() http.Handler {
 			writeGraphQLError(w, http.StatusMethodNotAllowed, "BAD_USER_INPUT", "use POST")
 			return
 		}
-		if !a.Guest {
+		if !a.Guest || len(a.Secret) == 0 {
 			writeGraphQLError(w, http.StatusForbidden, "UNAUTHENTICATED", "guest sign-in is switched off on this server")
 			return
 		}
