@@ -97,7 +97,7 @@ type Service struct {
 	subsDone sync.WaitGroup // subscription goroutines
 	closing  chan struct{}
 	closed   atomic.Bool
-	// writeFailure is set while writes fail for want of storage.
+	// writeFailure is the last write that failed for want of storage.
 	writeFailure atomic.Pointer[writeFailure]
 	subs         atomic.Int64
 	stats        counters
@@ -180,14 +180,11 @@ type writeFailure struct {
 	err error
 }
 
-// noteWrite records the outcome of a store write for Ready.
+// noteWrite records a store write that failed for want of storage, for Ready. Later
+// successes do not clear it: on a full disk small writes can still pass while larger ones
+// fail, and readiness should not flap with them.
 func (s *Service) noteWrite(err error) {
-	switch {
-	case err == nil:
-		if s.writeFailure.Load() != nil {
-			s.writeFailure.Store(nil)
-		}
-	case ErrorCode(err) == EUNAVAILABLE:
+	if ErrorCode(err) == EUNAVAILABLE {
 		s.writeFailure.Store(&writeFailure{at: time.Now(), err: err})
 	}
 }
