@@ -30,13 +30,9 @@ type activeRun struct {
 	// holdsSlot is set while the run's goroutine holds a scheduler slot.
 	holdsSlot atomic.Bool
 
-	msg        *Message        // the assistant message being written, if any
-	content    strings.Builder // its written text: msg.Content shares its bytes
-	msgLen     int             // its length in code points, flushed or not
-	msgBytes   int
-	pending    strings.Builder // text not yet written
-	pendingOff int             // where pending starts, in code points
-	timer      *time.Timer
+	msg   *Message   // the assistant message being written, if any
+	text  textStream // its text
+	timer *time.Timer
 
 	question *Question
 	answer   chan string // buffered(1): the answer to question
@@ -45,12 +41,36 @@ type activeRun struct {
 }
 
 type toolState struct {
-	call       *ToolCall
-	output     strings.Builder // call.Output shares its bytes
-	outLen     int
-	pending    strings.Builder
-	pendingOff int
-	fromSeq    int64 // where its output chunks may start in the log
+	call    *ToolCall
+	out     textStream // its output
+	fromSeq int64      // where its output chunks may start in the log
+}
+
+// textStream is text an agent streams: what was written to the log, and what waits for
+// the next flush.
+type textStream struct {
+	written strings.Builder // the row's text shares its bytes
+	pending strings.Builder
+	length  int // code points, written or not
+	bytes   int
+}
+
+func (t *textStream) add(delta string) {
+	t.pending.WriteString(delta)
+	t.length += runeLen(delta)
+	t.bytes += len(delta)
+}
+
+// flush moves the pending text to the written text and returns it with its offset in code
+// points; ok is false when nothing was pending.
+func (t *textStream) flush() (delta string, offset int, ok bool) {
+	if t.pending.Len() == 0 {
+		return "", 0, false
+	}
+	delta = t.pending.String()
+	t.pending.Reset()
+	t.written.WriteString(delta)
+	return delta, t.length - runeLen(delta), true
 }
 
 func (ar *activeRun) stopTimer() {
@@ -418,28 +438,23 @@ func (s *Service) startNextLocked(st *sessionState) {
 // its text (recovery rebuilds the content from them, views overlay what is in memory), so
 // streaming writes only what is new.
 func (s *Service) chunkInto(b *Batch, ar *activeRun) {
-	if ar.msg == nil || ar.pending.Len() == 0 {
+	if ar.msg == nil {
 		return
 	}
-	delta := ar.pending.String()
-	ar.pending.Reset()
-	ar.content.WriteString(delta)
-	ar.msg.Content = ar.content.String()
-	b.Events = append(b.Events, &Event{Type: EventMessageChunk, Key: ar.msg.ID, MessageID: ar.msg.ID, Delta: delta, Offset: ar.pendingOff})
-	ar.pendingOff = ar.msgLen
+	if delta, off, ok := ar.text.flush(); ok {
+		ar.msg.Content = ar.text.written.String()
+		b.Events = append(b.Events, &Event{Type: EventMessageChunk, Key: ar.msg.ID, MessageID: ar.msg.ID, Delta: delta, Offset: off})
+	}
 }
 
 // toolChunkInto does for a tool's output what chunkInto does for a message's text.
 func (s *Service) toolChunkInto(b *Batch, ar *activeRun, ts *toolState, final bool) {
-	if ts.pending.Len() == 0 {
+	delta, off, ok := ts.out.flush()
+	if !ok {
 		return
 	}
-	delta := ts.pending.String()
-	ts.pending.Reset()
-	ts.output.WriteString(delta)
-	ts.call.Output = ts.output.String()
-	b.Events = append(b.Events, &Event{Type: EventToolCallOutput, Key: ts.call.ID, MessageID: ts.call.MessageID, Delta: delta, Offset: ts.pendingOff})
-	ts.pendingOff = ts.outLen
+	ts.call.Output = ts.out.written.String()
+	b.Events = append(b.Events, &Event{Type: EventToolCallOutput, Key: ts.call.ID, MessageID: ts.call.MessageID, Delta: delta, Offset: off})
 	if !final {
 		b.OutputAppends = append(b.OutputAppends, TextAppend{ID: ts.call.ID, Text: delta})
 	}
@@ -518,12 +533,10 @@ func (o *output) Text(delta string) error {
 			return err
 		}
 	}
-	if ar.msgBytes+len(delta) > s.cfg.MaxReplyBytes {
+	if ar.text.bytes+len(delta) > s.cfg.MaxReplyBytes {
 		return Errorf(EINVALID, "the reply is longer than this server allows (%d bytes)", s.cfg.MaxReplyBytes)
 	}
-	ar.pending.WriteString(delta)
-	ar.msgLen += runeLen(delta)
-	ar.msgBytes += len(delta)
+	ar.text.add(delta)
 	return s.scheduleFlushLocked(ar)
 }
 
@@ -535,8 +548,7 @@ func (s *Service) beginMessageLocked(ar *activeRun) error {
 	if err := s.commitLocked(ar.ctx, ar.st, &Batch{Messages: []*Message{m}, Events: []*Event{{Type: EventMessageAdded, Message: &cp}}}); err != nil {
 		return err
 	}
-	ar.msg, ar.msgLen, ar.msgBytes, ar.pendingOff = m, 0, 0, 0
-	ar.content = strings.Builder{}
+	ar.msg, ar.text = m, textStream{}
 	return nil
 }
 
@@ -758,11 +770,10 @@ func (h *toolHandle) Output(delta string) error {
 	if h.ts.call.Status != ToolRunning {
 		return Errorf(ECONFLICT, "the tool call has finished")
 	}
-	if len(h.ts.call.Output)+h.ts.pending.Len()+len(delta) > s.cfg.MaxReplyBytes {
+	if h.ts.out.bytes+len(delta) > s.cfg.MaxReplyBytes {
 		return Errorf(EINVALID, "the tool's output is longer than this server allows")
 	}
-	h.ts.pending.WriteString(delta)
-	h.ts.outLen += runeLen(delta)
+	h.ts.out.add(delta)
 	return s.scheduleFlushLocked(ar)
 }
 
