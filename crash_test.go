@@ -170,26 +170,32 @@ func TestCrashLosesNothingAcknowledged(t *testing.T) {
 		}
 
 		srv = startChild(t, dataDir, port)
-		msgs := user.Messages(sid)
-		byID := map[string]tgtest.Message{}
-		for _, m := range msgs {
-			byID[m.ID] = m
-			if m.Status == "STREAMING" {
-				t.Fatalf("point %d: message %s still STREAMING after restart", point, m.ID)
+		// One read gives the history and the run that may be writing to it: a run that was
+		// still queued at the crash starts again and may be streaming already.
+		var sess struct {
+			Session struct {
+				Status          string
+				ActiveRun       *struct{ ID string }
+				PendingQuestion *struct{ ID string }
+				Messages        struct{ Edges []struct{ Node tgtest.Message } }
 			}
+		}
+		user.Must(`query($s: ID!){ session(id:$s){ status activeRun { id } pendingQuestion { id }
+			messages(last: 20) { edges { node { id role kind content status runId } } } } }`, map[string]any{"s": sid}, &sess)
+		for _, e := range sess.Session.Messages.Edges {
+			if m := e.Node; m.Status == "STREAMING" && (sess.Session.ActiveRun == nil || m.RunID != sess.Session.ActiveRun.ID) {
+				t.Fatalf("point %d: message %s still STREAMING after restart, and its run is not active", point, m.ID)
+			}
+		}
+		byID := map[string]tgtest.Message{}
+		for _, m := range user.Messages(sid) {
+			byID[m.ID] = m
 		}
 		for id, content := range acked {
 			if byID[id].Content != content {
 				t.Fatalf("point %d: acknowledged message %s lost or changed: %+v", point, id, byID[id])
 			}
 		}
-		var sess struct {
-			Session struct {
-				Status          string
-				PendingQuestion *struct{ ID string }
-			}
-		}
-		user.Must(`query($s: ID!){ session(id:$s){ status pendingQuestion { id } } }`, map[string]any{"s": sid}, &sess)
 		if sess.Session.Status == "RUNNING" {
 			// A queued run may start again after the restart; stop it so the next point
 			// starts from a quiet session.

@@ -136,21 +136,33 @@ type Message struct {
 	ID, Role, Kind, Content, Status, RunID string
 }
 
-// Messages returns the session's whole history (up to 100), oldest first.
+// Messages returns the session's whole history, oldest first, page by page.
 func (c *Client) Messages(sessionID string) []Message {
 	c.T.Helper()
-	var out struct {
-		Session struct {
-			Messages struct{ Edges []struct{ Node Message } }
-		}
-	}
-	c.Must(`query($s: ID!){ session(id: $s){ messages(first: 100){ edges { node { id role kind content status runId } } } } }`,
-		map[string]any{"s": sessionID}, &out)
 	var msgs []Message
-	for _, e := range out.Session.Messages.Edges {
-		msgs = append(msgs, e.Node)
+	vars := map[string]any{"s": sessionID}
+	for {
+		var out struct {
+			Session struct {
+				Messages struct {
+					Edges    []struct{ Node Message }
+					PageInfo struct {
+						HasNextPage bool
+						EndCursor   string
+					}
+				}
+			}
+		}
+		c.Must(`query($s: ID!, $a: String){ session(id: $s){ messages(first: 100, after: $a){
+			edges { node { id role kind content status runId } } pageInfo { hasNextPage endCursor } } } }`, vars, &out)
+		for _, e := range out.Session.Messages.Edges {
+			msgs = append(msgs, e.Node)
+		}
+		if !out.Session.Messages.PageInfo.HasNextPage {
+			return msgs
+		}
+		vars["a"] = out.Session.Messages.PageInfo.EndCursor
 	}
-	return msgs
 }
 
 // StreamQuery selects every event type with all the fields tests look at.
