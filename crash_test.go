@@ -177,7 +177,9 @@ func TestCrashLosesNothingAcknowledged(t *testing.T) {
 				Status          string
 				ActiveRun       *struct{ ID string }
 				PendingQuestion *struct{ ID string }
-				Messages        struct{ Edges []struct{ Node tgtest.Message } }
+				Messages        struct {
+					Edges []struct{ Node tgtest.Message }
+				}
 			}
 		}
 		user.Must(`query($s: ID!){ session(id:$s){ status activeRun { id } pendingQuestion { id }
