@@ -51,23 +51,9 @@ func BenchmarkStreamingThroughput(b *testing.B) {
 				}
 				defer svc.Close()
 				ctx := service.WithUser(context.Background(), "bench")
-				agent := "bench"
-				var ids []string
-				var watches []<-chan *service.Event
 				sctx, cancel := context.WithCancel(ctx)
 				defer cancel()
-				for i := 0; i < sessions; i++ {
-					sess, err := svc.CreateTalkSession(ctx, "", service.SettingsInput{Agent: &agent})
-					if err != nil {
-						b.Fatal(err)
-					}
-					v, _ := svc.View(ctx, sess.ID)
-					ch, err := svc.Subscribe(sctx, sess.ID, v.StreamCursor)
-					if err != nil {
-						b.Fatal(err)
-					}
-					ids, watches = append(ids, sess.ID), append(watches, ch)
-				}
+				ids, watches := watchedSessions(b, sctx, svc, "bench", sessions)
 				b.ResetTimer()
 				start := time.Now()
 				var wg sync.WaitGroup
@@ -193,25 +179,14 @@ func pacedOnce(b *testing.B, kind string, sessions int) {
 	ctx := service.WithUser(context.Background(), "bench")
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	agent := "paced"
 	type result struct {
 		chunks int
 		delay  time.Duration // summed over chunks
 		worst  time.Duration
 	}
 	results := make(chan result, sessions)
-	var ids []string
-	for i := 0; i < sessions; i++ {
-		sess, err := svc.CreateTalkSession(ctx, "", service.SettingsInput{Agent: &agent})
-		if err != nil {
-			b.Fatal(err)
-		}
-		v, _ := svc.View(ctx, sess.ID)
-		ch, err := svc.Subscribe(sctx, sess.ID, v.StreamCursor)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ids = append(ids, sess.ID)
+	ids, watches := watchedSessions(b, sctx, svc, "paced", sessions)
+	for _, ch := range watches {
 		go func() {
 			var r result
 			for ev := range ch {
@@ -253,4 +228,26 @@ func pacedOnce(b *testing.B, kind string, sessions int) {
 	b.ReportMetric(float64(total.chunks)/elapsed.Seconds(), "chunks/s")
 	b.ReportMetric(float64(total.delay.Milliseconds())/float64(total.chunks), "ms-mean-delay")
 	b.ReportMetric(float64(total.worst.Milliseconds()), "ms-worst-delay")
+}
+
+// watchedSessions creates n sessions of the agent for the user of ctx, each with a
+// subscription from its start that lasts as long as ctx.
+func watchedSessions(b *testing.B, ctx context.Context, svc *service.Service, agent string, n int) (ids []string, watches []<-chan *service.Event) {
+	b.Helper()
+	for i := 0; i < n; i++ {
+		sess, err := svc.CreateTalkSession(ctx, "", service.SettingsInput{Agent: &agent})
+		if err != nil {
+			b.Fatal(err)
+		}
+		v, err := svc.View(ctx, sess.ID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ch, err := svc.Subscribe(ctx, sess.ID, v.StreamCursor)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids, watches = append(ids, sess.ID), append(watches, ch)
+	}
+	return ids, watches
 }
