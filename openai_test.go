@@ -1,8 +1,8 @@
 package main
 
 // End-to-end tests of the openai agent through the whole server: a real guest user talks
-// GraphQL over HTTP and websockets to a server whose openai agent streams from fakeLLM, an
-// httptest server that speaks the chat-completions streaming wire format and records every
+// GraphQL over HTTP and websockets to a server whose openai agent streams from a
+// fakellm.Server, which speaks the chat-completions streaming wire format and records every
 // request, so that each test can say both what the user saw and what the model was sent.
 
 import (
@@ -11,18 +11,17 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/talkgraph/talkgraph/app"
+	"github.com/talkgraph/talkgraph/internal/fakellm"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
 )
 
@@ -30,204 +29,23 @@ import (
 // does.
 const llmKey = "sk-e2e-Vq7RzT2mLx9PwKd41"
 
-// fakeLLM is an OpenAI-compatible chat-completions endpoint. Request i is answered by
-// replies[i]; every request is recorded.
-type fakeLLM struct {
-	*httptest.Server
-	t    testing.TB
-	quit chan struct{} // closed when the test ends: handlers holding a stream give up
-
-	mu      sync.Mutex
-	replies []http.HandlerFunc
-	reqs    []*llmRequest
-}
-
-// llmRequest is one request as the fake received it.
-type llmRequest struct {
-	Path string
-	Auth string // the Authorization header
-	Raw  string
-	Body chatRequest
-}
-
-type chatRequest struct {
-	Model       string    `json:"model"`
-	Temperature *float64  `json:"temperature"`
-	Stream      bool      `json:"stream"`
-	Messages    []chatMsg `json:"messages"`
-	Tools       []struct {
-		Type     string `json:"type"`
-		Function struct {
-			Name string `json:"name"`
-		} `json:"function"`
-	} `json:"tools"`
-}
-
-type chatMsg struct {
-	Role       string          `json:"role"`
-	Content    json.RawMessage `json:"content"` // a string, an array of text parts, or absent
-	ToolCallID string          `json:"tool_call_id"`
-	ToolCalls  []struct {
-		ID       string `json:"id"`
-		Type     string `json:"type"`
-		Function struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		} `json:"function"`
-	} `json:"tool_calls"`
-}
-
-// text is the message's content as plain text.
-func (m chatMsg) text() string {
-	var s string
-	if json.Unmarshal(m.Content, &s) == nil {
-		return s
-	}
-	var parts []struct{ Text string }
-	_ = json.Unmarshal(m.Content, &parts)
-	var b strings.Builder
-	for _, p := range parts {
-		b.WriteString(p.Text)
-	}
-	return b.String()
-}
-
-// String shows a message as a transcript line: "user: hi",
-// "assistant: [call_1 ask_user {…}]", "tool call_1: Rome".
-func (m chatMsg) String() string {
-	var b strings.Builder
-	b.WriteString(m.Role)
-	if m.ToolCallID != "" {
-		b.WriteString(" " + m.ToolCallID)
-	}
-	b.WriteString(":")
-	if t := m.text(); t != "" {
-		b.WriteString(" " + t)
-	}
-	for _, c := range m.ToolCalls {
-		fmt.Fprintf(&b, " [%s %s %s]", c.ID, c.Function.Name, c.Function.Arguments)
-	}
-	return b.String()
-}
-
-func (r *llmRequest) transcript() []string {
-	out := make([]string, len(r.Body.Messages))
-	for i, m := range r.Body.Messages {
-		out[i] = m.String()
-	}
-	return out
-}
-
-func (r *llmRequest) toolNames() []string {
-	var out []string
-	for _, t := range r.Body.Tools {
-		out = append(out, t.Function.Name)
-	}
-	return out
-}
-
-func newFakeLLM(t testing.TB, replies ...http.HandlerFunc) *fakeLLM {
-	t.Helper()
-	f := &fakeLLM{t: t, quit: make(chan struct{}), replies: replies}
-	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.Close)
-	t.Cleanup(func() { close(f.quit) }) // runs first: releases held streams
-	return f
-}
-
-func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
-	raw, _ := io.ReadAll(r.Body)
-	rec := &llmRequest{Path: r.URL.Path, Auth: r.Header.Get("Authorization"), Raw: string(raw)}
-	if err := json.Unmarshal(raw, &rec.Body); err != nil {
-		f.t.Errorf("request body is not JSON: %v\n%s", err, raw)
-	}
-	f.mu.Lock()
-	n := len(f.reqs)
-	f.reqs = append(f.reqs, rec)
-	var h http.HandlerFunc
-	if n < len(f.replies) {
-		h = f.replies[n]
-	}
-	f.mu.Unlock()
-
-	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
-		f.t.Errorf("request #%d: %s %s, want POST /v1/chat/completions", n+1, r.Method, r.URL.Path)
-	}
-	if h == nil {
-		f.t.Errorf("unexpected request #%d:\n%s", n+1, strings.Join(rec.transcript(), "\n"))
-		// 400: an error the agent does not retry.
-		writeStatus(w, http.StatusBadRequest, `{"error":{"message":"no scripted reply"}}`)
-		return
-	}
-	h(w, r)
-}
-
-// requests returns what the fake received so far.
-func (f *fakeLLM) requests() []*llmRequest {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.reqs)
-}
-
-// The streaming wire format: one "data: {chunk}\n\n" event per chunk, each flushed, then
-// "data: [DONE]\n\n".
-
-func sseHeaders(w http.ResponseWriter) {
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-}
-
-func sseWrite(w http.ResponseWriter, data string) {
-	_, _ = io.WriteString(w, "data: "+data+"\n\n")
-	w.(http.Flusher).Flush()
-}
-
-// chunkJSON is a chat.completion.chunk with one choice; finish "" is null.
-func chunkJSON(delta map[string]any, finish string) string {
-	var fr any
-	if finish != "" {
-		fr = finish
-	}
-	b, err := json.Marshal(map[string]any{
-		"id": "chatcmpl-e2e", "object": "chat.completion.chunk", "created": 1730000000, "model": "fake-model",
-		"system_fingerprint": "fp_e2e",
-		"choices":            []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": fr}},
-	})
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
-
-func contentDelta(s string) map[string]any { return map[string]any{"content": s} }
-
-// textReply streams a reply made of parts.
-func textReply(parts ...string) http.HandlerFunc {
-	return gatedReply(nil, parts, nil)
-}
-
 // gatedReply streams before, then holds the stream open until gate is closed, then
 // streams after: a provider that is still writing while the user reads the beginning.
 func gatedReply(gate <-chan struct{}, before, after []string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		sseHeaders(w)
-		sseWrite(w, chunkJSON(map[string]any{"role": "assistant", "content": ""}, ""))
+		fakellm.WriteSSE(w, fakellm.Chunk(fakellm.RoleDelta, ""))
 		for _, p := range before {
-			sseWrite(w, chunkJSON(contentDelta(p), ""))
+			fakellm.WriteSSE(w, fakellm.Chunk(fakellm.TextDelta(p), ""))
 		}
-		if gate != nil {
-			select {
-			case <-gate:
-			case <-r.Context().Done():
-				return
-			}
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+			return
 		}
 		for _, p := range after {
-			sseWrite(w, chunkJSON(contentDelta(p), ""))
+			fakellm.WriteSSE(w, fakellm.Chunk(fakellm.TextDelta(p), ""))
 		}
-		sseWrite(w, chunkJSON(map[string]any{}, "stop"))
-		sseWrite(w, "[DONE]")
+		fakellm.WriteSSE(w, fakellm.Chunk(`{}`, "stop"), fakellm.Done)
 	}
 }
 
@@ -235,19 +53,13 @@ func gatedReply(gate <-chan struct{}, before, after []string) http.HandlerFunc {
 // then the arguments in fragments, then finish_reason "tool_calls".
 func toolCallReply(id, name, args string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		sseHeaders(w)
-		sseWrite(w, chunkJSON(map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{
-			"index": 0, "id": id, "type": "function", "function": map[string]any{"name": name, "arguments": ""},
-		}}}, ""))
+		fakellm.WriteSSE(w, fakellm.Chunk(fakellm.ToolCallDelta(0, id, name), ""))
 		for len(args) > 0 {
 			n := min(len(args), 7)
-			sseWrite(w, chunkJSON(map[string]any{"tool_calls": []any{map[string]any{
-				"index": 0, "function": map[string]any{"arguments": args[:n]},
-			}}}, ""))
+			fakellm.WriteSSE(w, fakellm.Chunk(fakellm.ArgumentsDelta(0, args[:n]), ""))
 			args = args[n:]
 		}
-		sseWrite(w, chunkJSON(map[string]any{}, "tool_calls"))
-		sseWrite(w, "[DONE]")
+		fakellm.WriteSSE(w, fakellm.Chunk(`{}`, "tool_calls"), fakellm.Done)
 	}
 }
 
@@ -257,8 +69,7 @@ func toolCallReply(id, name, args string) http.HandlerFunc {
 func slowReply(n int, interval time.Duration, quit <-chan struct{}) (h http.HandlerFunc, hungUp <-chan struct{}) {
 	hung := make(chan struct{})
 	return func(w http.ResponseWriter, r *http.Request) {
-		sseHeaders(w)
-		sseWrite(w, chunkJSON(map[string]any{"role": "assistant", "content": ""}, ""))
+		fakellm.WriteSSE(w, fakellm.Chunk(fakellm.RoleDelta, ""))
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		for i := 1; i <= n; i++ {
@@ -270,25 +81,14 @@ func slowReply(n int, interval time.Duration, quit <-chan struct{}) (h http.Hand
 				return
 			case <-tick.C:
 			}
-			sseWrite(w, chunkJSON(contentDelta(fmt.Sprintf("w%d ", i)), ""))
+			fakellm.WriteSSE(w, fakellm.Chunk(fakellm.TextDelta(fmt.Sprintf("w%d ", i)), ""))
 		}
-		sseWrite(w, chunkJSON(map[string]any{}, "stop"))
-		sseWrite(w, "[DONE]")
+		fakellm.WriteSSE(w, fakellm.Chunk(`{}`, "stop"), fakellm.Done)
 	}, hung
 }
 
-func writeStatus(w http.ResponseWriter, status int, body string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = io.WriteString(w, body)
-}
-
-func errorReply(status int, body string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) { writeStatus(w, status, body) }
-}
-
 // startOpenAI starts the whole server with the openai agent talking to f.
-func startOpenAI(t *testing.T, store string, f *fakeLLM, change func(*app.Config)) *testApp {
+func startOpenAI(t *testing.T, store string, f *fakellm.Server, change func(*app.Config)) *testApp {
 	t.Helper()
 	return startApp(t, store, func(c *app.Config) {
 		c.OpenAI.BaseURL = f.URL + "/v1"
@@ -320,7 +120,7 @@ func equalLines(t *testing.T, what string, got, want []string) {
 // checkToolCallsAnswered fails the test unless, in every request, each tool call of an
 // assistant message is answered by a tool message with its ID before the next assistant
 // or user message: what the chat-completions API requires of a request.
-func checkToolCallsAnswered(t *testing.T, reqs []*llmRequest) {
+func checkToolCallsAnswered(t *testing.T, reqs []*fakellm.Request) {
 	t.Helper()
 	for i, r := range reqs {
 		open := map[string]bool{}
@@ -500,7 +300,7 @@ func TestOpenAIAgentListedOnlyWhenConfigured(t *testing.T) {
 		t.Errorf("an openai session on a server without it: %+v, want BAD_USER_INPUT", r.Errors)
 	}
 
-	f := newFakeLLM(t)
+	f := fakellm.New(t)
 	configured := startOpenAI(t, "memory", f, nil)
 	c = guest(t, configured)
 	names, descs := agentNames(c)
@@ -511,7 +311,7 @@ func TestOpenAIAgentListedOnlyWhenConfigured(t *testing.T) {
 	if descs[i] == "" || strings.Contains(descs[i], llmKey) {
 		t.Errorf("openai description = %q", descs[i])
 	}
-	if n := len(f.requests()); n != 0 {
+	if n := len(f.Requests()); n != 0 {
 		t.Errorf("listing agents made %d requests to the provider", n)
 	}
 }
@@ -519,9 +319,9 @@ func TestOpenAIAgentListedOnlyWhenConfigured(t *testing.T) {
 func TestOpenAIAgentStreamsReplyAndSendsHistory(t *testing.T) {
 	eachStore(t, func(t *testing.T, store string) {
 		gate := make(chan struct{})
-		f := newFakeLLM(t,
+		f := fakellm.New(t,
 			gatedReply(gate, []string{"Hello"}, []string{", wor", "ld! ", "Brief ", "enough."}),
-			textReply("Rust ", "is ", "fast."))
+			fakellm.TextReply("Rust ", "is ", "fast."))
 		a := startOpenAI(t, store, f, nil)
 		c := guest(t, a)
 		sid := openAISession(c, map[string]any{"model": "m-1", "systemPrompt": "be brief", "temperature": 0.5})
@@ -550,7 +350,7 @@ func TestOpenAIAgentStreamsReplyAndSendsHistory(t *testing.T) {
 			t.Errorf("reply came in %d chunks, want at least 2", n)
 		}
 
-		reqs := f.requests()
+		reqs := f.Requests()
 		if len(reqs) != 1 {
 			t.Fatalf("provider received %d requests, want 1", len(reqs))
 		}
@@ -558,24 +358,24 @@ func TestOpenAIAgentStreamsReplyAndSendsHistory(t *testing.T) {
 		if r.Body.Model != "m-1" || r.Body.Temperature == nil || *r.Body.Temperature != 0.5 || !r.Body.Stream {
 			t.Errorf("request: model %q, temperature %v, stream %v; want m-1, 0.5, true\n%s", r.Body.Model, r.Body.Temperature, r.Body.Stream, r.Raw)
 		}
-		if r.Auth != "Bearer "+llmKey {
-			t.Errorf("Authorization = %q, want the configured key", r.Auth)
+		if r.Header.Get("Authorization") != "Bearer "+llmKey {
+			t.Errorf("Authorization = %q, want the configured key", r.Header.Get("Authorization"))
 		}
-		if tools := r.toolNames(); !slices.Contains(tools, "ask_user") || slices.Contains(tools, "shell") {
+		if tools := r.ToolNames(); !slices.Contains(tools, "ask_user") || slices.Contains(tools, "shell") {
 			t.Errorf("tools offered = %q, want ask_user and no shell (not enabled)", tools)
 		}
-		equalLines(t, "first request", r.transcript(), []string{"system: be brief", "user: What is Go?"})
+		equalLines(t, "first request", r.Transcript(), []string{"system: be brief", "user: What is Go?"})
 
 		// The second message sends the whole conversation.
 		_, run2 := c.Send(sid, "And Rust?")
 		if end := evs.Until("second run ends", tgtest.RunEnds(run2)); end.Run.Status != "COMPLETED" {
 			t.Fatalf("second run ended %s (%s)", end.Run.Status, end.Run.Error)
 		}
-		reqs = f.requests()
+		reqs = f.Requests()
 		if len(reqs) != 2 {
 			t.Fatalf("provider received %d requests, want 2", len(reqs))
 		}
-		equalLines(t, "second request", reqs[1].transcript(), []string{
+		equalLines(t, "second request", reqs[1].Transcript(), []string{
 			"system: be brief", "user: What is Go?", "assistant: Hello, world! Brief enough.", "user: And Rust?",
 		})
 		if reqs[1].Body.Model != "m-1" {
@@ -597,9 +397,9 @@ const askArgs = `{"question":"Which city?","choices":["Paris","Rome"]}`
 
 func TestOpenAIAskUserRoundTrip(t *testing.T) {
 	eachStore(t, func(t *testing.T, store string) {
-		f := newFakeLLM(t,
+		f := fakellm.New(t,
 			toolCallReply("call_ask1", "ask_user", askArgs),
-			textReply("Rome ", "it is."))
+			fakellm.TextReply("Rome ", "it is."))
 		a := startOpenAI(t, store, f, nil)
 		c := guest(t, a)
 		sid := openAISession(c, nil)
@@ -650,13 +450,13 @@ func TestOpenAIAskUserRoundTrip(t *testing.T) {
 			t.Errorf("ask_user call finished = %+v, want COMPLETED with result Rome", finished)
 		}
 
-		reqs := f.requests()
+		reqs := f.Requests()
 		if len(reqs) != 2 {
 			t.Fatalf("provider received %d requests, want 2", len(reqs))
 		}
 		// The call goes by the ID the service gave it (ToolCallStarted), with the model too.
 		id := started.ToolCall.ID
-		equalLines(t, "request after the answer", reqs[1].transcript(), []string{
+		equalLines(t, "request after the answer", reqs[1].Transcript(), []string{
 			"user: Plan a trip",
 			"assistant: [" + id + " ask_user " + askArgs + "]",
 			"tool " + id + ": Rome",
@@ -683,9 +483,9 @@ func TestOpenAIAnswerAfterRestart(t *testing.T) {
 	if !sqliteWired {
 		t.Skip("sqlite store not wired yet")
 	}
-	f := newFakeLLM(t,
+	f := fakellm.New(t,
 		toolCallReply("call_ask1", "ask_user", askArgs),
-		textReply("Rome ", "it is, then."))
+		fakellm.TextReply("Rome ", "it is, then."))
 	a1 := startOpenAI(t, "sqlite", f, nil)
 	c := guest(t, a1)
 	sid := openAISession(c, nil)
@@ -708,7 +508,7 @@ func TestOpenAIAnswerAfterRestart(t *testing.T) {
 		!slices.Equal(s.PendingQuestion.Choices, []string{"Paris", "Rome"}) {
 		t.Fatalf("session after the restart = %+v", s)
 	}
-	if n := len(f.requests()); n != 1 {
+	if n := len(f.Requests()); n != 1 {
 		t.Fatalf("provider received %d requests before the answer, want 1", n)
 	}
 
@@ -725,12 +525,12 @@ func TestOpenAIAnswerAfterRestart(t *testing.T) {
 		t.Fatalf("run ended %s (%s)", end.Run.Status, end.Run.Error)
 	}
 
-	reqs := f.requests()
+	reqs := f.Requests()
 	if len(reqs) != 2 {
 		t.Fatalf("provider received %d requests, want 2", len(reqs))
 	}
 	id := started.ToolCall.ID
-	equalLines(t, "request after the restart", reqs[1].transcript(), []string{
+	equalLines(t, "request after the restart", reqs[1].Transcript(), []string{
 		"user: Plan a trip",
 		"assistant: [" + id + " ask_user " + askArgs + "]",
 		"tool " + id + ": Rome",
@@ -760,11 +560,9 @@ func TestOpenAIAnswerAfterRestart(t *testing.T) {
 
 func TestOpenAIStopDuringStream(t *testing.T) {
 	eachStore(t, func(t *testing.T, store string) {
-		f := newFakeLLM(t)
-		slow, hungUp := slowReply(400, 50*time.Millisecond, f.quit)
-		f.mu.Lock()
-		f.replies = []http.HandlerFunc{slow}
-		f.mu.Unlock()
+		f := fakellm.New(t)
+		slow, hungUp := slowReply(400, 50*time.Millisecond, f.Quit())
+		f.Add(slow)
 		a := startOpenAI(t, store, f, nil)
 		c := guest(t, a)
 		sid := openAISession(c, nil)
@@ -812,7 +610,7 @@ func TestOpenAIStopDuringStream(t *testing.T) {
 		if s := sessionState(c, sid); s.Status != "IDLE" || s.ActiveRun != nil {
 			t.Errorf("session after the stop = %+v", s)
 		}
-		if n := len(f.requests()); n != 1 {
+		if n := len(f.Requests()); n != 1 {
 			t.Errorf("provider received %d requests, want 1", n)
 		}
 	})
@@ -829,7 +627,7 @@ func TestOpenAIShellToolStopKillsCommand(t *testing.T) {
 		// every process of the command has died.
 		const command = "mkfifo alive && echo started && exec 3>alive && sleep 30"
 		args, _ := json.Marshal(map[string]string{"command": command})
-		f := newFakeLLM(t, toolCallReply("call_sh1", "shell", string(args)))
+		f := fakellm.New(t, toolCallReply("call_sh1", "shell", string(args)))
 		a := startOpenAI(t, store, f, func(c *app.Config) {
 			c.OpenAI.Shell = true
 			c.OpenAI.ShellDir = dir
@@ -844,7 +642,7 @@ func TestOpenAIShellToolStopKillsCommand(t *testing.T) {
 		if started.ToolCall.Name != "shell" || started.ToolCall.Arguments != string(args) {
 			t.Errorf("tool call started = %+v", started.ToolCall)
 		}
-		if tools := f.requests()[0].toolNames(); !slices.Contains(tools, "shell") {
+		if tools := f.Requests()[0].ToolNames(); !slices.Contains(tools, "shell") {
 			t.Errorf("tools offered = %q, want shell", tools)
 		}
 		evs.Until(`ToolCallOutput "started"`, func(e tgtest.Event) bool {
@@ -915,7 +713,7 @@ func TestOpenAIShellToolStopKillsCommand(t *testing.T) {
 			calls[0].Output != "started\n" {
 			t.Errorf("tool calls in the history = %+v, want the shell call ended (CANCELLED) with output %q", calls, "started\n")
 		}
-		if n := len(f.requests()); n != 1 {
+		if n := len(f.Requests()); n != 1 {
 			t.Errorf("provider received %d requests, want 1 (nothing after the stop)", n)
 		}
 	})
@@ -925,9 +723,9 @@ func TestOpenAIProviderErrorFailsRunWithoutLeakingKey(t *testing.T) {
 	eachStore(t, func(t *testing.T, store string) {
 		// Like OpenAI, the provider quotes the key it refused.
 		body := `{"error":{"message":"Incorrect API key provided: ` + llmKey + `. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`
-		f := newFakeLLM(t,
-			errorReply(http.StatusUnauthorized, body),
-			textReply("Back ", "again."))
+		f := fakellm.New(t,
+			fakellm.ErrorReply(http.StatusUnauthorized, body),
+			fakellm.TextReply("Back ", "again."))
 		a := startOpenAI(t, store, f, nil)
 		c := guest(t, a)
 		sid := openAISession(c, nil)
@@ -944,7 +742,7 @@ func TestOpenAIProviderErrorFailsRunWithoutLeakingKey(t *testing.T) {
 			strings.Contains(msg, llmKey) || strings.Contains(msg, llmKey[:12]) {
 			t.Errorf("run error %q is not fit for a user (or leaks the key)", msg)
 		}
-		if n := len(f.requests()); n != 1 {
+		if n := len(f.Requests()); n != 1 {
 			t.Errorf("provider received %d requests, want 1 (a refused key is not retried)", n)
 		}
 
@@ -957,16 +755,16 @@ func TestOpenAIProviderErrorFailsRunWithoutLeakingKey(t *testing.T) {
 		if last := replies[len(replies)-1]; last.Content != "Back again." || last.Status != "COMPLETE" || last.RunID != run2 {
 			t.Errorf("reply = %+v", last)
 		}
-		reqs := f.requests()
+		reqs := f.Requests()
 		if len(reqs) != 2 {
 			t.Fatalf("provider received %d requests, want 2", len(reqs))
 		}
-		if tr := reqs[1].transcript(); len(tr) == 0 || !strings.HasPrefix(tr[0], "user: Hello?") || !strings.HasSuffix(tr[len(tr)-1], "Hello again?") {
+		if tr := reqs[1].Transcript(); len(tr) == 0 || !strings.HasPrefix(tr[0], "user: Hello?") || !strings.HasSuffix(tr[len(tr)-1], "Hello again?") {
 			t.Errorf("request after the failure = %q", tr)
 		}
 		for i, r := range reqs {
-			if r.Auth != "Bearer "+llmKey {
-				t.Errorf("request #%d: Authorization %q, want the configured key", i+1, r.Auth)
+			if r.Header.Get("Authorization") != "Bearer "+llmKey {
+				t.Errorf("request #%d: Authorization %q, want the configured key", i+1, r.Header.Get("Authorization"))
 			}
 		}
 

@@ -9,21 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkgraph/talkgraph/internal/fakellm"
 	"github.com/talkgraph/talkgraph/service"
 	"github.com/talkgraph/talkgraph/service/openai"
 )
-
-// status answers with an HTTP error and body.
-func status(code int, body string, header ...string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		for i := 0; i+1 < len(header); i += 2 {
-			w.Header().Set(header[i], header[i+1])
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		fmt.Fprint(w, body)
-	}
-}
 
 // wantFailure checks that err fails the run with a user message containing msg.
 func wantFailure(t *testing.T, err error, msg string) {
@@ -40,26 +29,26 @@ func wantFailure(t *testing.T, err error, msg string) {
 }
 
 func TestUnauthorized(t *testing.T) {
-	srv := newFakeServer(t, status(401, `{"error":{"message":"Incorrect API key provided: `+testKey+`.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`))
+	srv := newFakeServer(t, fakellm.ErrorReply(401, `{"error":{"message":"Incorrect API key provided: `+testKey+`.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`))
 	a := newAgent(t, srv, openai.Config{})
 	err := run(t, a, userSays("hi"), newRecorder())
 	wantFailure(t, err, "the model provider refused the API key")
-	if n := len(srv.requests()); n != 1 {
+	if n := len(srv.Requests()); n != 1 {
 		t.Errorf("%d requests, want 1 (no retry)", n)
 	}
 }
 
 func TestRetryAfter429(t *testing.T) {
 	srv := newFakeServer(t,
-		status(429, `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`, "Retry-After", "1"),
-		textReply("Hello."),
+		fakellm.ErrorReply(429, `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`, "Retry-After", "1"),
+		fakellm.TextReply("Hello."),
 	)
 	a := newAgent(t, srv, openai.Config{})
 	out := newRecorder()
 	if err := run(t, a, userSays("hi"), out); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	reqs := srv.requests()
+	reqs := srv.Requests()
 	if len(reqs) != 2 {
 		t.Fatalf("%d requests, want 2", len(reqs))
 	}
@@ -71,16 +60,16 @@ func TestRetryAfter429(t *testing.T) {
 
 func TestRetry500(t *testing.T) {
 	srv := newFakeServer(t,
-		status(500, `{"error":{"message":"The server had an error while processing your request.","type":"server_error"}}`),
-		status(503, `<html>Service Unavailable</html>`),
-		textReply("Back."),
+		fakellm.ErrorReply(500, `{"error":{"message":"The server had an error while processing your request.","type":"server_error"}}`),
+		fakellm.ErrorReply(503, `<html>Service Unavailable</html>`),
+		fakellm.TextReply("Back."),
 	)
 	a := newAgent(t, srv, openai.Config{})
 	out := newRecorder()
 	if err := run(t, a, userSays("hi"), out); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if n := len(srv.requests()); n != 3 {
+	if n := len(srv.Requests()); n != 3 {
 		t.Errorf("%d requests, want 3", n)
 	}
 	equal(t, "deltas", out.deltas, []string{"Back."})
@@ -88,20 +77,20 @@ func TestRetry500(t *testing.T) {
 
 func TestRetriesGiveUp(t *testing.T) {
 	t.Run("AfterMaxRetries", func(t *testing.T) {
-		limited := status(429, `{"error":{"message":"slow down"}}`, "Retry-After", "0")
+		limited := fakellm.ErrorReply(429, `{"error":{"message":"slow down"}}`, "Retry-After", "0")
 		srv := newFakeServer(t, limited, limited, limited)
 		a := newAgent(t, srv, openai.Config{MaxRetries: 1})
 		wantFailure(t, run(t, a, userSays("hi"), newRecorder()), "rate limiting")
-		if n := len(srv.requests()); n != 2 {
+		if n := len(srv.Requests()); n != 2 {
 			t.Errorf("%d requests, want 2", n)
 		}
 	})
 	t.Run("WhenRetryAfterIsTooLong", func(t *testing.T) {
-		srv := newFakeServer(t, status(429, `{}`, "Retry-After", "3600"), textReply("no"))
+		srv := newFakeServer(t, fakellm.ErrorReply(429, `{}`, "Retry-After", "3600"), fakellm.TextReply("no"))
 		a := newAgent(t, srv, openai.Config{})
 		start := time.Now()
 		wantFailure(t, run(t, a, userSays("hi"), newRecorder()), "rate limiting")
-		if n := len(srv.requests()); n != 1 {
+		if n := len(srv.Requests()); n != 1 {
 			t.Errorf("%d requests, want 1", n)
 		}
 		if d := time.Since(start); d > 5*time.Second {
@@ -109,15 +98,15 @@ func TestRetriesGiveUp(t *testing.T) {
 		}
 	})
 	t.Run("NotOnBadRequest", func(t *testing.T) {
-		srv := newFakeServer(t, status(400, `{"error":{"message":"'messages' must contain the word 'json'","type":"invalid_request_error"}}`))
+		srv := newFakeServer(t, fakellm.ErrorReply(400, `{"error":{"message":"'messages' must contain the word 'json'","type":"invalid_request_error"}}`))
 		a := newAgent(t, srv, openai.Config{})
 		wantFailure(t, run(t, a, userSays("hi"), newRecorder()), "rejected the request (HTTP 400): 'messages' must contain the word 'json'")
-		if n := len(srv.requests()); n != 1 {
+		if n := len(srv.Requests()); n != 1 {
 			t.Errorf("%d requests, want 1", n)
 		}
 	})
 	t.Run("OllamaModelNotFound", func(t *testing.T) {
-		srv := newFakeServer(t, status(404, `{"error":"model \"llama9\" not found, try pulling it first"}`))
+		srv := newFakeServer(t, fakellm.ErrorReply(404, `{"error":"model \"llama9\" not found, try pulling it first"}`))
 		a := newAgent(t, srv, openai.Config{})
 		wantFailure(t, run(t, a, userSays("hi"), newRecorder()), `model "llama9" not found`)
 	})
@@ -127,7 +116,7 @@ func TestRetriesGiveUp(t *testing.T) {
 func TestNoRetryOnceTextWasStreamed(t *testing.T) {
 	srv := newFakeServer(t,
 		func(w http.ResponseWriter, r *http.Request) {
-			writeSSE(w, data(chunk(roleDelta, "")), data(chunk(textDelta("Half a"), "")))
+			fakellm.WriteSSE(w, fakellm.Chunk(fakellm.RoleDelta, ""), fakellm.Chunk(fakellm.TextDelta("Half a"), ""))
 			// Drop the connection mid-stream.
 			conn, _, err := http.NewResponseController(w).Hijack()
 			if err != nil {
@@ -136,12 +125,12 @@ func TestNoRetryOnceTextWasStreamed(t *testing.T) {
 			}
 			conn.Close()
 		},
-		textReply("never sent"),
+		fakellm.TextReply("never sent"),
 	)
 	a := newAgent(t, srv, openai.Config{})
 	out := newRecorder()
 	wantFailure(t, run(t, a, userSays("hi"), out), "the connection to the model provider was lost")
-	if n := len(srv.requests()); n != 1 {
+	if n := len(srv.Requests()); n != 1 {
 		t.Errorf("%d requests, want 1", n)
 	}
 	if got := out.text(); got != "Half a" {
@@ -153,11 +142,11 @@ func TestNoRetryOnceTextWasStreamed(t *testing.T) {
 func TestRetryLostConnectionBeforeText(t *testing.T) {
 	srv := newFakeServer(t,
 		func(w http.ResponseWriter, r *http.Request) {
-			writeSSE(w, data(chunk(roleDelta, "")))
+			fakellm.WriteSSE(w, fakellm.Chunk(fakellm.RoleDelta, ""))
 			conn, _, _ := http.NewResponseController(w).Hijack()
 			conn.Close()
 		},
-		textReply("Second try."),
+		fakellm.TextReply("Second try."),
 	)
 	a := newAgent(t, srv, openai.Config{})
 	out := newRecorder()
@@ -168,11 +157,11 @@ func TestRetryLostConnectionBeforeText(t *testing.T) {
 }
 
 func TestMalformedStream(t *testing.T) {
-	srv := newFakeServer(t, sse(
-		data(chunk(roleDelta, "")),
-		data(chunk(textDelta("Hi"), "")),
-		data(`{"id":"chatcmpl-1","choices":[{"index":0,"delta":{"content":"oops"`),
-		done,
+	srv := newFakeServer(t, fakellm.SSE(
+		fakellm.Chunk(fakellm.RoleDelta, ""),
+		fakellm.Chunk(fakellm.TextDelta("Hi"), ""),
+		fakellm.Data(`{"id":"chatcmpl-1","choices":[{"index":0,"delta":{"content":"oops"`),
+		fakellm.Done,
 	))
 	a := newAgent(t, srv, openai.Config{})
 	out := newRecorder()
@@ -180,15 +169,15 @@ func TestMalformedStream(t *testing.T) {
 	if got := out.text(); got != "Hi" {
 		t.Errorf("text = %q, want the part before the bad chunk", got)
 	}
-	if n := len(srv.requests()); n != 1 {
+	if n := len(srv.Requests()); n != 1 {
 		t.Errorf("%d requests, want 1", n)
 	}
 }
 
 func TestStreamErrorEvent(t *testing.T) {
-	srv := newFakeServer(t, sse(
-		data(chunk(roleDelta, "")),
-		data(`{"error":{"message":"The model is overloaded.","type":"server_error"}}`),
+	srv := newFakeServer(t, fakellm.SSE(
+		fakellm.Chunk(fakellm.RoleDelta, ""),
+		fakellm.Data(`{"error":{"message":"The model is overloaded.","type":"server_error"}}`),
 	))
 	a := newAgent(t, srv, openai.Config{})
 	wantFailure(t, run(t, a, userSays("hi"), newRecorder()), "the model provider reported an error: The model is overloaded.")
@@ -199,11 +188,11 @@ func TestMissingFinishReason(t *testing.T) {
 		name   string
 		events []string
 	}{
-		{"WithDone", []string{data(chunk(roleDelta, "")), data(chunk(textDelta("The answer is"), "")), done}},
-		{"WithoutDone", []string{data(chunk(roleDelta, "")), data(chunk(textDelta("The answer is"), ""))}},
+		{"WithDone", []string{fakellm.Chunk(fakellm.RoleDelta, ""), fakellm.Chunk(fakellm.TextDelta("The answer is"), ""), fakellm.Done}},
+		{"WithoutDone", []string{fakellm.Chunk(fakellm.RoleDelta, ""), fakellm.Chunk(fakellm.TextDelta("The answer is"), "")}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := newFakeServer(t, sse(tt.events...))
+			srv := newFakeServer(t, fakellm.SSE(tt.events...))
 			a := newAgent(t, srv, openai.Config{})
 			out := newRecorder()
 			wantFailure(t, run(t, a, userSays("hi"), out), "the model's reply was cut off")
@@ -216,18 +205,18 @@ func TestMissingFinishReason(t *testing.T) {
 
 // A server that holds the stream open without a byte is abandoned after IdleTimeout.
 func TestStall(t *testing.T) {
-	var srv *fakeServer
+	var srv *fakellm.Server
 	srv = newFakeServer(t, func(w http.ResponseWriter, r *http.Request) {
-		writeSSE(w, data(chunk(roleDelta, "")), data(chunk(textDelta("Thinking"), "")))
+		fakellm.WriteSSE(w, fakellm.Chunk(fakellm.RoleDelta, ""), fakellm.Chunk(fakellm.TextDelta("Thinking"), ""))
 		select {
 		case <-r.Context().Done():
-		case <-srv.quit:
+		case <-srv.Quit():
 		}
 	})
 	a := newAgent(t, srv, openai.Config{IdleTimeout: 300 * time.Millisecond})
 	out := newRecorder()
 	wantFailure(t, run(t, a, userSays("hi"), out), "the model provider stopped responding")
-	waitClosed(t, srv.request(0).Done, "the server to see the request end")
+	waitClosed(t, srv.Request(0).Done, "the server to see the request end")
 	if got := out.text(); got != "Thinking" {
 		t.Errorf("text = %q", got)
 	}
@@ -235,11 +224,11 @@ func TestStall(t *testing.T) {
 
 // A stall before the response headers counts too.
 func TestStallBeforeHeaders(t *testing.T) {
-	var srv *fakeServer
+	var srv *fakellm.Server
 	srv = newFakeServer(t, func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
-		case <-srv.quit:
+		case <-srv.Quit():
 		}
 	})
 	a := newAgent(t, srv, openai.Config{IdleTimeout: 300 * time.Millisecond, MaxRetries: -1})
@@ -249,12 +238,12 @@ func TestStallBeforeHeaders(t *testing.T) {
 // Stop cancels the run's context: the HTTP stream closes at once, the text streamed so
 // far stays with the service, and Run returns ctx's error.
 func TestStopDuringStream(t *testing.T) {
-	var srv *fakeServer
+	var srv *fakellm.Server
 	srv = newFakeServer(t, func(w http.ResponseWriter, r *http.Request) {
-		writeSSE(w, data(chunk(roleDelta, "")), data(chunk(textDelta("Once upon"), "")))
+		fakellm.WriteSSE(w, fakellm.Chunk(fakellm.RoleDelta, ""), fakellm.Chunk(fakellm.TextDelta("Once upon"), ""))
 		select {
 		case <-r.Context().Done():
-		case <-srv.quit:
+		case <-srv.Quit():
 		}
 	})
 	a := newAgent(t, srv, openai.Config{})
@@ -268,17 +257,17 @@ func TestStopDuringStream(t *testing.T) {
 	if err := waitErr(t, errc); !errors.Is(err, context.Canceled) {
 		t.Errorf("Run = %v, want context.Canceled", err)
 	}
-	waitClosed(t, srv.request(0).Done, "the server to see the request end")
+	waitClosed(t, srv.Request(0).Done, "the server to see the request end")
 	if got := out.text(); got != "Once upon" {
 		t.Errorf("text = %q", got)
 	}
 }
 
 func TestStopWhileAsking(t *testing.T) {
-	srv := newFakeServer(t, sse(
-		data(chunk(`{"role":"assistant","tool_calls":[{"index":0,"id":"call_q","type":"function","function":{"name":"ask_user","arguments":"{\"question\":\"Sure?\"}"}}]}`, "")),
-		data(chunk(`{}`, "tool_calls")),
-		done,
+	srv := newFakeServer(t, fakellm.SSE(
+		fakellm.Chunk(`{"role":"assistant","tool_calls":[{"index":0,"id":"call_q","type":"function","function":{"name":"ask_user","arguments":"{\"question\":\"Sure?\"}"}}]}`, ""),
+		fakellm.Chunk(`{}`, "tool_calls"),
+		fakellm.Done,
 	))
 	a := newAgent(t, srv, openai.Config{})
 	out := newRecorder() // never answers
@@ -296,12 +285,12 @@ func TestStopWhileAsking(t *testing.T) {
 // even when the server echoes it back.
 func TestAPIKeyNeverLeaks(t *testing.T) {
 	echo := `{"error":{"message":"bad key ` + testKey + `","type":"` + testKey + `"}}`
-	hold := func(srv **fakeServer) http.HandlerFunc {
+	hold := func(srv **fakellm.Server) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			writeSSE(w, data(chunk(roleDelta, "")))
+			fakellm.WriteSSE(w, fakellm.Chunk(fakellm.RoleDelta, ""))
 			select {
 			case <-r.Context().Done():
-			case <-(*srv).quit:
+			case <-(*srv).Quit():
 			}
 		}
 	}
@@ -310,22 +299,22 @@ func TestAPIKeyNeverLeaks(t *testing.T) {
 		conn.Close()
 	}
 	cases := map[string][]http.HandlerFunc{
-		"401":               {status(401, echo)},
-		"403":               {status(403, echo)},
-		"400":               {status(400, echo)},
-		"404":               {status(404, `{"error":"`+testKey+`"}`)},
-		"422":               {status(422, `{"detail":"`+testKey+`"}`)},
-		"429":               {status(429, echo, "Retry-After", "0"), status(429, echo, "Retry-After", "0"), status(429, echo, "Retry-After", "0")},
-		"500":               {status(500, echo, "Retry-After", "0"), status(502, testKey, "Retry-After", "0"), status(503, echo, "Retry-After", "0")},
-		"ErrorEvent":        {sse(data(chunk(roleDelta, "")), data(echo))},
-		"MalformedChunk":    {sse(data(`{"choices":[{"delta":{"content":"` + testKey))},
-		"NoFinishReason":    {sse(data(chunk(textDelta("x"), "")), done)},
+		"401":               {fakellm.ErrorReply(401, echo)},
+		"403":               {fakellm.ErrorReply(403, echo)},
+		"400":               {fakellm.ErrorReply(400, echo)},
+		"404":               {fakellm.ErrorReply(404, `{"error":"`+testKey+`"}`)},
+		"422":               {fakellm.ErrorReply(422, `{"detail":"`+testKey+`"}`)},
+		"429":               {fakellm.ErrorReply(429, echo, "Retry-After", "0"), fakellm.ErrorReply(429, echo, "Retry-After", "0"), fakellm.ErrorReply(429, echo, "Retry-After", "0")},
+		"500":               {fakellm.ErrorReply(500, echo, "Retry-After", "0"), fakellm.ErrorReply(502, testKey, "Retry-After", "0"), fakellm.ErrorReply(503, echo, "Retry-After", "0")},
+		"ErrorEvent":        {fakellm.SSE(fakellm.Chunk(fakellm.RoleDelta, ""), fakellm.Data(echo))},
+		"MalformedChunk":    {fakellm.SSE(fakellm.Data(`{"choices":[{"delta":{"content":"` + testKey))},
+		"NoFinishReason":    {fakellm.SSE(fakellm.Chunk(fakellm.TextDelta("x"), ""), fakellm.Done)},
 		"ConnectionDropped": {hijack, hijack, hijack},
 		"Stall":             nil, // filled below: needs the server
 	}
 	for name, script := range cases {
 		t.Run(name, func(t *testing.T) {
-			var srv *fakeServer
+			var srv *fakellm.Server
 			if name == "Stall" {
 				script = []http.HandlerFunc{hold(&srv)}
 			}
@@ -381,15 +370,15 @@ func TestAPIKeyNeverLeaks(t *testing.T) {
 func TestAPIKeyRedactedFromOutput(t *testing.T) {
 	half := len(testKey) / 2
 	srv := newFakeServer(t,
-		sse(
-			data(chunk(roleDelta, "")),
-			data(chunk(textDelta("Your key is "+testKey[:half]), "")),
-			data(chunk(textDelta(testKey[half:]+", yes"), "")),
-			data(chunk(`{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"leaky","arguments":`+jsonString(`{"k":"`+testKey+`"}`)+`}}]}`, "")),
-			data(chunk(`{}`, "tool_calls")),
-			done,
+		fakellm.SSE(
+			fakellm.Chunk(fakellm.RoleDelta, ""),
+			fakellm.Chunk(fakellm.TextDelta("Your key is "+testKey[:half]), ""),
+			fakellm.Chunk(fakellm.TextDelta(testKey[half:]+", yes"), ""),
+			fakellm.Chunk(`{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"leaky","arguments":`+jsonString(`{"k":"`+testKey+`"}`)+`}}]}`, ""),
+			fakellm.Chunk(`{}`, "tool_calls"),
+			fakellm.Done,
 		),
-		textReply("s", "k", "ip it."),
+		fakellm.TextReply("s", "k", "ip it."),
 	)
 	a := newAgent(t, srv, openai.Config{Tools: []openai.Tool{leakyTool{}}})
 	out := newRecorder()

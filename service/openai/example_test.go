@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"github.com/talkgraph/talkgraph/internal/fakellm"
 	"github.com/talkgraph/talkgraph/service"
 	"github.com/talkgraph/talkgraph/service/openai"
 )
@@ -107,11 +108,11 @@ func fakeModel() *httptest.Server {
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		if n.Add(1) == 1 {
-			fmt.Fprint(w, "data: "+chunk(`{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"add","arguments":"{\"a\":2,\"b\":3}"}}]}`, "")+"\n\n")
-			fmt.Fprint(w, "data: "+chunk(`{}`, "tool_calls")+"\n\n")
+			fmt.Fprint(w, fakellm.Chunk(`{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"add","arguments":"{\"a\":2,\"b\":3}"}}]}`, ""))
+			fmt.Fprint(w, fakellm.Chunk(`{}`, "tool_calls"))
 		} else {
-			fmt.Fprint(w, "data: "+chunk(`{"content":"2 + 3 = 5."}`, "stop")+"\n\n")
+			fmt.Fprint(w, fakellm.Chunk(`{"content":"2 + 3 = 5."}`, "stop"))
 		}
-		fmt.Fprint(w, "data: [DONE]\n\n")
+		fmt.Fprint(w, fakellm.Done)
 	}))
 }

@@ -5,14 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/talkgraph/talkgraph/internal/fakellm"
 	"github.com/talkgraph/talkgraph/service"
 	"github.com/talkgraph/talkgraph/service/openai"
 )
@@ -156,200 +155,15 @@ func (r *recorder) waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// fakeServer is an OpenAI-compatible endpoint that answers each request with the next
-// handler of its script and records what it received.
-type fakeServer struct {
-	*httptest.Server
-	t    *testing.T
-	quit chan struct{} // closed when the test ends: handlers that hold a stream give up
-
-	mu     sync.Mutex
-	script []http.HandlerFunc
-	reqs   []*received
-}
-
-// received is one request as the server saw it.
-type received struct {
-	At     time.Time
-	Path   string
-	Header http.Header
-	Body   chatRequest
-	Raw    map[string]any
-	// Done is closed when the request's context ends on the server's side.
-	Done chan struct{}
-}
-
-type chatRequest struct {
-	Model       string        `json:"model"`
-	Temperature *float64      `json:"temperature"`
-	Stream      bool          `json:"stream"`
-	Messages    []wireMessage `json:"messages"`
-	Tools       []struct {
-		Type     string `json:"type"`
-		Function struct {
-			Name        string         `json:"name"`
-			Description string         `json:"description"`
-			Parameters  map[string]any `json:"parameters"`
-		} `json:"function"`
-	} `json:"tools"`
-}
-
-type wireMessage struct {
-	Role       string  `json:"role"`
-	Content    *string `json:"content"`
-	ToolCallID string  `json:"tool_call_id"`
-	ToolCalls  []struct {
-		ID       string `json:"id"`
-		Type     string `json:"type"`
-		Function struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		} `json:"function"`
-	} `json:"tool_calls"`
-}
-
-// String shows a message compactly, for comparisons that read like a transcript:
-// "user: hi", "assistant: Hello [call_1 get_weather {…}]", "tool call_1: sunny".
-func (m wireMessage) String() string {
-	var b strings.Builder
-	b.WriteString(m.Role)
-	if m.ToolCallID != "" {
-		b.WriteString(" " + m.ToolCallID)
-	}
-	b.WriteString(":")
-	if m.Content != nil {
-		b.WriteString(" " + *m.Content)
-	}
-	for _, c := range m.ToolCalls {
-		fmt.Fprintf(&b, " [%s %s %s]", c.ID, c.Function.Name, c.Function.Arguments)
-	}
-	return b.String()
-}
-
-func (r *received) transcript() []string {
-	out := make([]string, len(r.Body.Messages))
-	for i, m := range r.Body.Messages {
-		out[i] = m.String()
-	}
-	return out
-}
-
-func (r *received) toolNames() []string {
-	var out []string
-	for _, t := range r.Body.Tools {
-		out = append(out, t.Function.Name)
-	}
-	return out
-}
-
-func newFakeServer(t *testing.T, script ...http.HandlerFunc) *fakeServer {
+// newFakeServer is a fake provider that answers with script. A request past the script
+// fails the test and gets a 500, which the agent retries.
+func newFakeServer(t *testing.T, script ...http.HandlerFunc) *fakellm.Server {
 	t.Helper()
-	f := &fakeServer{t: t, quit: make(chan struct{}), script: script}
-	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.Close)
-	t.Cleanup(func() { close(f.quit) }) // runs first: releases held streams
-	return f
+	return fakellm.New(t, script...).PastScript(fakellm.UnscriptedServerError)
 }
 
-func (f *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
-	raw, _ := io.ReadAll(r.Body)
-	rec := &received{At: time.Now(), Path: r.URL.Path, Header: r.Header.Clone(), Done: make(chan struct{})}
-	if err := json.Unmarshal(raw, &rec.Body); err != nil {
-		f.t.Errorf("request body is not JSON: %v", err)
-	}
-	_ = json.Unmarshal(raw, &rec.Raw)
-	go func() {
-		<-r.Context().Done()
-		close(rec.Done)
-	}()
-
-	f.mu.Lock()
-	n := len(f.reqs)
-	f.reqs = append(f.reqs, rec)
-	var h http.HandlerFunc
-	if n < len(f.script) {
-		h = f.script[n]
-	}
-	f.mu.Unlock()
-	if h == nil {
-		f.t.Errorf("unexpected request #%d", n+1)
-		http.Error(w, `{"error":{"message":"no more scripted replies"}}`, http.StatusInternalServerError)
-		return
-	}
-	h(w, r)
-}
-
-// requests returns what the server received so far.
-func (f *fakeServer) requests() []*received {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]*received(nil), f.reqs...)
-}
-
-// request returns the i-th request, failing the test when there is none.
-func (f *fakeServer) request(i int) *received {
-	f.t.Helper()
-	reqs := f.requests()
-	if i >= len(reqs) {
-		f.t.Fatalf("server received %d requests, want at least %d", len(reqs), i+1)
-	}
-	return reqs[i]
-}
-
-// The SSE wire format of chat completions.
-const (
-	done = "data: [DONE]\n\n"
-	ping = ": ping\n\n"
-)
-
-func data(chunk string) string { return "data: " + chunk + "\n\n" }
-
-// sse returns a handler that streams the given events (data, done, ping …) with a flush
-// after each, as servers do.
-func sse(events ...string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		writeSSE(w, events...)
-	}
-}
-
-func writeSSE(w http.ResponseWriter, events ...string) {
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	for _, e := range events {
-		_, _ = io.WriteString(w, e)
-		w.(http.Flusher).Flush()
-	}
-}
-
-// chunk is an OpenAI chat.completion.chunk with one choice; delta is raw JSON and
-// finish "" means null.
-func chunk(delta, finish string) string {
-	fr := "null"
-	if finish != "" {
-		fr = `"` + finish + `"`
-	}
-	return fmt.Sprintf(`{"id":"chatcmpl-AbC123","object":"chat.completion.chunk","created":1730000000,`+
-		`"model":"gpt-4o-2024-08-06","service_tier":"default","system_fingerprint":"fp_f33640a400",`+
-		`"choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}],"obfuscation":"x1"}`, delta, fr)
-}
-
-const roleDelta = `{"role":"assistant","content":"","refusal":null}`
-
-// textDelta is a delta carrying s as content.
-func textDelta(s string) string {
-	b, _ := json.Marshal(s)
-	return `{"content":` + string(b) + `}`
-}
-
-// textReply is a whole reply streamed as the given deltas.
-func textReply(deltas ...string) http.HandlerFunc {
-	events := []string{data(chunk(roleDelta, ""))}
-	for _, d := range deltas {
-		events = append(events, data(chunk(textDelta(d), "")))
-	}
-	events = append(events, data(chunk(`{}`, "stop")), done)
-	return sse(events...)
-}
+// ping is a keep-alive comment of the event stream.
+const ping = ": ping\n\n"
 
 func jsonString(s string) string {
 	b, _ := json.Marshal(s)
@@ -357,7 +171,7 @@ func jsonString(s string) string {
 }
 
 // newAgent returns an agent talking to srv, with cfg's zero fields filled for tests.
-func newAgent(t *testing.T, srv *fakeServer, cfg openai.Config) *openai.Agent {
+func newAgent(t *testing.T, srv *fakellm.Server, cfg openai.Config) *openai.Agent {
 	t.Helper()
 	cfg.BaseURL = srv.URL + "/v1"
 	cfg.APIKey = testKey

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkgraph/talkgraph/internal/fakellm"
 	"github.com/talkgraph/talkgraph/service"
 	"github.com/talkgraph/talkgraph/service/openai"
 )
@@ -62,13 +63,13 @@ func TestAnswerAfterRestart(t *testing.T) {
 		toolCall("call_ask1", "ask_user", `{"question":"For how many people?","choices":["2","4"]}`, service.ToolRunning))
 	h.question("q1", "For how many people?", ptr("4"))
 
-	srv := newFakeServer(t, textReply("Booked for 4."))
+	srv := newFakeServer(t, fakellm.TextReply("Booked for 4."))
 	a := newAgent(t, srv, openai.Config{SystemPrompt: "You book tables."})
 	out := newRecorder()
 	if err := run(t, a, h.msgs, out); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	equal(t, "request", srv.request(0).transcript(), []string{
+	equal(t, "request", srv.Request(0).Transcript(), []string{
 		"system: You book tables.",
 		"user: Book a table for tonight",
 		`assistant: Sure. [call_ask1 ask_user {"question":"For how many people?","choices":["2","4"]}]`,
@@ -118,12 +119,12 @@ func TestHistoryRebuild(t *testing.T) {
 	h.question("q10", "Proceed?", nil)
 	h.user("u5")
 
-	srv := newFakeServer(t, textReply("ok"))
+	srv := newFakeServer(t, fakellm.TextReply("ok"))
 	a := newAgent(t, srv, openai.Config{SystemPrompt: "sys"})
 	if err := run(t, a, h.msgs, newRecorder()); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	equal(t, "request", srv.request(0).transcript(), []string{
+	equal(t, "request", srv.Request(0).Transcript(), []string{
 		"system: sys",
 		"user: u1",
 		`assistant: a1 [c1 get_weather {"city":"A"}] [c2 get_weather {"city":"B"}] [c4 shell {"command":"make"}]`,

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkgraph/talkgraph/internal/fakellm"
 	"github.com/talkgraph/talkgraph/service"
 	"github.com/talkgraph/talkgraph/service/openai"
 )
@@ -42,7 +43,7 @@ func TestRunStreamsTextAndSendsSettings(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := newFakeServer(t, textReply("Hel", "lo", ", wor", "ld"))
+			srv := newFakeServer(t, fakellm.TextReply("Hel", "lo", ", wor", "ld"))
 			a := newAgent(t, srv, tt.cfg)
 			out := newRecorder()
 			err := a.Run(context.Background(), service.RunRequest{Settings: tt.settings, History: userSays("hi")}, out)
@@ -51,7 +52,7 @@ func TestRunStreamsTextAndSendsSettings(t *testing.T) {
 			}
 			equal(t, "deltas", out.deltas, []string{"Hel", "lo", ", wor", "ld"})
 
-			got := srv.request(0)
+			got := srv.Request(0)
 			if got.Path != "/v1/chat/completions" {
 				t.Errorf("path = %q", got.Path)
 			}
@@ -70,10 +71,10 @@ func TestRunStreamsTextAndSendsSettings(t *testing.T) {
 			if !got.Body.Stream {
 				t.Error("stream is not true")
 			}
-			if tr := got.transcript(); len(tr) == 0 || tr[0] != tt.wantFirst || tr[len(tr)-1] != "user: hi" {
+			if tr := got.Transcript(); len(tr) == 0 || tr[0] != tt.wantFirst || tr[len(tr)-1] != "user: hi" {
 				t.Errorf("messages = %q", tr)
 			}
-			equal(t, "tools", got.toolNames(), []string{"ask_user"})
+			equal(t, "tools", got.ToolNames(), []string{"ask_user"})
 		})
 	}
 }
@@ -81,17 +82,17 @@ func TestRunStreamsTextAndSendsSettings(t *testing.T) {
 // OpenAI streams a tool call's ID and name once, then its arguments in fragments.
 func TestToolCallArgumentsInFragments(t *testing.T) {
 	srv := newFakeServer(t,
-		sse(
-			data(chunk(`{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_Qx1","type":"function","function":{"name":"get_weather","arguments":""}}],"refusal":null}`, "")),
-			data(chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"{\""}}]}`, "")),
-			data(chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"city"}}]}`, "")),
-			data(chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"\":\""}}]}`, "")),
-			data(chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"Paris"}}]}`, "")),
-			data(chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"\"}"}}]}`, "")),
-			data(chunk(`{}`, "tool_calls")),
-			done,
+		fakellm.SSE(
+			fakellm.Chunk(`{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_Qx1","type":"function","function":{"name":"get_weather","arguments":""}}],"refusal":null}`, ""),
+			fakellm.Chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"{\""}}]}`, ""),
+			fakellm.Chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"city"}}]}`, ""),
+			fakellm.Chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"\":\""}}]}`, ""),
+			fakellm.Chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"Paris"}}]}`, ""),
+			fakellm.Chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"\"}"}}]}`, ""),
+			fakellm.Chunk(`{}`, "tool_calls"),
+			fakellm.Done,
 		),
-		textReply("Clear skies ", "in Paris."),
+		fakellm.TextReply("Clear skies ", "in Paris."),
 	)
 	weather := &weatherTool{}
 	a := newAgent(t, srv, openai.Config{Tools: []openai.Tool{weather}})
@@ -119,12 +120,12 @@ func TestToolCallArgumentsInFragments(t *testing.T) {
 		t.Errorf("text = %q", got)
 	}
 
-	first := srv.request(0)
-	equal(t, "tools offered", first.toolNames(), []string{"ask_user", "get_weather"})
+	first := srv.Request(0)
+	equal(t, "tools offered", first.ToolNames(), []string{"ask_user", "get_weather"})
 	if p := first.Body.Tools[1].Function; p.Description != "Current weather in a city." || p.Parameters["required"] == nil {
 		t.Errorf("get_weather offered as %+v", p)
 	}
-	equal(t, "second request", srv.request(1).transcript(), []string{
+	equal(t, "second request", srv.Request(1).Transcript(), []string{
 		"user: Weather in Paris?",
 		`assistant: [call_Qx1 get_weather {"city":"Paris"}]`,
 		`tool call_Qx1: {"city":"Paris","sky":"clear"}`,
@@ -142,15 +143,15 @@ func TestToolCallWholeInOneChunk(t *testing.T) {
 			`"system_fingerprint":"fp_ollama","choices":[{"index":0,"delta":` + delta + `,"finish_reason":` + fr + `}]}`
 	}
 	srv := newFakeServer(t,
-		sse(
-			data(ollama(`{"role":"assistant","content":"","tool_calls":[{"id":"call_f3k9x2","index":0,"type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]}`, "")),
-			data(ollama(`{"role":"assistant","content":""}`, "stop")),
-			done,
+		fakellm.SSE(
+			fakellm.Data(ollama(`{"role":"assistant","content":"","tool_calls":[{"id":"call_f3k9x2","index":0,"type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]}`, "")),
+			fakellm.Data(ollama(`{"role":"assistant","content":""}`, "stop")),
+			fakellm.Done,
 		),
-		sse(
-			data(ollama(`{"role":"assistant","content":"Snow in Oslo."}`, "")),
-			data(ollama(`{"role":"assistant","content":""}`, "stop")),
-			done,
+		fakellm.SSE(
+			fakellm.Data(ollama(`{"role":"assistant","content":"Snow in Oslo."}`, "")),
+			fakellm.Data(ollama(`{"role":"assistant","content":""}`, "stop")),
+			fakellm.Done,
 		),
 	)
 	weather := &weatherTool{}
@@ -160,7 +161,7 @@ func TestToolCallWholeInOneChunk(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	equal(t, "tool received", weather.received(), []string{`{"city":"Oslo"}`})
-	equal(t, "second request", srv.request(1).transcript(), []string{
+	equal(t, "second request", srv.Request(1).Transcript(), []string{
 		"user: Oslo?",
 		`assistant: [call_f3k9x2 get_weather {"city":"Oslo"}]`,
 		`tool call_f3k9x2: {"city":"Oslo","sky":"clear"}`,
@@ -173,19 +174,19 @@ func TestToolCallWholeInOneChunk(t *testing.T) {
 // vLLM repeats the tool call's ID (and type) in every fragment.
 func TestToolCallRepeatedID(t *testing.T) {
 	frag := func(fn string) string {
-		return data(chunk(`{"tool_calls":[{"id":"chatcmpl-tool-5c1e","type":"function","index":0,"function":`+fn+`}]}`, ""))
+		return fakellm.Chunk(`{"tool_calls":[{"id":"chatcmpl-tool-5c1e","type":"function","index":0,"function":`+fn+`}]}`, "")
 	}
 	srv := newFakeServer(t,
-		sse(
-			data(chunk(`{"role":"assistant","content":""}`, "")),
+		fakellm.SSE(
+			fakellm.Chunk(`{"role":"assistant","content":""}`, ""),
 			frag(`{"name":"get_weather"}`),
 			frag(`{"arguments":"{\"city\": "}`),
 			frag(`{"arguments":"\"Lima\""}`),
 			frag(`{"arguments":"}"}`),
-			data(chunk(`{"content":""}`, "tool_calls")),
-			done,
+			fakellm.Chunk(`{"content":""}`, "tool_calls"),
+			fakellm.Done,
 		),
-		textReply("Sunny."),
+		fakellm.TextReply("Sunny."),
 	)
 	weather := &weatherTool{}
 	a := newAgent(t, srv, openai.Config{Tools: []openai.Tool{weather}})
@@ -197,7 +198,7 @@ func TestToolCallRepeatedID(t *testing.T) {
 	if n := len(out.toolCalls()); n != 1 {
 		t.Errorf("%d calls reported, want 1", n)
 	}
-	equal(t, "second request", srv.request(1).transcript(), []string{
+	equal(t, "second request", srv.Request(1).Transcript(), []string{
 		"user: Lima?",
 		`assistant: [chatcmpl-tool-5c1e get_weather {"city": "Lima"}]`,
 		`tool chatcmpl-tool-5c1e: {"city":"Lima","sky":"clear"}`,
@@ -209,26 +210,26 @@ func TestToolCallRepeatedID(t *testing.T) {
 // with the model.
 func TestParallelToolCalls(t *testing.T) {
 	firstShown := make(chan struct{})
-	var srv *fakeServer
+	var srv *fakellm.Server
 	srv = newFakeServer(t,
 		func(w http.ResponseWriter, r *http.Request) {
-			writeSSE(w,
-				data(chunk(`{"role":"assistant","content":"Checking both.","tool_calls":[{"index":0,"id":"call_A","type":"function","function":{"name":"get_weather","arguments":""}}]}`, "")),
-				data(chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":\"Rome\"}"}}]}`, "")),
-				data(chunk(`{"tool_calls":[{"index":1,"id":"call_B","type":"function","function":{"name":"get_weather","arguments":""}}]}`, "")),
+			fakellm.WriteSSE(w,
+				fakellm.Chunk(`{"role":"assistant","content":"Checking both.","tool_calls":[{"index":0,"id":"call_A","type":"function","function":{"name":"get_weather","arguments":""}}]}`, ""),
+				fakellm.Chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":\"Rome\"}"}}]}`, ""),
+				fakellm.Chunk(`{"tool_calls":[{"index":1,"id":"call_B","type":"function","function":{"name":"get_weather","arguments":""}}]}`, ""),
 			)
 			select {
 			case <-firstShown:
-			case <-srv.quit:
+			case <-srv.Quit():
 				return
 			}
-			writeSSE(w,
-				data(chunk(`{"tool_calls":[{"index":1,"function":{"arguments":"{\"city\":\"Nice\"}"}}]}`, "")),
-				data(chunk(`{}`, "tool_calls")),
-				done,
+			fakellm.WriteSSE(w,
+				fakellm.Chunk(`{"tool_calls":[{"index":1,"function":{"arguments":"{\"city\":\"Nice\"}"}}]}`, ""),
+				fakellm.Chunk(`{}`, "tool_calls"),
+				fakellm.Done,
 			)
 		},
-		textReply("Both clear."),
+		fakellm.TextReply("Both clear."),
 	)
 	weather := &weatherTool{}
 	a := newAgent(t, srv, openai.Config{Tools: []openai.Tool{weather}})
@@ -248,7 +249,7 @@ func TestParallelToolCalls(t *testing.T) {
 			t.Errorf("call %s: finished=%v err=%v", c.id, c.finished, c.err)
 		}
 	}
-	equal(t, "second request", srv.request(1).transcript(), []string{
+	equal(t, "second request", srv.Request(1).Transcript(), []string{
 		"user: Rome and Nice?",
 		`assistant: Checking both. [svc-tool1 get_weather {"city":"Rome"}] [svc-tool2 get_weather {"city":"Nice"}]`,
 		`tool svc-tool1: {"city":"Rome","sky":"clear"}`,
@@ -261,21 +262,21 @@ func TestParallelToolCalls(t *testing.T) {
 
 // Keep-alive comment lines are not chunks, and they keep an idle stream alive.
 func TestKeepAliveComments(t *testing.T) {
-	var srv *fakeServer
+	var srv *fakellm.Server
 	srv = newFakeServer(t, func(w http.ResponseWriter, r *http.Request) {
-		writeSSE(w, ping, data(chunk(roleDelta, "")), ping, data(chunk(textDelta("Still "), "")))
+		fakellm.WriteSSE(w, ping, fakellm.Chunk(fakellm.RoleDelta, ""), ping, fakellm.Chunk(fakellm.TextDelta("Still "), ""))
 		// Silent but for pings for longer than the idle timeout.
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for range 20 {
 			select {
 			case <-tick.C:
-				writeSSE(w, ping)
-			case <-srv.quit:
+				fakellm.WriteSSE(w, ping)
+			case <-srv.Quit():
 				return
 			}
 		}
-		writeSSE(w, data(chunk(textDelta("here."), "")), ping, data(chunk(`{}`, "stop")), ping, done)
+		fakellm.WriteSSE(w, fakellm.Chunk(fakellm.TextDelta("here."), ""), ping, fakellm.Chunk(`{}`, "stop"), ping, fakellm.Done)
 	})
 	a := newAgent(t, srv, openai.Config{IdleTimeout: 500 * time.Millisecond})
 	out := newRecorder()
@@ -289,13 +290,13 @@ func TestKeepAliveComments(t *testing.T) {
 
 func TestAskUser(t *testing.T) {
 	srv := newFakeServer(t,
-		sse(
-			data(chunk(`{"role":"assistant","content":"","tool_calls":[{"index":0,"id":"call_ask","type":"function","function":{"name":"ask_user","arguments":""}}]}`, "")),
-			data(chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"{\"question\":\"Which city?\",\"choices\":[\"Paris\",\"Rome\"]}"}}]}`, "")),
-			data(chunk(`{}`, "tool_calls")),
-			done,
+		fakellm.SSE(
+			fakellm.Chunk(`{"role":"assistant","content":"","tool_calls":[{"index":0,"id":"call_ask","type":"function","function":{"name":"ask_user","arguments":""}}]}`, ""),
+			fakellm.Chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"{\"question\":\"Which city?\",\"choices\":[\"Paris\",\"Rome\"]}"}}]}`, ""),
+			fakellm.Chunk(`{}`, "tool_calls"),
+			fakellm.Done,
 		),
-		textReply("Rome it is."),
+		fakellm.TextReply("Rome it is."),
 	)
 	a := newAgent(t, srv, openai.Config{})
 	out := newRecorder()
@@ -311,7 +312,7 @@ func TestAskUser(t *testing.T) {
 	if len(calls) != 1 || calls[0].name != "ask_user" || calls[0].result != "Rome" || !calls[0].finished {
 		t.Errorf("reported calls %+v", calls)
 	}
-	equal(t, "second request", srv.request(1).transcript(), []string{
+	equal(t, "second request", srv.Request(1).Transcript(), []string{
 		"user: Book me a trip",
 		`assistant: [call_ask ask_user {"question":"Which city?","choices":["Paris","Rome"]}]`,
 		"tool call_ask: Rome",
@@ -322,14 +323,14 @@ func TestAskUser(t *testing.T) {
 // error the model can read, and the run goes on.
 func TestToolErrorsGoBackToTheModel(t *testing.T) {
 	srv := newFakeServer(t,
-		sse(
-			data(chunk(`{"role":"assistant","content":"","tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Bern\"}"}}]}`, "")),
-			data(chunk(`{"tool_calls":[{"index":1,"id":"c2","type":"function","function":{"name":"no_such_tool","arguments":"{}"}}]}`, "")),
-			data(chunk(`{"tool_calls":[{"index":2,"id":"c3","type":"function","function":{"name":"ask_user","arguments":"{\"choices\":[]}"}}]}`, "")),
-			data(chunk(`{}`, "tool_calls")),
-			done,
+		fakellm.SSE(
+			fakellm.Chunk(`{"role":"assistant","content":"","tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Bern\"}"}}]}`, ""),
+			fakellm.Chunk(`{"tool_calls":[{"index":1,"id":"c2","type":"function","function":{"name":"no_such_tool","arguments":"{}"}}]}`, ""),
+			fakellm.Chunk(`{"tool_calls":[{"index":2,"id":"c3","type":"function","function":{"name":"ask_user","arguments":"{\"choices\":[]}"}}]}`, ""),
+			fakellm.Chunk(`{}`, "tool_calls"),
+			fakellm.Done,
 		),
-		textReply("Sorry."),
+		fakellm.TextReply("Sorry."),
 	)
 	weather := &weatherTool{fail: errors.New("weather service down")}
 	a := newAgent(t, srv, openai.Config{Tools: []openai.Tool{weather}})
@@ -337,7 +338,7 @@ func TestToolErrorsGoBackToTheModel(t *testing.T) {
 	if err := run(t, a, userSays("Bern?"), out); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	equal(t, "second request", srv.request(1).transcript()[2:], []string{
+	equal(t, "second request", srv.Request(1).Transcript()[2:], []string{
 		"tool c1: error: weather service down",
 		`tool c2: error: there is no tool named "no_such_tool"`,
 		`tool c3: error: "question" is required`,

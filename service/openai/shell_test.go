@@ -13,28 +13,29 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/talkgraph/talkgraph/internal/fakellm"
 	"github.com/talkgraph/talkgraph/service"
 	"github.com/talkgraph/talkgraph/service/openai"
 )
 
 // shellCall is a response in which the model runs command with the shell tool.
 func shellCall(command string) http.HandlerFunc {
-	return sse(
-		data(chunk(`{"role":"assistant","content":"","tool_calls":[{"index":0,"id":"call_sh","type":"function","function":{"name":"shell","arguments":""}}]}`, "")),
-		data(chunk(`{"tool_calls":[{"index":0,"function":{"arguments":`+jsonString(`{"command":`+jsonString(command)+`}`)+`}}]}`, "")),
-		data(chunk(`{}`, "tool_calls")),
-		done,
+	return fakellm.SSE(
+		fakellm.Chunk(`{"role":"assistant","content":"","tool_calls":[{"index":0,"id":"call_sh","type":"function","function":{"name":"shell","arguments":""}}]}`, ""),
+		fakellm.Chunk(`{"tool_calls":[{"index":0,"function":{"arguments":`+jsonString(`{"command":`+jsonString(command)+`}`)+`}}]}`, ""),
+		fakellm.Chunk(`{}`, "tool_calls"),
+		fakellm.Done,
 	)
 }
 
 func TestShellIsOffByDefault(t *testing.T) {
-	srv := newFakeServer(t, shellCall("echo hi"), textReply("ok"))
+	srv := newFakeServer(t, shellCall("echo hi"), fakellm.TextReply("ok"))
 	a := newAgent(t, srv, openai.Config{})
 	if err := run(t, a, userSays("hi"), newRecorder()); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	equal(t, "tools offered", srv.request(0).toolNames(), []string{"ask_user"})
-	equal(t, "tool answer", srv.request(1).transcript()[2:], []string{`tool call_sh: error: there is no tool named "shell"`})
+	equal(t, "tools offered", srv.Request(0).ToolNames(), []string{"ask_user"})
+	equal(t, "tool answer", srv.Request(1).Transcript()[2:], []string{`tool call_sh: error: there is no tool named "shell"`})
 }
 
 func TestShellRunsCommands(t *testing.T) {
@@ -42,13 +43,13 @@ func TestShellRunsCommands(t *testing.T) {
 	// pwd, then 1000 two-byte characters against a cap of 1001 bytes: the cap falls in the
 	// middle of a character, which must not reach the user half-written.
 	command := `pwd; yes é | head -n 1000 | tr -d '\n'; echo oops >&2; exit 3`
-	srv := newFakeServer(t, shellCall(command), textReply("done"))
+	srv := newFakeServer(t, shellCall(command), fakellm.TextReply("done"))
 	a := newAgent(t, srv, openai.Config{EnableShell: true, Shell: openai.ShellConfig{Dir: dir, MaxOutput: len(dir) + 1 + 1001}})
 	out := newRecorder()
 	if err := run(t, a, userSays("go"), out); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	equal(t, "tools offered", srv.request(0).toolNames(), []string{"ask_user", "shell"})
+	equal(t, "tools offered", srv.Request(0).ToolNames(), []string{"ask_user", "shell"})
 
 	calls := out.toolCalls()
 	if len(calls) != 1 {
@@ -66,13 +67,13 @@ func TestShellRunsCommands(t *testing.T) {
 	if c.result != wantResult || c.err != nil {
 		t.Errorf("result = %q, %v; want %q", c.result, c.err, wantResult)
 	}
-	if got := srv.request(1).Body.Messages[2]; got.Content == nil || *got.Content != wantResult {
+	if got := srv.Request(1).Body.Messages[2]; got.Content.Text == nil || *got.Content.Text != wantResult {
 		t.Errorf("tool message to the model = %v", got)
 	}
 }
 
 func TestShellTimeout(t *testing.T) {
-	srv := newFakeServer(t, shellCall("echo start; sleep 30"), textReply("ok"))
+	srv := newFakeServer(t, shellCall("echo start; sleep 30"), fakellm.TextReply("ok"))
 	a := newAgent(t, srv, openai.Config{EnableShell: true, Shell: openai.ShellConfig{Timeout: 200 * time.Millisecond}})
 	out := newRecorder()
 	if err := run(t, a, userSays("go"), out); err != nil {
