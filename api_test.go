@@ -148,10 +148,8 @@ func TestCancelRunStopsSlowRunKeepingPartialReply(t *testing.T) {
 		_, c, sid, _, evs := watchedSession(t, store)
 		_, run := c.Send(sid, "/slow 200")
 		evs.Until("two chunks", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" && e.Offset > 0 })
-		var out struct{ CancelRun *struct{ ID, Status string } }
-		c.Must(`mutation($s: ID!){ cancelRun(sessionId: $s){ id status } }`, map[string]any{"s": sid}, &out)
-		if out.CancelRun == nil || out.CancelRun.ID != run || out.CancelRun.Status != "CANCELLED" {
-			t.Fatalf("cancelRun = %+v", out.CancelRun)
+		if r := c.Cancel(sid); r == nil || r.ID != run || r.Status != "CANCELLED" {
+			t.Fatalf("cancelRun = %+v", r)
 		}
 		end := evs.Until("run ends", tgtest.RunEnds(run))
 		if end.Run.Status != "CANCELLED" {
@@ -165,9 +163,8 @@ func TestCancelRunStopsSlowRunKeepingPartialReply(t *testing.T) {
 			t.Errorf("streamed %q, kept %q", got, msgs[1].Content)
 		}
 		// Nothing runs any more: cancelling again answers null.
-		c.Must(`mutation($s: ID!){ cancelRun(sessionId: $s){ id status } }`, map[string]any{"s": sid}, &out)
-		if out.CancelRun != nil {
-			t.Errorf("second cancelRun = %+v, want null", out.CancelRun)
+		if r := c.Cancel(sid); r != nil {
+			t.Errorf("second cancelRun = %+v, want null", r)
 		}
 	})
 }
@@ -410,7 +407,7 @@ func TestNewMessageOrStopWithdrawsAPendingQuestion(t *testing.T) {
 	// Stop ends a run blocked waiting for an answer.
 	_, asking = c.Send(sid, "/ask second?")
 	q = evs.Until("question", func(e tgtest.Event) bool { return e.Typename == "QuestionAsked" })
-	c.Must(`mutation($s: ID!){ cancelRun(sessionId: $s){ id } }`, map[string]any{"s": sid}, nil)
+	c.Cancel(sid)
 	if e := evs.Until("run ends", tgtest.RunEnds(asking)); e.Run.Status != "CANCELLED" {
 		t.Errorf("stopped waiting run ended %s", e.Run.Status)
 	}

@@ -201,7 +201,7 @@ func TestCrashLosesNothingAcknowledged(t *testing.T) {
 		if sess.Session.Status == "RUNNING" {
 			// A queued run may start again after the restart; stop it so the next point
 			// starts from a quiet session.
-			user.Must(`mutation($s: ID!){ cancelRun(sessionId:$s){ id } }`, map[string]any{"s": sid}, nil)
+			user.Cancel(sid)
 		}
 		if q := sess.Session.PendingQuestion; q != nil {
 			waiting = q.ID

@@ -574,10 +574,8 @@ func TestOpenAIStopDuringStream(t *testing.T) {
 			return e.Typename == "MessageChunk" && strings.Contains(tgtest.Text(evs.All)[e.MessageID], "w3 ")
 		})
 		stopped := time.Now()
-		var out struct{ CancelRun *struct{ ID, Status string } }
-		c.Must(`mutation($s: ID!){ cancelRun(sessionId: $s){ id status } }`, map[string]any{"s": sid}, &out)
-		if out.CancelRun == nil || out.CancelRun.ID != run || out.CancelRun.Status != "CANCELLED" {
-			t.Fatalf("cancelRun = %+v", out.CancelRun)
+		if r := c.Cancel(sid); r == nil || r.ID != run || r.Status != "CANCELLED" {
+			t.Fatalf("cancelRun = %+v", r)
 		}
 		end := evs.Until("run ends", tgtest.RunEnds(run))
 		if end.Run.Status != "CANCELLED" {
@@ -680,10 +678,8 @@ func TestOpenAIShellToolStopKillsCommand(t *testing.T) {
 			gone <- err
 		}()
 
-		var out struct{ CancelRun *struct{ ID, Status string } }
-		c.Must(`mutation($s: ID!){ cancelRun(sessionId: $s){ id status } }`, map[string]any{"s": sid}, &out)
-		if out.CancelRun == nil || out.CancelRun.ID != run {
-			t.Fatalf("cancelRun = %+v", out.CancelRun)
+		if r := c.Cancel(sid); r == nil || r.ID != run {
+			t.Fatalf("cancelRun = %+v", r)
 		}
 		stopped := time.Now()
 		end := evs.Until("run ends", tgtest.RunEnds(run))

@@ -520,3 +520,14 @@ func (c *Client) Cursor(sessionID string) string {
 	c.Must(`query($s: ID!){ session(id: $s){ streamCursor } }`, map[string]any{"s": sessionID}, &out)
 	return out.Session.StreamCursor
 }
+
+// Run is a run as cancelRun answers it.
+type Run struct{ ID, Status string }
+
+// Cancel presses stop in the session and returns the stopped run, or nil when nothing ran.
+func (c *Client) Cancel(sessionID string) *Run {
+	c.T.Helper()
+	var out struct{ CancelRun *Run }
+	c.Must(`mutation($s: ID!){ cancelRun(sessionId: $s){ id status } }`, map[string]any{"s": sessionID}, &out)
+	return out.CancelRun
+}
