@@ -20,10 +20,6 @@ type activeRun struct {
 	// sealed is set once the run's end is recorded (or it is left for a restart): nothing
 	// the agent does afterwards is written.
 	sealed bool
-	// started is set once a goroutine executes the run; a run waiting for an answer after a
-	// restart has none until the answer comes.
-	started bool
-
 	// parked is set for a run found waiting for an answer at start-up: it has no goroutine
 	// and holds a reference to the session state until it is answered or ended.
 	parked bool
@@ -222,7 +218,7 @@ func (s *Service) endRun(r *Run, status RunStatus, msg string) {
 // slot and executes it. resumed runs (after an answer) go first in their user's line.
 func (s *Service) startLocked(st *sessionState, run *Run, resumed bool) *activeRun {
 	ctx, cancel := context.WithCancel(context.Background())
-	ar := &activeRun{st: st, run: run, ctx: ctx, cancel: cancel, started: true, answer: make(chan string, 1), tools: map[string]*toolState{}}
+	ar := &activeRun{st: st, run: run, ctx: ctx, cancel: cancel, answer: make(chan string, 1), tools: map[string]*toolState{}}
 	st.active = ar
 	s.statesMu.Lock()
 	st.refs++ // the run holds the state until it returns
@@ -676,8 +672,8 @@ func (s *Service) Respond(ctx context.Context, questionID, answer string) (*Ques
 		return nil, nil, err
 	}
 	ar.question = nil
-	if ar.started {
-		ar.answer <- answer
+	if !ar.parked {
+		ar.answer <- answer // the agent's goroutine waits in Ask
 	} else {
 		// No agent is waiting in this process (it was restarted): run the agent again on
 		// the history, which now holds the question and its answer. A tool call that was
@@ -690,10 +686,8 @@ func (s *Service) Respond(ctx context.Context, questionID, answer string) (*Ques
 		ar.cancel()
 		st.active = nil
 		s.startLocked(st, ar.run, true)
-		if ar.parked {
-			ar.parked = false
-			s.releaseState(st)
-		}
+		ar.parked = false
+		s.releaseState(st)
 	}
 	rq, rr := *q, *ar.run
 	return &rq, &rr, nil
