@@ -373,11 +373,6 @@ func truncate(s string, n int) string {
 	return string([]rune(s)[:n]) + "…"
 }
 
-// Session returns the caller's session; ENOTFOUND when missing or another user's.
-func (s *Service) Session(ctx context.Context, id string) (*TalkSession, error) {
-	return s.session(ctx, id)
-}
-
 // Sessions returns a page of the caller's sessions, most recent activity first, after the
 // session-list cursor after (when not empty). first is clamped to the page size limit.
 // EINVALID for a bad cursor or a negative first.
