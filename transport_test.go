@@ -511,3 +511,41 @@ func TestGetQueriesPlaygroundAndGuestSwitch(t *testing.T) {
 		t.Errorf("guest sign-in switched off answered %d", resp.StatusCode)
 	}
 }
+
+func TestWebsocketKeepAlivesAndInitTimeout(t *testing.T) {
+	a := startApp(t, "memory", func(c *app.Config) {
+		c.HTTP.KeepAlive = 100 * time.Millisecond
+		c.HTTP.InitTimeout = 300 * time.Millisecond
+	})
+	c := guest(t, a)
+	url := "ws" + strings.TrimPrefix(a.URL, "http") + "/query"
+	for proto, want := range map[string]string{"graphql-ws": "ka", "graphql-transport-ws": "ping"} {
+		conn, _, err := (&websocket.Dialer{Subprotocols: []string{proto}}).Dial(url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.WriteJSON(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + c.Token}})
+		_ = conn.SetReadDeadline(time.Now().Add(tgtest.Wait))
+		seen := map[string]int{}
+		for seen[want] < 2 {
+			var m struct{ Type string }
+			if err := conn.ReadJSON(&m); err != nil {
+				t.Fatalf("%s: waiting for keep-alives: %v (seen %v)", proto, err, seen)
+			}
+			seen[m.Type]++
+			if m.Type == "ping" {
+				_ = conn.WriteJSON(map[string]any{"type": "pong"})
+			}
+		}
+		conn.Close()
+	}
+	// A socket that never sends connection_init is closed.
+	conn, _, err := (&websocket.Dialer{Subprotocols: []string{"graphql-transport-ws"}}).Dial(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if code := closeCode(t, conn); code == 0 {
+		t.Error("no close code")
+	}
+}
