@@ -19,7 +19,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/talkgraph/talkgraph/graph"
+	"github.com/talkgraph/talkgraph/httpapi"
+	"github.com/talkgraph/talkgraph/jwtauth"
 	"github.com/talkgraph/talkgraph/service"
 )
 
@@ -29,7 +30,7 @@ type App struct {
 	Log     *slog.Logger
 	Store   service.Store
 	Service *service.Service
-	Handler *graph.Server
+	Handler *httpapi.Server
 
 	http     *http.Server
 	cancelFn context.CancelFunc
@@ -43,7 +44,7 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	auth, err := buildAuth(ctx, cfg, store, log)
+	auth, guest, err := buildAuth(ctx, cfg, store, log)
 	if err != nil {
 		store.Close()
 		return nil, err
@@ -60,9 +61,10 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 	}
 	hcfg := cfg.HTTP
 	hcfg.Auth = auth
+	hcfg.GuestSignIn = guest
 	hcfg.Log = log
 	hcfg.Web = webFiles()
-	h := graph.New(svc, hcfg)
+	h := httpapi.New(svc, hcfg)
 	base, cancel := context.WithCancel(context.Background())
 	a := &App{Config: cfg, Log: log, Store: store, Service: svc, Handler: h, cancelFn: cancel}
 	a.http = &http.Server{
@@ -79,25 +81,26 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 // keys; a provider out of reach is only a warning, tokens being refused until its keys
 // arrive. HS256 tokens (and so guest sign-in) then need AUTH_SECRET as well; without
 // AUTH_JWKS_URL they use AUTH_SECRET or the secret kept with the data.
-func buildAuth(ctx context.Context, cfg Config, store service.Store, log *slog.Logger) (*graph.Auth, error) {
-	a := &graph.Auth{Issuer: cfg.AuthIssuer, Audience: cfg.AuthAudience, TokenTTL: cfg.TokenTTL, Guest: cfg.GuestSignIn, Leeway: 30 * time.Second}
+func buildAuth(ctx context.Context, cfg Config, store service.Store, log *slog.Logger) (a *jwtauth.Auth, guest bool, err error) {
+	a = &jwtauth.Auth{Issuer: cfg.AuthIssuer, Audience: cfg.AuthAudience, TokenTTL: cfg.TokenTTL, Leeway: 30 * time.Second}
+	guest = cfg.GuestSignIn
 	if cfg.AuthJWKSURL == "" || cfg.AuthSecret != "" {
 		secret, err := authSecret(ctx, cfg, store)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		a.Secret = secret
-	} else if cfg.GuestSignIn {
-		a.Guest = false
+	} else if guest {
+		guest = false
 		log.Info("guest sign-in is off: with AUTH_JWKS_URL it needs AUTH_SECRET too")
 	}
 	if cfg.AuthJWKSURL != "" {
-		a.JWKS = &graph.JWKS{URL: cfg.AuthJWKSURL, Refresh: cfg.AuthJWKSRefresh, Log: log}
+		a.JWKS = &jwtauth.JWKS{URL: cfg.AuthJWKSURL, Refresh: cfg.AuthJWKSRefresh, Log: log}
 		if err := a.JWKS.Load(ctx); err != nil {
 			log.Warn("cannot load the identity provider's keys; its tokens are refused until they arrive", "err", err)
 		}
 	}
-	return a, nil
+	return a, guest, nil
 }
 
 // Serve serves HTTP on ln until Close.

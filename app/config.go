@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/talkgraph/talkgraph/graph"
+	"github.com/talkgraph/talkgraph/httpapi"
 	"github.com/talkgraph/talkgraph/service"
 	"github.com/talkgraph/talkgraph/service/openai"
 )
@@ -45,7 +45,7 @@ type Config struct {
 	OpenAI OpenAIConfig
 
 	Service service.Config
-	HTTP    graph.HandlerConfig
+	HTTP    httpapi.HandlerConfig
 
 	// Agents, when set, registers more agents (or replaces built-in ones) for a program
 	// that embeds talkgraph.

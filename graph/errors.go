@@ -25,15 +25,24 @@ var codes = map[string]string{
 	service.EINTERNAL:     "INTERNAL",
 }
 
-// apiError builds a GraphQL error with a code, for errors raised by this package.
-func apiError(code, msg string) *gqlerror.Error {
-	return &gqlerror.Error{Message: msg, Extensions: map[string]any{"code": code}}
+// Code returns the extensions.code of err: its service code's, or INTERNAL.
+func Code(err error) string {
+	if c, ok := codes[service.ErrorCode(err)]; ok {
+		return c
+	}
+	return codes[service.EINTERNAL]
 }
 
-// errorPresenter turns a resolver's error into a GraphQL error with extensions.code.
+// Error turns a service error into a GraphQL error with extensions.code and the error's
+// message, for the transports to answer requests they refuse before the executor runs.
+func Error(err error) *gqlerror.Error {
+	return &gqlerror.Error{Message: service.ErrorMessage(err), Extensions: map[string]any{"code": Code(err)}}
+}
+
+// ErrorPresenter turns a resolver's error into a GraphQL error with extensions.code.
 // Errors without a service code become INTERNAL with a generic message; their detail goes
 // to the log only.
-func errorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
+func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 	return func(ctx context.Context, err error) *gqlerror.Error {
 		gerr := graphql.DefaultErrorPresenter(ctx, err)
 		var se *service.Error
@@ -61,8 +70,8 @@ func errorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 	}
 }
 
-// recoverFunc turns a resolver's panic into an INTERNAL error, logging the stack.
-func recoverFunc(log *slog.Logger) graphql.RecoverFunc {
+// Recover turns a resolver's panic into an INTERNAL error, logging the stack.
+func Recover(log *slog.Logger) graphql.RecoverFunc {
 	return func(ctx context.Context, p any) error {
 		log.Error("resolver panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		return service.Errorf(service.EINTERNAL, "internal error")

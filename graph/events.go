@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 
+	"github.com/99designs/gqlgen/graphql"
+
 	"github.com/talkgraph/talkgraph/graph/model"
 	"github.com/talkgraph/talkgraph/service"
 )
@@ -55,8 +57,20 @@ type requestCache struct {
 
 type requestCacheKey struct{}
 
-func withRequestCache(ctx context.Context) context.Context {
-	return context.WithValue(ctx, requestCacheKey{}, &requestCache{toolCalls: map[string][]*service.ToolCall{}})
+// Loaders is the gqlgen extension that gives each operation its request cache.
+type Loaders struct{}
+
+var (
+	_ graphql.HandlerExtension     = Loaders{}
+	_ graphql.OperationInterceptor = Loaders{}
+)
+
+func (Loaders) ExtensionName() string                   { return "Loaders" }
+func (Loaders) Validate(graphql.ExecutableSchema) error { return nil }
+
+// InterceptOperation gives the operation a request cache of its own.
+func (Loaders) InterceptOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+	return next(context.WithValue(ctx, requestCacheKey{}, &requestCache{toolCalls: map[string][]*service.ToolCall{}}))
 }
 
 // preloadToolCalls loads the tool calls of a page of messages into the request cache.

@@ -1,7 +1,9 @@
-// Package graph is talkgraph's GraphQL layer: the gqlgen resolvers, which translate between
-// the schema and service calls and hold no business logic, the HTTP handler with its
-// transports (HTTP, websocket, SSE), authentication, limits, the error presenter and
-// metrics. The domain lives in service/.
+// Package graph is talkgraph's GraphQL layer: the resolvers, which translate between the
+// schema and service calls and hold no business logic, the mapping of log events to their
+// GraphQL types, and the error presenter, the one place where domain error codes become
+// extensions.code. The executor gqlgen generates from schema.graphqls lives in
+// graph/generated, its models in graph/model. Transports and everything else that speaks
+// HTTP live in package httpapi.
 package graph
 
 //go:generate go tool gqlgen generate
@@ -19,3 +21,6 @@ type Resolver struct {
 	// deliver their last events.
 	streams sync.WaitGroup
 }
+
+// WaitStreams returns once every subscription has handed over its last event and ended.
+func (r *Resolver) WaitStreams() { r.streams.Wait() }

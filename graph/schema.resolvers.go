@@ -8,6 +8,7 @@ package graph
 import (
 	"context"
 
+	"github.com/talkgraph/talkgraph/graph/generated"
 	"github.com/talkgraph/talkgraph/graph/model"
 	"github.com/talkgraph/talkgraph/service"
 )
@@ -154,12 +155,12 @@ func (r *subscriptionResolver) MessageStream(ctx context.Context, sessionID stri
 	if after != nil {
 		cursor = *after
 	}
-	if err := subscriptionSlot(ctx); err != nil {
+	if err := takeSlot(ctx); err != nil {
 		return nil, err
 	}
 	evs, err := r.Service.Subscribe(ctx, sessionID, cursor)
 	if err != nil {
-		releaseSubscriptionSlot(ctx)
+		releaseSlot(ctx)
 		return nil, err
 	}
 	out := make(chan model.SessionEvent)
@@ -167,7 +168,7 @@ func (r *subscriptionResolver) MessageStream(ctx context.Context, sessionID stri
 	go func() {
 		defer r.streams.Done()
 		defer close(out)
-		defer releaseSubscriptionSlot(ctx)
+		defer releaseSlot(ctx)
 		for ev := range evs {
 			select {
 			case out <- r.event(ctx, ev):
@@ -206,20 +207,20 @@ func (r *talkSessionResolver) Messages(ctx context.Context, obj *service.Session
 	return conn, nil
 }
 
-// Message returns MessageResolver implementation.
-func (r *Resolver) Message() MessageResolver { return &messageResolver{r} }
+// Message returns generated.MessageResolver implementation.
+func (r *Resolver) Message() generated.MessageResolver { return &messageResolver{r} }
 
-// Mutation returns MutationResolver implementation.
-func (r *Resolver) Mutation() MutationResolver { return &mutationResolver{r} }
+// Mutation returns generated.MutationResolver implementation.
+func (r *Resolver) Mutation() generated.MutationResolver { return &mutationResolver{r} }
 
-// Query returns QueryResolver implementation.
-func (r *Resolver) Query() QueryResolver { return &queryResolver{r} }
+// Query returns generated.QueryResolver implementation.
+func (r *Resolver) Query() generated.QueryResolver { return &queryResolver{r} }
 
-// Subscription returns SubscriptionResolver implementation.
-func (r *Resolver) Subscription() SubscriptionResolver { return &subscriptionResolver{r} }
+// Subscription returns generated.SubscriptionResolver implementation.
+func (r *Resolver) Subscription() generated.SubscriptionResolver { return &subscriptionResolver{r} }
 
-// TalkSession returns TalkSessionResolver implementation.
-func (r *Resolver) TalkSession() TalkSessionResolver { return &talkSessionResolver{r} }
+// TalkSession returns generated.TalkSessionResolver implementation.
+func (r *Resolver) TalkSession() generated.TalkSessionResolver { return &talkSessionResolver{r} }
 
 type (
 	messageResolver      struct{ *Resolver }

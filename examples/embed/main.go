@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
 
 	"github.com/talkgraph/talkgraph/app"
@@ -38,20 +37,13 @@ func shout(ctx context.Context, req service.RunRequest, out service.Output) erro
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := app.SignalContext() // SIGINT or SIGTERM: shut down gracefully
 	defer stop()
-	cfg, err := app.LoadConfig(os.Args[1:], os.Getenv)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	cfg.Agents = func(a *service.Agents) {
-		a.Register("shout", "Repeats you, in capitals if you agree", service.RunnerFunc(shout))
-	}
-	a, err := app.Open(ctx, cfg, os.Stderr)
-	if err == nil {
-		err = a.ListenAndServe(ctx)
-	}
+	err := app.Run(ctx, os.Args[1:], os.Getenv, os.Stderr, func(cfg *app.Config) {
+		cfg.Agents = func(a *service.Agents) {
+			a.Register("shout", "Repeats you, in capitals if you agree", service.RunnerFunc(shout))
+		}
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

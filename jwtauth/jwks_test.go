@@ -1,4 +1,4 @@
-package graph_test
+package jwtauth_test
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/talkgraph/talkgraph/graph"
+	"github.com/talkgraph/talkgraph/jwtauth"
 	"github.com/talkgraph/talkgraph/service"
 )
 
@@ -137,10 +137,10 @@ func (c *clock) Advance(d time.Duration) {
 }
 
 // newAuth makes an Auth verifying against url's key set, loaded now.
-func newAuth(t testing.TB, url string, clk *clock) (*graph.Auth, error) {
+func newAuth(t testing.TB, url string, clk *clock) (*jwtauth.Auth, error) {
 	t.Helper()
-	j := &graph.JWKS{URL: url, Refresh: time.Hour, Now: clk.Now}
-	a := &graph.Auth{JWKS: j, Issuer: testIssuer, Audience: testAudience}
+	j := &jwtauth.JWKS{URL: url, Refresh: time.Hour, Now: clk.Now}
+	a := &jwtauth.Auth{JWKS: j, Issuer: testIssuer, Audience: testAudience}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return a, j.Load(ctx)
@@ -168,7 +168,7 @@ func sign(t testing.TB, m jwt.SigningMethod, key any, kid string, c jwt.Claims) 
 
 // wantRefused checks that token fails with UNAUTHENTICATED and, when msg is set, that
 // message.
-func wantRefused(t testing.TB, a *graph.Auth, token, msg string) {
+func wantRefused(t testing.TB, a *jwtauth.Auth, token, msg string) {
 	t.Helper()
 	id, err := a.Verify(token)
 	if err == nil {
@@ -182,7 +182,7 @@ func wantRefused(t testing.TB, a *graph.Auth, token, msg string) {
 	}
 }
 
-func wantUser(t testing.TB, a *graph.Auth, token, user string) {
+func wantUser(t testing.TB, a *jwtauth.Auth, token, user string) {
 	t.Helper()
 	id, err := a.Verify(token)
 	if err != nil {
@@ -489,14 +489,14 @@ func TestJWKSResponseSizeLimit(t *testing.T) {
 	}
 	tok := sign(t, jwt.SigningMethodRS256, k.rsa1, "k1", claims("gus"))
 
-	p := newProvider(t, padded(graph.JWKSMaxBytes+1))
+	p := newProvider(t, padded(jwtauth.JWKSMaxBytes+1))
 	a, err := newAuth(t, p.srv.URL, newClock())
 	if err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("load error %v; want the set refused as too large", err)
 	}
 	wantRefused(t, a, tok, "cannot verify tokens right now")
 
-	p.publish(padded(graph.JWKSMaxBytes), 0)
+	p.publish(padded(jwtauth.JWKSMaxBytes), 0)
 	a, err = newAuth(t, p.srv.URL, newClock())
 	if err != nil {
 		t.Fatalf("a set of exactly the limit: %v", err)

@@ -1,4 +1,4 @@
-package graph
+package httpapi
 
 import (
 	"context"
@@ -61,9 +61,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 // aroundOperations records the latency of queries and mutations (subscriptions last as
-// long as the client wants, so they are not timed) and sets up the request cache.
+// long as the client wants, so they are not timed).
 func (m *metrics) aroundOperations(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
-	ctx = withRequestCache(ctx)
 	rc := graphql.GetOperationContext(ctx)
 	if rc.Operation == nil || rc.Operation.Operation == "subscription" {
 		return next(ctx)

@@ -1,4 +1,4 @@
-package graph
+package httpapi
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 	"golang.org/x/time/rate"
 
+	"github.com/talkgraph/talkgraph/graph"
 	"github.com/talkgraph/talkgraph/service"
 )
 
@@ -72,11 +73,11 @@ func (operationLimits) Validate(graphql.ExecutableSchema) error { return nil }
 func (o operationLimits) MutateOperationContext(ctx context.Context, rc *graphql.OperationContext) *gqlerror.Error {
 	if o.maxDepth > 0 && rc.Operation != nil {
 		if d := depth(rc.Operation.SelectionSet, rc.Doc.Fragments, 0, map[string]bool{}); d > o.maxDepth {
-			return apiError("BAD_USER_INPUT", "query is too deep: "+itoa(d)+" levels, at most "+itoa(o.maxDepth))
+			return graph.Error(service.Errorf(service.EINVALID, "query is too deep: %d levels, at most %d", d, o.maxDepth))
 		}
 	}
 	if u := service.UserFrom(ctx); u != "" && o.rate != nil && !o.rate.allow(u) {
-		return apiError("RATE_LIMITED", "too many operations; slow down")
+		return graph.Error(service.Errorf(service.ERATELIMIT, "too many operations; slow down"))
 	}
 	return nil
 }
@@ -106,25 +107,11 @@ func depth(set ast.SelectionSet, frags ast.FragmentDefinitionList, level int, se
 	return deepest
 }
 
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	for n > 0 {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	return string(b[i:])
-}
-
 // limitBody caps request bodies; the JSON decoder then fails with a clear error.
 func limitBody(max int64, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > max {
-			writeGraphQLError(w, http.StatusRequestEntityTooLarge, "BAD_USER_INPUT", "request body is too large: at most "+itoa(int(max))+" bytes")
+			writeError(w, http.StatusRequestEntityTooLarge, service.Errorf(service.EINVALID, "request body is too large: at most %d bytes", max))
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, max)

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests of the openai agent through the whole server: a real guest user talks
 // GraphQL over HTTP and websockets to a server whose openai agent streams from a
@@ -480,9 +480,6 @@ func TestOpenAIAskUserRoundTrip(t *testing.T) {
 }
 
 func TestOpenAIAnswerAfterRestart(t *testing.T) {
-	if !sqliteWired {
-		t.Skip("sqlite store not wired yet")
-	}
 	f := fakellm.New(t,
 		toolCallReply("call_ask1", "ask_user", askArgs),
 		fakellm.TextReply("Rome ", "it is, then."))

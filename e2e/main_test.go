@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -70,9 +70,6 @@ func serveApp(t testing.TB, cfg app.Config) *testApp {
 func eachStore(t *testing.T, test func(t *testing.T, store string)) {
 	for _, s := range stores {
 		t.Run(s, func(t *testing.T) {
-			if s == "sqlite" && !sqliteWired {
-				t.Skip("sqlite store not wired yet")
-			}
 			test(t, s)
 		})
 	}

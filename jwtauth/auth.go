@@ -1,15 +1,15 @@
-package graph
+// Package jwtauth verifies the JSON Web Tokens that identify talkgraph's users (HS256 with
+// a shared secret, or an identity provider's keys from a JWKS URL) and issues HS256 ones for
+// guest sign-in. It knows nothing of HTTP or GraphQL: the HTTP edge (package httpapi) reads
+// the token from a request and asks Verify who it names.
+package jwtauth
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/google/uuid"
 
 	"github.com/talkgraph/talkgraph/service"
 )
@@ -29,8 +29,6 @@ type Auth struct {
 	Audience string
 	// TokenTTL is how long issued tokens last; default 30 days.
 	TokenTTL time.Duration
-	// Guest enables POST /auth/guest.
-	Guest bool
 	// Leeway tolerates clock skew when checking exp and nbf.
 	Leeway time.Duration
 }
@@ -116,80 +114,11 @@ func (a *Auth) key(tok *jwt.Token) (any, error) {
 	return a.JWKS.Key(kid, alg)
 }
 
-// bearer returns the token of an Authorization value "Bearer <token>".
-func bearer(v string) (string, bool) {
+// Bearer returns the token of an Authorization value "Bearer <token>".
+func Bearer(v string) (string, bool) {
 	scheme, tok, ok := strings.Cut(strings.TrimSpace(v), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
 		return "", false
 	}
 	return strings.TrimSpace(tok), true
-}
-
-// middleware puts the user of the request's bearer token in its context. A request
-// without a token goes on without a user (operations then answer UNAUTHENTICATED); a
-// request with a bad token is refused with 401. Websocket upgrades carry their token in
-// connection_init instead.
-func (a *Auth) middleware(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := r.Header.Get("Authorization")
-		if h == "" {
-			next.ServeHTTP(w, r)
-			return
-		}
-		tok, ok := bearer(h)
-		var id Identity
-		var err error
-		if !ok {
-			err = service.Errorf(service.EUNAUTHORIZED, "the Authorization header must be: Bearer <token>")
-		} else {
-			id, err = a.Verify(tok)
-		}
-		if err != nil {
-			if r.Header.Get("Upgrade") != "" {
-				next.ServeHTTP(w, r) // connection_init decides
-				return
-			}
-			writeGraphQLError(w, http.StatusUnauthorized, "UNAUTHENTICATED", service.ErrorMessage(err))
-			return
-		}
-		ctx := service.WithUser(r.Context(), id.UserID)
-		ctx = context.WithValue(ctx, identityKey{}, id)
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
-}
-
-type identityKey struct{}
-
-// guestHandler answers POST /auth/guest with a token for a new random user.
-func (a *Auth) guestHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			writeGraphQLError(w, http.StatusMethodNotAllowed, "BAD_USER_INPUT", "use POST")
-			return
-		}
-		if !a.Guest || len(a.Secret) == 0 {
-			writeGraphQLError(w, http.StatusForbidden, "UNAUTHENTICATED", "guest sign-in is switched off on this server")
-			return
-		}
-		user := uuid.NewString()
-		tok, exp, err := a.Issue(user)
-		if err != nil {
-			writeGraphQLError(w, http.StatusInternalServerError, "INTERNAL", "internal error")
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_ = json.NewEncoder(w).Encode(map[string]any{"token": tok, "userId": user, "expiresAt": exp.UTC().Format(time.RFC3339)})
-	})
-}
-
-// writeGraphQLError writes a GraphQL response holding one error, for requests refused
-// before they reach the executor.
-func writeGraphQLError(w http.ResponseWriter, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"errors": []any{map[string]any{"message": msg, "extensions": map[string]any{"code": code}}},
-	})
 }

@@ -1,4 +1,10 @@
-package graph
+// Package httpapi is talkgraph's HTTP edge: the mux with /query and its transports (POST,
+// GET, server-sent events, websockets with both GraphQL subprotocols over gorilla/websocket),
+// authentication of requests, limits (body size, operation rate, query depth and cost),
+// Prometheus metrics, health and readiness, guest sign-in, the playground and the web app.
+// It turns HTTP into calls of the GraphQL executor (package graph) and knows no business
+// rules of its own.
+package httpapi
 
 import (
 	"bufio"
@@ -20,12 +26,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/talkgraph/talkgraph/graph"
+	"github.com/talkgraph/talkgraph/graph/generated"
+	"github.com/talkgraph/talkgraph/jwtauth"
 	"github.com/talkgraph/talkgraph/service"
 )
 
 // HandlerConfig holds the HTTP layer's settings. Zero values take the defaults in the comments.
 type HandlerConfig struct {
-	Auth *Auth
+	Auth *jwtauth.Auth
+	// GuestSignIn enables POST /auth/guest (with an HS256 secret to sign its tokens).
+	GuestSignIn bool
 	// AllowedOrigins may open websockets besides the server's own origin ("*": any).
 	AllowedOrigins []string
 	// Introspection stays on for the playground unless switched off.
@@ -82,7 +93,7 @@ func (c *HandlerConfig) fill() {
 type Server struct {
 	http.Handler
 	sockets  *connTracker
-	resolver *Resolver
+	resolver *graph.Resolver
 }
 
 // New builds the HTTP handler for svc.
@@ -91,8 +102,8 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	log := cfg.Log
 	sockets := newConnTracker()
 
-	resolver := &Resolver{Service: svc}
-	gql := handler.New(NewExecutableSchema(Config{Resolvers: resolver}))
+	resolver := &graph.Resolver{Service: svc}
+	gql := handler.New(generated.NewExecutableSchema(generated.Config{Resolvers: resolver}))
 	gql.AddTransport(transport.SSE{})
 	gql.AddTransport(transport.Websocket{
 		Implementation:        newGorillaWebsocket(cfg.AllowedOrigins, 10*time.Second),
@@ -114,9 +125,10 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	}
 	gql.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](1000)})
 	gql.Use(extension.FixedComplexityLimit(cfg.MaxComplexity))
+	gql.Use(graph.Loaders{})
 	gql.Use(operationLimits{rate: newUserLimiter(cfg.OpsPerSecond, cfg.OpsBurst), maxDepth: cfg.MaxDepth})
-	gql.SetErrorPresenter(errorPresenter(log))
-	gql.SetRecoverFunc(recoverFunc(log))
+	gql.SetErrorPresenter(graph.ErrorPresenter(log))
+	gql.SetRecoverFunc(graph.Recover(log))
 
 	m := newMetrics(svc, sockets)
 	gql.AroundOperations(m.aroundOperations)
@@ -124,9 +136,9 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	mux := http.NewServeMux()
-	mux.Handle("/query", cfg.Auth.middleware(withWSHolder(limitBody(cfg.MaxBodyBytes, gql))))
+	mux.Handle("/query", authenticate(cfg.Auth, withWSHolder(limitBody(cfg.MaxBodyBytes, gql))))
 	mux.Handle("/playground", playground.Handler("talkgraph", "/query"))
-	mux.Handle("/auth/guest", cfg.Auth.guestHandler())
+	mux.Handle("/auth/guest", guestHandler(cfg.Auth, cfg.GuestSignIn))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
@@ -160,7 +172,7 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 // them and their completions.
 func (s *Server) Drain(ctx context.Context) {
 	done := make(chan struct{})
-	go func() { s.resolver.streams.Wait(); close(done) }()
+	go func() { s.resolver.WaitStreams(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"fmt"
@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkgraph/talkgraph/app"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
 	"github.com/talkgraph/talkgraph/service"
 )
@@ -21,9 +22,9 @@ import (
 // real server instead of tests, so crash tests can start and kill real processes.
 func TestMain(m *testing.M) {
 	if os.Getenv("TALKGRAPH_CHILD") == "1" {
-		ctx, stop := signalContext()
+		ctx, stop := app.SignalContext()
 		defer stop()
-		if err := run(ctx, nil, os.Getenv, os.Stderr); err != nil {
+		if err := app.Run(ctx, nil, os.Getenv, os.Stderr, nil); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/talkgraph/talkgraph/app"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
+	"github.com/talkgraph/talkgraph/service"
 )
 
 func TestStreamedReplyMatchesStoredMessage(t *testing.T) {
@@ -35,7 +36,7 @@ func TestStreamedReplyMatchesStoredMessage(t *testing.T) {
 		}
 		// Every subscriber sees one order: a second socket replaying from the start agrees.
 		ws2 := c.Connect("graphql-ws")
-		_, replay := ws2.Stream(sid, cursorZero(t, c, sid))
+		_, replay := ws2.Stream(sid, cursorZero(sid))
 		replay.Until("run completes", tgtest.RunEnds(run))
 		if got, want := tgtest.Text(replay.All)[reply.ID], reply.Content; got != want {
 			t.Errorf("replayed text = %q, want %q", got, want)
@@ -43,15 +44,10 @@ func TestStreamedReplyMatchesStoredMessage(t *testing.T) {
 	})
 }
 
-// cursorZero returns the stream cursor of a session before its first event.
-func cursorZero(t *testing.T, c *tgtest.Client, sid string) string {
-	t.Helper()
-	// A new session's streamCursor is the position before any event; rebuild it for sid.
-	other := c.CreateSession(nil)
-	var out struct{ Session struct{ StreamCursor string } }
-	c.Must(`query($s: ID!){ session(id: $s){ streamCursor } }`, map[string]any{"s": other}, &out)
-	// Cursors are opaque to clients; tests may know their shape.
-	return encodeCursorForTest(sid, out.Session.StreamCursor, other)
+// cursorZero returns the stream cursor of a session before its first event. Cursors are
+// opaque to clients; tests may know their shape.
+func cursorZero(sid string) string {
+	return service.EncodeCursor(sid, service.Cursor{})
 }
 
 func TestUsersCannotSeeEachOthersData(t *testing.T) {
@@ -230,7 +226,7 @@ func TestResumeWithCursorGivesExactlyTheMissedEvents(t *testing.T) {
 
 		// A second observer that never disconnected sees the whole stream.
 		ws3 := c.Connect("graphql-transport-ws")
-		_, whole := ws3.Stream(sid, cursorZero(t, c, sid))
+		_, whole := ws3.Stream(sid, cursorZero(sid))
 
 		ws2 := c.Connect("graphql-transport-ws")
 		_, rest := ws2.Stream(sid, last)
@@ -341,7 +337,7 @@ func TestBadInputGetsClearCodeAndStoresNothing(t *testing.T) {
 			})
 		}
 		ws := c.Connect("graphql-transport-ws")
-		for _, cur := range []string{"garbage", encodeCursorForTest("00000000-0000-4000-8000-000000000009", "", "")} {
+		for _, cur := range []string{"garbage", cursorZero("00000000-0000-4000-8000-000000000009")} {
 			_, evs := ws.Stream(sid, cur)
 			if _, ok := evs.TryNext(tgtest.Wait); ok || len(evs.Err) == 0 || evs.Err[0].Code() != "BAD_USER_INPUT" {
 				t.Errorf("stream after %q: errors %+v", cur, evs.Err)

@@ -1,4 +1,4 @@
-package graph
+package httpapi
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/gorilla/websocket"
 
+	"github.com/talkgraph/talkgraph/graph"
+	"github.com/talkgraph/talkgraph/jwtauth"
 	"github.com/talkgraph/talkgraph/service"
 )
 
@@ -125,38 +127,10 @@ type wsHolder struct{ conn atomic.Pointer[gorillaConn] }
 
 type wsHolderKey struct{}
 
-// connLimits counts a websocket connection's subscriptions.
-type connLimits struct {
-	max  int32
-	subs atomic.Int32
-}
-
-type connLimitsKey struct{}
-
-// subscriptionSlot takes one of the connection's subscription slots (websocket only);
-// RATE_LIMITED when all are taken.
-func subscriptionSlot(ctx context.Context) error {
-	l, _ := ctx.Value(connLimitsKey{}).(*connLimits)
-	if l == nil {
-		return nil
-	}
-	if l.subs.Add(1) > l.max {
-		l.subs.Add(-1)
-		return service.Errorf(service.ERATELIMIT, "too many subscriptions on this connection (at most %d)", l.max)
-	}
-	return nil
-}
-
-func releaseSubscriptionSlot(ctx context.Context) {
-	if l, _ := ctx.Value(connLimitsKey{}).(*connLimits); l != nil {
-		l.subs.Add(-1)
-	}
-}
-
 // wsInit authenticates a websocket in connection_init: the payload's Authorization (key
 // matched without regard to case) or else the upgrade request's header. A bad or missing
 // token closes the socket with 4401; the socket is closed with 4401 when the token expires.
-func wsInit(auth *Auth, maxSubs int, tracker *connTracker) transport.WebsocketInitFunc {
+func wsInit(auth *jwtauth.Auth, maxSubs int, tracker *connTracker) transport.WebsocketInitFunc {
 	return func(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
 		refuse := func(msg string) (context.Context, *transport.InitPayload, error) {
 			ctx = transport.WithWebsocketCloseCode(transport.AppendCloseReason(ctx, msg), 4401)
@@ -169,12 +143,12 @@ func wsInit(auth *Auth, maxSubs int, tracker *connTracker) transport.WebsocketIn
 			}
 		}
 		if value == "" {
-			if id, ok := ctx.Value(identityKey{}).(Identity); ok {
+			if id, ok := ctx.Value(identityKey{}).(jwtauth.Identity); ok {
 				return authorised(ctx, id, maxSubs, tracker)
 			}
 			return refuse("Unauthorized: connection_init needs {\"Authorization\": \"Bearer <token>\"}")
 		}
-		tok, ok := bearer(value)
+		tok, ok := jwtauth.Bearer(value)
 		if !ok {
 			tok = strings.TrimSpace(value) // a bare token is accepted too
 		}
@@ -186,9 +160,9 @@ func wsInit(auth *Auth, maxSubs int, tracker *connTracker) transport.WebsocketIn
 	}
 }
 
-func authorised(ctx context.Context, id Identity, maxSubs int, tracker *connTracker) (context.Context, *transport.InitPayload, error) {
+func authorised(ctx context.Context, id jwtauth.Identity, maxSubs int, tracker *connTracker) (context.Context, *transport.InitPayload, error) {
 	ctx = service.WithUser(ctx, id.UserID)
-	ctx = context.WithValue(ctx, connLimitsKey{}, &connLimits{max: int32(maxSubs)})
+	ctx = graph.WithSubscriptionSlots(ctx, maxSubs)
 	if h, _ := ctx.Value(wsHolderKey{}).(*wsHolder); h != nil {
 		if conn := h.conn.Load(); conn != nil {
 			tracker.add(conn)

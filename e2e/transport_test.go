@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -18,8 +18,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/talkgraph/talkgraph/graph"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
+	"github.com/talkgraph/talkgraph/jwtauth"
 )
 
 // closeCode waits for the socket to be closed and returns the close code.
@@ -41,7 +41,7 @@ func closeCode(t *testing.T, conn *websocket.Conn) int {
 
 func TestBadTokenClosesWebsocketWith4401(t *testing.T) {
 	a := startApp(t, "memory", nil)
-	forged, _, _ := (&graph.Auth{Secret: []byte("not the server's secret at all")}).Issue("mallory")
+	forged, _, _ := (&jwtauth.Auth{Secret: []byte("not the server's secret at all")}).Issue("mallory")
 	for _, proto := range []string{"graphql-transport-ws", "graphql-ws"} {
 		for name, payload := range map[string]map[string]any{
 			"missing": {},
@@ -64,7 +64,7 @@ func TestBadTokenClosesWebsocketWith4401(t *testing.T) {
 
 func TestForgedTokenIsRefusedOverHTTP(t *testing.T) {
 	a := startApp(t, "memory", nil)
-	forged, _, _ := (&graph.Auth{Secret: []byte("not the server's secret at all")}).Issue("mallory")
+	forged, _, _ := (&jwtauth.Auth{Secret: []byte("not the server's secret at all")}).Issue("mallory")
 	c := &tgtest.Client{T: t, Base: a.URL, Token: forged, HTTP: http.DefaultClient}
 	r := c.Do(`{ viewer { id } }`, nil)
 	if r.Status != http.StatusUnauthorized || r.Code() != "UNAUTHENTICATED" {
