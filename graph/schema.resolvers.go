@@ -136,6 +136,15 @@ func (r *queryResolver) Session(ctx context.Context, id string) (*service.Sessio
 	return v, err
 }
 
+// Run is the resolver for the run field.
+func (r *queryResolver) Run(ctx context.Context, id string) (*service.Run, error) {
+	run, err := r.Service.Run(ctx, id)
+	if service.ErrorCode(err) == service.ENOTFOUND {
+		return nil, nil
+	}
+	return run, err
+}
+
 // Agents is the resolver for the agents field.
 func (r *queryResolver) Agents(ctx context.Context) ([]*service.AgentInfo, error) {
 	if service.UserFrom(ctx) == "" {

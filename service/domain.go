@@ -123,6 +123,8 @@ type Message struct {
 	Kind    MessageKind
 	Content string
 	Status  MessageStatus
+	// Error says why a FAILED message failed, fit to show a user.
+	Error string
 	// RunID is the run that wrote an assistant message, or that a user message started.
 	RunID string
 	// QuestionID links QUESTION and ANSWER messages to their question.
@@ -139,10 +141,22 @@ type Run struct {
 	// Error says why the run failed, fit to show a user.
 	Error string
 	// Agent is the agent the run uses, fixed when the run is created.
-	Agent      string
+	Agent string
+	// Usage is what the agent reported its model read and wrote; nil when it reported
+	// nothing.
+	Usage      *Usage
 	CreatedAt  time.Time
 	StartedAt  *time.Time
 	FinishedAt *time.Time
+}
+
+// Usage counts a model's tokens, as its provider reports them.
+type Usage struct {
+	InputTokens  int `json:"inputTokens"`
+	OutputTokens int `json:"outputTokens"`
+	// CachedInputTokens are input tokens served from the provider's prompt cache; nil
+	// when the provider does not say.
+	CachedInputTokens *int `json:"cachedInputTokens,omitempty"`
 }
 
 // Question is the agent asking the user, and waiting.

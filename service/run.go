@@ -384,11 +384,14 @@ func (s *Service) finishLocked(ctx context.Context, st *sessionState, ar *active
 	}
 	if ar.msg != nil {
 		compact = append(compact, job{ar.msg.ID, ar.msg.Seq + 1})
+		if status == RunFailed {
+			ar.msg.Error = errMsg
+		}
 		s.completeMessageInto(b, ar, msgStatus)
 	} else if status == RunFailed {
 		// A failed run shows in the history even when it wrote nothing.
 		now := s.now()
-		m := &Message{ID: newID(), SessionID: st.id, Role: RoleAssistant, Kind: KindText, Status: MessageFailed, RunID: ar.run.ID, CreatedAt: now}
+		m := &Message{ID: newID(), SessionID: st.id, Role: RoleAssistant, Kind: KindText, Status: MessageFailed, Error: errMsg, RunID: ar.run.ID, CreatedAt: now}
 		cp := *m
 		b.Messages = append(b.Messages, m)
 		b.Events = append(b.Events, &Event{Type: EventMessageAdded, Message: &cp})

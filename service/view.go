@@ -319,3 +319,20 @@ func (s *Service) runWork(ctx context.Context, sessionID, runID string) ([]*Mess
 	calls, err := s.store.ToolCalls(ctx, ids)
 	return msgs, calls, err
 }
+
+// Run returns a run of the caller's; ENOTFOUND when missing or another user's.
+func (s *Service) Run(ctx context.Context, id string) (*Run, error) {
+	u, err := user(ctx)
+	if err != nil {
+		return nil, err
+	}
+	notFound := Errorf(ENOTFOUND, "run not found")
+	if !validID(id) {
+		return nil, notFound
+	}
+	r, err := s.store.Run(ctx, id)
+	if ErrorCode(err) == ENOTFOUND || (err == nil && r.UserID != u) {
+		return nil, notFound
+	}
+	return r, err
+}

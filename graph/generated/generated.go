@@ -54,6 +54,7 @@ type ComplexityRoot struct {
 	Message struct {
 		Content   func(childComplexity int) int
 		CreatedAt func(childComplexity int) int
+		Error     func(childComplexity int) int
 		ID        func(childComplexity int) int
 		Kind      func(childComplexity int) int
 		Question  func(childComplexity int) int
@@ -113,6 +114,7 @@ type ComplexityRoot struct {
 
 	Query struct {
 		Agents   func(childComplexity int) int
+		Run      func(childComplexity int, id string) int
 		Session  func(childComplexity int, id string) int
 		Sessions func(childComplexity int, first *int, after *string) int
 		Viewer   func(childComplexity int) int
@@ -147,6 +149,7 @@ type ComplexityRoot struct {
 	}
 
 	Run struct {
+		Agent      func(childComplexity int) int
 		CreatedAt  func(childComplexity int) int
 		Error      func(childComplexity int) int
 		FinishedAt func(childComplexity int) int
@@ -154,6 +157,7 @@ type ComplexityRoot struct {
 		SessionID  func(childComplexity int) int
 		StartedAt  func(childComplexity int) int
 		Status     func(childComplexity int) int
+		Usage      func(childComplexity int) int
 	}
 
 	RunStatusChanged struct {
@@ -238,6 +242,12 @@ type ComplexityRoot struct {
 		ToolCall func(childComplexity int) int
 	}
 
+	Usage struct {
+		CachedInputTokens func(childComplexity int) int
+		InputTokens       func(childComplexity int) int
+		OutputTokens      func(childComplexity int) int
+	}
+
 	Viewer struct {
 		ID func(childComplexity int) int
 	}
@@ -264,6 +274,7 @@ type QueryResolver interface {
 	Viewer(ctx context.Context) (*model.Viewer, error)
 	Sessions(ctx context.Context, first *int, after *string) (*model.TalkSessionConnection, error)
 	Session(ctx context.Context, id string) (*service.SessionView, error)
+	Run(ctx context.Context, id string) (*service.Run, error)
 	Agents(ctx context.Context) ([]*service.AgentInfo, error)
 }
 type SubscriptionResolver interface {
@@ -329,6 +340,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Message.CreatedAt(childComplexity), true
+	case "Message.error":
+		if e.ComplexityRoot.Message.Error == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Message.Error(childComplexity), true
 	case "Message.id":
 		if e.ComplexityRoot.Message.ID == nil {
 			break
@@ -583,6 +600,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Query.Agents(childComplexity), true
 
+	case "Query.run":
+		if e.ComplexityRoot.Query.Run == nil {
+			break
+		}
+
+		args, err := ec.field_Query_run_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Run(childComplexity, args["id"].(string)), true
 	case "Query.session":
 		if e.ComplexityRoot.Query.Session == nil {
 			break
@@ -712,6 +740,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.RespondToQuestionPayload.Run(childComplexity), true
 
+	case "Run.agent":
+		if e.ComplexityRoot.Run.Agent == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Run.Agent(childComplexity), true
 	case "Run.createdAt":
 		if e.ComplexityRoot.Run.CreatedAt == nil {
 			break
@@ -754,6 +788,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Run.Status(childComplexity), true
+	case "Run.usage":
+		if e.ComplexityRoot.Run.Usage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Run.Usage(childComplexity), true
 
 	case "RunStatusChanged.at":
 		if e.ComplexityRoot.RunStatusChanged.At == nil {
@@ -1070,6 +1110,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.ToolCallStarted.ToolCall(childComplexity), true
 
+	case "Usage.cachedInputTokens":
+		if e.ComplexityRoot.Usage.CachedInputTokens == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Usage.CachedInputTokens(childComplexity), true
+	case "Usage.inputTokens":
+		if e.ComplexityRoot.Usage.InputTokens == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Usage.InputTokens(childComplexity), true
+	case "Usage.outputTokens":
+		if e.ComplexityRoot.Usage.OutputTokens == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Usage.OutputTokens(childComplexity), true
+
 	case "Viewer.id":
 		if e.ComplexityRoot.Viewer.ID == nil {
 			break
@@ -1203,6 +1262,8 @@ type Query {
   sessions(first: Int, after: String): TalkSessionConnection!
   "One of your sessions; null when it does not exist or is not yours."
   session(id: ID!): TalkSession
+  "One of your runs, with why it failed and what it cost; null when it does not exist or is not yours."
+  run(id: ID!): Run
   "The agents this server can run, for the session settings."
   agents: [AgentInfo!]!
 }
@@ -1371,6 +1432,8 @@ type Message {
   kind: MessageKind!
   content: String!
   status: MessageStatus!
+  "Why the message failed (status FAILED), fit to show a user; null otherwise."
+  error: String
   runId: ID
   "The question this message asks or answers, for kinds QUESTION and ANSWER."
   question: Question
@@ -1385,9 +1448,23 @@ type Run {
   status: RunStatus!
   "Why the run failed, fit to show a user."
   error: String
+  "The agent that ran."
+  agent: String!
+  "Tokens the agent's model read and wrote, as its provider reported them; null when the agent reports none."
+  usage: Usage
   createdAt: Time!
   startedAt: Time
   finishedAt: Time
+}
+
+"What a run cost, in the model's tokens."
+type Usage {
+  "Tokens of input (the prompt, the history) the model read."
+  inputTokens: Int!
+  "Tokens the model wrote."
+  outputTokens: Int!
+  "Input tokens the provider served from its prompt cache, where it reports them."
+  cachedInputTokens: Int
 }
 
 type Question {
@@ -1566,6 +1643,8 @@ func (ec *executionContext) childFields_Message(ctx context.Context, field graph
 		return ec.fieldContext_Message_content(ctx, field)
 	case "status":
 		return ec.fieldContext_Message_status(ctx, field)
+	case "error":
+		return ec.fieldContext_Message_error(ctx, field)
 	case "runId":
 		return ec.fieldContext_Message_runId(ctx, field)
 	case "question":
@@ -1654,6 +1733,10 @@ func (ec *executionContext) childFields_Run(ctx context.Context, field graphql.C
 		return ec.fieldContext_Run_status(ctx, field)
 	case "error":
 		return ec.fieldContext_Run_error(ctx, field)
+	case "agent":
+		return ec.fieldContext_Run_agent(ctx, field)
+	case "usage":
+		return ec.fieldContext_Run_usage(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_Run_createdAt(ctx, field)
 	case "startedAt":
@@ -1752,6 +1835,18 @@ func (ec *executionContext) childFields_ToolCall(ctx context.Context, field grap
 		return ec.fieldContext_ToolCall_finishedAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ToolCall", field.Name)
+}
+
+func (ec *executionContext) childFields_Usage(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "inputTokens":
+		return ec.fieldContext_Usage_inputTokens(ctx, field)
+	case "outputTokens":
+		return ec.fieldContext_Usage_outputTokens(ctx, field)
+	case "cachedInputTokens":
+		return ec.fieldContext_Usage_cachedInputTokens(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Usage", field.Name)
 }
 
 func (ec *executionContext) childFields_Viewer(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1987,6 +2082,20 @@ func (ec *executionContext) field_Query___type_args(ctx context.Context, rawArgs
 		return nil, err
 	}
 	args["name"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_run_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
 	return args, nil
 }
 
@@ -2392,6 +2501,29 @@ func (ec *executionContext) _Message_status(ctx context.Context, field graphql.C
 }
 func (ec *executionContext) fieldContext_Message_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Message", field, false, false, errors.New("field of type MessageStatus does not have child fields"))
+}
+
+func (ec *executionContext) _Message_error(ctx context.Context, field graphql.CollectedField, obj *service.Message) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Message_error(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Error, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalOString2string(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Message_error(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Message", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) _Message_runId(ctx context.Context, field graphql.CollectedField, obj *service.Message) (ret graphql.Marshaler) {
@@ -3414,6 +3546,50 @@ func (ec *executionContext) fieldContext_Query_session(ctx context.Context, fiel
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_run(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_run(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Run(ctx, fc.Args["id"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.Run) graphql.Marshaler {
+			return ec.marshalORun2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐRun(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Query_run(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Run(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_run_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_agents(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4016,6 +4192,61 @@ func (ec *executionContext) _Run_error(ctx context.Context, field graphql.Collec
 }
 func (ec *executionContext) fieldContext_Run_error(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Run", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Run_agent(ctx context.Context, field graphql.CollectedField, obj *service.Run) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Run_agent(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Agent, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Run_agent(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Run", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Run_usage(ctx context.Context, field graphql.CollectedField, obj *service.Run) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Run_usage(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Usage, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.Usage) graphql.Marshaler {
+			return ec.marshalOUsage2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐUsage(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Run_usage(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Run",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Usage(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _Run_createdAt(ctx context.Context, field graphql.CollectedField, obj *service.Run) (ret graphql.Marshaler) {
@@ -5344,6 +5575,75 @@ func (ec *executionContext) fieldContext_ToolCallStarted_toolCall(_ context.Cont
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _Usage_inputTokens(ctx context.Context, field graphql.CollectedField, obj *service.Usage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Usage_inputTokens(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.InputTokens, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Usage_inputTokens(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Usage", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _Usage_outputTokens(ctx context.Context, field graphql.CollectedField, obj *service.Usage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Usage_outputTokens(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OutputTokens, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Usage_outputTokens(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Usage", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _Usage_cachedInputTokens(ctx context.Context, field graphql.CollectedField, obj *service.Usage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Usage_cachedInputTokens(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CachedInputTokens, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Usage_cachedInputTokens(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Usage", field, false, false, errors.New("field of type Int does not have child fields"))
 }
 
 func (ec *executionContext) _Viewer_id(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
@@ -6897,6 +7197,11 @@ func (ec *executionContext) _Message(ctx context.Context, sel ast.SelectionSet, 
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "error":
+			out.Values[i] = ec._Message_error(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "runId":
 			out.Values[i] = ec._Message_runId(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
@@ -7473,6 +7778,28 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 			}
 
 			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "run":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_run(ctx, field)
+				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
 		case "agents":
 			field := field
 
@@ -7771,6 +8098,16 @@ func (ec *executionContext) _Run(ctx context.Context, sel ast.SelectionSet, obj 
 			}
 		case "error":
 			out.Values[i] = ec._Run_error(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "agent":
+			out.Values[i] = ec._Run_agent(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "usage":
+			out.Values[i] = ec._Run_usage(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
@@ -8410,6 +8747,54 @@ func (ec *executionContext) _ToolCallStarted(ctx context.Context, sel ast.Select
 		case "toolCall":
 			out.Values[i] = ec._ToolCallStarted_toolCall(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var usageImplementors = []string{"Usage"}
+
+func (ec *executionContext) _Usage(ctx context.Context, sel ast.SelectionSet, obj *service.Usage) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, usageImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Usage")
+		case "inputTokens":
+			out.Values[i] = ec._Usage_inputTokens(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "outputTokens":
+			out.Values[i] = ec._Usage_outputTokens(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "cachedInputTokens":
+			out.Values[i] = ec._Usage_cachedInputTokens(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
 		default:
@@ -9659,6 +10044,13 @@ func (ec *executionContext) marshalOTime2ᚖtimeᚐTime(ctx context.Context, sel
 	_ = ctx
 	res := graphql.MarshalTime(*v)
 	return res
+}
+
+func (ec *executionContext) marshalOUsage2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐUsage(ctx context.Context, sel ast.SelectionSet, v *service.Usage) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Usage(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalO__EnumValue2ᚕgithubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐEnumValueᚄ(ctx context.Context, sel ast.SelectionSet, v []introspection.EnumValue) graphql.Marshaler {
