@@ -392,9 +392,9 @@ func (s *Service) finishLocked(ctx context.Context, st *sessionState, ar *active
 		// A failed run shows in the history even when it wrote nothing.
 		now := s.now()
 		m := &Message{ID: newID(), SessionID: st.id, Role: RoleAssistant, Kind: KindText, Status: MessageFailed, Error: errMsg, RunID: ar.run.ID, CreatedAt: now}
-		cp := *m
+		added, done := *m, *m
 		b.Messages = append(b.Messages, m)
-		b.Events = append(b.Events, &Event{Type: EventMessageAdded, Message: &cp})
+		b.Events = append(b.Events, &Event{Type: EventMessageAdded, Message: &added}, &Event{Type: EventMessageCompleted, Message: &done})
 	}
 	if q := ar.question; q != nil && q.Answer == nil {
 		q.Withdrawn = true

@@ -59,6 +59,11 @@ func cloneRun(r *service.Run) *service.Run {
 	c.CreatedAt = cloneTime(r.CreatedAt)
 	c.StartedAt = cloneTimePtr(r.StartedAt)
 	c.FinishedAt = cloneTimePtr(r.FinishedAt)
+	if r.Usage != nil {
+		u := *r.Usage
+		u.CachedInputTokens = clonePtr(r.Usage.CachedInputTokens)
+		c.Usage = &u
+	}
 	return &c
 }
 

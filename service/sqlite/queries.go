@@ -48,7 +48,7 @@ func scanSession(sc scanner) (*service.TalkSession, error) {
 
 // Messages.
 
-const messageCols = `id, session_id, seq, role, kind, content, status, run_id, question_id, created_at`
+const messageCols = `id, session_id, seq, role, kind, content, status, run_id, question_id, created_at, error`
 
 const (
 	qMessage = `SELECT ` + messageCols + ` FROM messages WHERE id = ?`
@@ -59,52 +59,58 @@ const (
 		ORDER BY seq DESC, id DESC LIMIT ?`
 	// A Seq of 0 keeps the stored one. The WHERE refuses to move a row to another session:
 	// no row is returned then.
-	qUpsertMessage = `INSERT INTO messages (` + messageCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	qUpsertMessage = `INSERT INTO messages (` + messageCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET
 		seq = CASE excluded.seq WHEN 0 THEN messages.seq ELSE excluded.seq END,
 		role = excluded.role, kind = excluded.kind, content = excluded.content, status = excluded.status,
-		run_id = excluded.run_id, question_id = excluded.question_id, created_at = excluded.created_at
+		run_id = excluded.run_id, question_id = excluded.question_id, created_at = excluded.created_at,
+		error = excluded.error
 		WHERE messages.session_id = excluded.session_id
 		RETURNING seq`
 )
 
 func messageArgs(m *service.Message) []any {
 	return []any{m.ID, m.SessionID, m.Seq, string(m.Role), string(m.Kind), m.Content, string(m.Status),
-		m.RunID, m.QuestionID, dbTime(m.CreatedAt)}
+		m.RunID, m.QuestionID, dbTime(m.CreatedAt), m.Error}
 }
 
 func scanMessage(sc scanner) (*service.Message, error) {
 	var m service.Message
 	err := sc.Scan(&m.ID, &m.SessionID, &m.Seq, &m.Role, &m.Kind, &m.Content, &m.Status, &m.RunID, &m.QuestionID,
-		timeCol{&m.CreatedAt})
+		timeCol{&m.CreatedAt}, &m.Error)
 	return &m, err
 }
 
 // Runs.
 
-const runCols = `id, session_id, user_id, status, error, agent, created_at, started_at, finished_at`
+const runCols = `id, session_id, user_id, status, error, agent, created_at, started_at, finished_at, usage`
 
 const (
 	qRun = `SELECT ` + runCols + ` FROM runs WHERE id = ?`
 	// The statuses come as one JSON array.
 	qRunsByStatus = `SELECT ` + runCols + ` FROM runs WHERE status IN (SELECT value FROM json_each(?))
 		ORDER BY created_at, id`
-	qUpsertRun = `INSERT INTO runs (` + runCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+	qUpsertRun = `INSERT INTO runs (` + runCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id, status = excluded.status,
 		error = excluded.error, agent = excluded.agent, created_at = excluded.created_at,
-		started_at = excluded.started_at, finished_at = excluded.finished_at
+		started_at = excluded.started_at, finished_at = excluded.finished_at, usage = excluded.usage
 		WHERE runs.session_id = excluded.session_id`
 )
 
 func runArgs(r *service.Run) []any {
+	var usage any // NULL when none was reported
+	if r.Usage != nil {
+		b, _ := json.Marshal(r.Usage) // a struct of numbers always encodes
+		usage = string(b)
+	}
 	return []any{r.ID, r.SessionID, r.UserID, string(r.Status), r.Error, r.Agent, dbTime(r.CreatedAt),
-		dbNullTime(r.StartedAt), dbNullTime(r.FinishedAt)}
+		dbNullTime(r.StartedAt), dbNullTime(r.FinishedAt), usage}
 }
 
 func scanRun(sc scanner) (*service.Run, error) {
 	var r service.Run
 	err := sc.Scan(&r.ID, &r.SessionID, &r.UserID, &r.Status, &r.Error, &r.Agent, timeCol{&r.CreatedAt},
-		nullTimeCol{&r.StartedAt}, nullTimeCol{&r.FinishedAt})
+		nullTimeCol{&r.StartedAt}, nullTimeCol{&r.FinishedAt}, jsonCol{&r.Usage})
 	return &r, err
 }
 
