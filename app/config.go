@@ -194,17 +194,7 @@ func Settings() []Setting {
 		{"workers", "WORKERS", "16", "runs executing at once", num(func(c *Config) *int { return &c.Service.Workers })},
 		{"runs-per-user", "RUNS_PER_USER", "2", "runs executing at once for one user", num(func(c *Config) *int { return &c.Service.RunsPerUser })},
 		{"max-queued-runs", "MAX_QUEUED_RUNS", "20", "messages waiting in one session (busy policy ENQUEUE)", num(func(c *Config) *int { return &c.Service.MaxQueuedRuns })},
-		{"flush-interval", "FLUSH_INTERVAL", "20ms", "longest time streamed text waits before it is written and sent (0: every chunk at once)", func(c *Config, v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 {
-				return fmt.Errorf("want a duration, got %q", v)
-			}
-			if d == 0 {
-				d = -1 // the service's "write at once"
-			}
-			c.Service.FlushInterval = d
-			return nil
-		}},
+		{"flush-interval", "FLUSH_INTERVAL", "0s", "least time between two writes of one reply's streamed text (0: as soon as the writer is free; under load the writer batches anyway)", dur(func(c *Config) *time.Duration { return &c.Service.FlushInterval })},
 		{"demo-chunk-delay", "DEMO_CHUNK_DELAY", "40ms", "pause before each word the demo agent streams", dur(func(c *Config) *time.Duration { return &c.DemoChunkDelay })},
 		{"shutdown-timeout", "SHUTDOWN_TIMEOUT", "5s", "longest graceful shutdown", dur(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
 		{"log-level", "LOG_LEVEL", "info", "debug, info, warn or error", func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},

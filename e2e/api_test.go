@@ -314,7 +314,7 @@ func TestBadInputGetsClearCodeAndStoresNothing(t *testing.T) {
 			{"empty content", add, map[string]any{"s": sid, "c": ""}, "BAD_USER_INPUT"},
 			{"blank content", add, map[string]any{"s": sid, "c": "  \n "}, "BAD_USER_INPUT"},
 			{"oversized content", add, map[string]any{"s": sid, "c": strings.Repeat("x", 101)}, "BAD_USER_INPUT"},
-			{"malformed session ID", add, map[string]any{"s": "nope", "c": "hi"}, "NOT_FOUND"},
+			{"malformed session ID", add, map[string]any{"s": "nope", "c": "hi"}, "BAD_USER_INPUT"},
 			{"unknown session ID", add, map[string]any{"s": "00000000-0000-4000-8000-000000000001", "c": "hi"}, "NOT_FOUND"},
 			{"bad sessions cursor", `{ sessions(after: "zzz") { edges { cursor } } }`, nil, "BAD_USER_INPUT"},
 			{"negative page", `{ sessions(first: -1) { edges { cursor } } }`, nil, "BAD_USER_INPUT"},

@@ -13,20 +13,21 @@ import (
 	"github.com/talkgraph/talkgraph/service"
 )
 
-// Question is the resolver for the question field.
-func (r *messageResolver) Question(ctx context.Context, obj *service.Message) (*service.Question, error) {
-	if obj.QuestionID == "" {
+// Error is the resolver for the error field.
+func (r *messageResolver) Error(ctx context.Context, obj *service.HistoryMessage) (*string, error) {
+	if obj.Error == "" {
 		return nil, nil
 	}
-	return r.Service.Question(ctx, obj.QuestionID)
+	return &obj.Error, nil
 }
 
 // ToolCalls is the resolver for the toolCalls field.
-func (r *messageResolver) ToolCalls(ctx context.Context, obj *service.Message) ([]*service.ToolCall, error) {
-	if obj.Role != service.RoleAssistant {
-		return []*service.ToolCall{}, nil
+func (r *messageResolver) ToolCalls(ctx context.Context, obj *service.HistoryMessage) ([]*service.ToolCall, error) {
+	if obj.Loaded || obj.Role != service.RoleAssistant {
+		return append([]*service.ToolCall{}, obj.ToolCalls...), nil
 	}
-	return toolCallsLoader(ctx, r.Service, obj)
+	// A message of an event: its calls are read when asked for.
+	return r.Service.ToolCalls(ctx, obj.SessionID, obj.ID)
 }
 
 // CreateTalkSession is the resolver for the createTalkSession field.
@@ -39,27 +40,17 @@ func (r *mutationResolver) CreateTalkSession(ctx context.Context, input *model.C
 		}
 		settings = settingsInput(input.Settings)
 	}
-	sess, err := r.Service.CreateTalkSession(ctx, title, settings)
-	if err != nil {
-		return nil, err
-	}
-	return r.Service.View(ctx, sess.ID)
+	return r.Service.CreateTalkSession(ctx, title, settings)
 }
 
 // RenameTalkSession is the resolver for the renameTalkSession field.
 func (r *mutationResolver) RenameTalkSession(ctx context.Context, input model.RenameTalkSessionInput) (*service.SessionView, error) {
-	if _, err := r.Service.RenameTalkSession(ctx, input.ID, input.Title); err != nil {
-		return nil, err
-	}
-	return r.Service.View(ctx, input.ID)
+	return r.Service.RenameTalkSession(ctx, input.ID, input.Title)
 }
 
 // UpdateTalkSessionSettings is the resolver for the updateTalkSessionSettings field.
 func (r *mutationResolver) UpdateTalkSessionSettings(ctx context.Context, input model.UpdateTalkSessionSettingsInput) (*service.SessionView, error) {
-	if _, err := r.Service.UpdateSettings(ctx, input.ID, settingsInput(input.Settings)); err != nil {
-		return nil, err
-	}
-	return r.Service.View(ctx, input.ID)
+	return r.Service.UpdateSettings(ctx, input.ID, settingsInput(input.Settings))
 }
 
 // DeleteTalkSession is the resolver for the deleteTalkSession field.
@@ -80,7 +71,7 @@ func (r *mutationResolver) AddMessage(ctx context.Context, input model.AddMessag
 	if err != nil {
 		return nil, err
 	}
-	return &model.AddMessagePayload{Message: msg, Run: run}, nil
+	return &model.AddMessagePayload{Message: &service.HistoryMessage{Message: *msg, Loaded: true}, Run: run}, nil
 }
 
 // RespondToQuestion is the resolver for the respondToQuestion field.
@@ -167,26 +158,24 @@ func (r *subscriptionResolver) MessageStream(ctx context.Context, sessionID stri
 	if err := takeSlot(ctx); err != nil {
 		return nil, err
 	}
-	evs, err := r.Service.Subscribe(ctx, sessionID, cursor)
+	sink, _ := ctx.Value(sinkKey{}).(*StreamSink)
+	if sink == nil {
+		ch, err := r.streamChannel(ctx, sessionID, cursor)
+		if err != nil {
+			releaseSlot(ctx)
+			return nil, err
+		}
+		go func() { <-ctx.Done(); releaseSlot(ctx) }()
+		return ch, nil
+	}
+	sub, err := r.Service.Subscribe(ctx, sessionID, cursor, sink.Notify)
 	if err != nil {
 		releaseSlot(ctx)
 		return nil, err
 	}
-	out := make(chan model.SessionEvent)
-	r.streams.Add(1)
-	go func() {
-		defer r.streams.Done()
-		defer close(out)
-		defer releaseSlot(ctx)
-		for ev := range evs {
-			select {
-			case out <- r.event(ctx, ev):
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out, nil
+	st := &Stream{r: r.Resolver, sub: sub, ch: make(chan model.SessionEvent, 1)}
+	sink.Stream = st
+	return st.ch, nil
 }
 
 // Messages is the resolver for the messages field.
@@ -198,16 +187,13 @@ func (r *talkSessionResolver) Messages(ctx context.Context, obj *service.Session
 	if before != nil {
 		b = *before
 	}
-	msgs, hasPrev, hasNext, err := r.Service.Messages(ctx, obj.ID, obj, first, a, last, b)
+	msgs, hasPrev, hasNext, err := r.Service.History(ctx, obj.ID, obj, first, a, last, b)
 	if err != nil {
-		return nil, err
-	}
-	if err := preloadToolCalls(ctx, r.Service, obj.ID, msgs); err != nil {
 		return nil, err
 	}
 	conn := &model.MessageConnection{Edges: []*model.MessageEdge{}, PageInfo: &model.PageInfo{HasNextPage: hasNext, HasPreviousPage: hasPrev}}
 	for _, m := range msgs {
-		conn.Edges = append(conn.Edges, &model.MessageEdge{Cursor: service.EncodeMessageCursor(m), Node: m})
+		conn.Edges = append(conn.Edges, &model.MessageEdge{Cursor: service.EncodeMessageCursor(&m.Message), Node: m})
 	}
 	if n := len(conn.Edges); n > 0 {
 		conn.PageInfo.StartCursor = &conn.Edges[0].Cursor

@@ -125,7 +125,6 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	}
 	gql.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](1000)})
 	gql.Use(extension.FixedComplexityLimit(cfg.MaxComplexity))
-	gql.Use(graph.Loaders{})
 	gql.Use(operationLimits{rate: newUserLimiter(cfg.OpsPerSecond, cfg.OpsBurst), maxDepth: cfg.MaxDepth})
 	gql.SetErrorPresenter(graph.ErrorPresenter(log))
 	gql.SetRecoverFunc(graph.Recover(log))
@@ -171,13 +170,6 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 // service has ended them (see service.Close), then a moment for the transports to write
 // them and their completions.
 func (s *Server) Drain(ctx context.Context) {
-	done := make(chan struct{})
-	go func() { s.resolver.WaitStreams(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return
-	}
 	t := time.NewTimer(100 * time.Millisecond)
 	defer t.Stop()
 	select {

@@ -39,7 +39,7 @@ func BenchmarkChunkFanout(b *testing.B) {
 func benchFanout(b *testing.B, each bool, subs int) {
 	cfg := service.DefaultConfig()
 	if each {
-		cfg.FlushInterval = -1
+		cfg.FlushInterval = 0
 	}
 	cfg.TailEvents = 4096
 	cfg.MaxReplyBytes = 1 << 30
@@ -61,7 +61,7 @@ func benchFanout(b *testing.B, each bool, subs int) {
 	defer cancel()
 	done := make(chan int, subs)
 	for i := 0; i < subs; i++ {
-		ch, err := svc.Subscribe(sctx, sess.ID, view.StreamCursor)
+		ch, err := watch(svc, sctx, sess.ID, view.StreamCursor)
 		if err != nil {
 			b.Fatal(err)
 		}

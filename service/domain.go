@@ -108,8 +108,9 @@ type TalkSession struct {
 	CreatedAt time.Time
 	// UpdatedAt is the time of the last activity: a message, a rename, a settings change.
 	UpdatedAt time.Time
-	// LastSeq is the sequence number of the session's last event (0 before any).
-	LastSeq int64
+	// LastSeq is the sequence number of the session's last event (0 before any); stores
+	// derive it from the log.
+	LastSeq int64 `json:"-"`
 }
 
 // Message is one entry of a session's history.
@@ -175,7 +176,10 @@ type Question struct {
 
 // ToolCall is a tool an agent called while writing a message.
 type ToolCall struct {
-	ID         string
+	ID string
+	// CallID is the agent's own name for the call (a model's tool_call_id), which it gets
+	// back with the history; it may be empty, and need not be unique.
+	CallID     string
 	RunID      string
 	SessionID  string
 	MessageID  string

@@ -3,150 +3,183 @@ package service
 import (
 	"context"
 	"strings"
-	"sync"
-	"time"
 	"unicode/utf8"
 )
 
-// sessionState is the service's in-memory view of one session: the lock that serialises
-// its writes, the tail of its event log that live subscribers read, and its runs. It exists
-// while the session has subscribers or runs, and is dropped when it has neither.
-type sessionState struct {
-	id     string
-	userID string
-
-	mu      sync.Mutex
-	refs    int // subscribers + runs + operations in flight
-	deleted bool
-	lastSeq int64
-	lastOff int // the Off of the cursor after the last event
-	// tail holds the latest events in Seq order, with no gap; tail[0].Seq == tailStart.
-	tail      []*Event
-	tailStart int64
-	notify    chan struct{} // closed and replaced whenever events are appended
-
-	active *activeRun // the run that owns the session (running, waiting or starting)
-	queue  []*Run     // QUEUED runs behind it (busy policy ENQUEUE), oldest first
+// txn is one write to a session's log being prepared under the session's lock: the events
+// to append, numbered after the durable end of the log, and what to do in memory once they
+// are durable (done) or when they are not (undo). Nothing in memory changes before the
+// write succeeds, so a command that fails leaves the session, its running agent and its
+// subscribers as they were.
+type txn struct {
+	st   *sessionState
+	b    Batch
+	next int64 // the Seq the next event gets
+	done []func()
+	undo []func()
 }
 
-// acquireState returns the state of a session, loading it on first use, and holds a
-// reference until releaseState.
-func (s *Service) acquireState(ctx context.Context, sess *TalkSession) *sessionState {
-	s.statesMu.Lock()
-	defer s.statesMu.Unlock()
-	st := s.states[sess.ID]
-	if st == nil {
-		st = &sessionState{
-			id: sess.ID, userID: sess.UserID,
-			lastSeq: sess.LastSeq, tailStart: sess.LastSeq + 1,
-			notify: make(chan struct{}),
+// begin starts a write to st once no other write of it is in flight; st.mu must be held,
+// and stays held until the write is committed.
+func (s *Service) begin(st *sessionState) *txn {
+	s.waitWriteLocked(st)
+	return &txn{st: st, b: Batch{SessionID: st.id}, next: st.lastSeq + 1}
+}
+
+// add appends events to the write, numbering them. Their payloads must be snapshots that
+// nothing changes afterwards.
+func (s *Service) add(t *txn, evs ...*Event) {
+	now := s.now()
+	for _, ev := range evs {
+		ev.SessionID = t.st.id
+		ev.Seq = t.next
+		t.next++
+		if ev.At.IsZero() {
+			ev.At = now
 		}
-		s.states[sess.ID] = st
-	}
-	st.refs++
-	return st
-}
-
-func (s *Service) releaseState(st *sessionState) {
-	s.statesMu.Lock()
-	defer s.statesMu.Unlock()
-	st.refs--
-	if st.refs == 0 && s.states[st.id] == st {
-		delete(s.states, st.id)
+		if ev.Type == EventMessageAdded && ev.Message != nil {
+			ev.Message.Seq = ev.Seq
+		}
+		t.b.Events = append(t.b.Events, ev)
 	}
 }
 
-// commitLocked applies b through the store, with its events numbered after the session's
-// last, then makes the events visible to subscribers. st.mu must be held.
-func (s *Service) commitLocked(ctx context.Context, st *sessionState, b *Batch) error {
-	if b.Empty() {
+// onCommit registers f to run, under the session's lock, once the write is durable.
+func (t *txn) onCommit(f func()) { t.done = append(t.done, f) }
+
+// onAbort registers f to run, under the session's lock, when the write fails.
+func (t *txn) onAbort(f func()) { t.undo = append(t.undo, f) }
+
+// commitLocked writes t through the writer and, once it is durable, applies it in memory:
+// its events join the log that subscribers read, and its done funcs run in order. When the
+// write fails its undo funcs run and the error is returned. st.mu must be held; it stays
+// held throughout, so nothing else changes the session meanwhile.
+func (s *Service) commitLocked(ctx context.Context, t *txn) error {
+	st := t.st
+	if t.b.Empty() {
+		for _, f := range t.done {
+			f()
+		}
 		return nil
 	}
-	b.SessionID = st.id
-	seq := st.lastSeq
-	for _, ev := range b.Events {
-		seq++
-		ev.Seq = seq
-		ev.SessionID = st.id
-		if ev.At.IsZero() {
-			ev.At = s.now()
-		}
-		if ev.Type == EventMessageAdded && ev.Message != nil && ev.Message.Seq == 0 {
-			ev.Message.Seq = seq
-		}
-	}
-	// A message row added in this batch takes the Seq of its MessageAdded event.
-	for _, m := range b.Messages {
-		if m.Seq == 0 {
-			for _, ev := range b.Events {
-				if ev.Type == EventMessageAdded && ev.Message != nil && ev.Message.ID == m.ID {
-					m.Seq = ev.Seq
-				}
-			}
-		}
-	}
-	if b.Session != nil {
-		b.Session.LastSeq = seq
-	}
-	err := s.store.Apply(ctx, b)
-	s.noteWrite(err)
+	st.writing = true
+	err := s.writer.write(ctx, &t.b)
+	st.writing = false
+	st.idle.Broadcast()
 	if err != nil {
-		s.log.Error("store apply", "session", st.id, "err", err)
+		if ErrorCode(err) == ECONFLICT && len(t.b.Events) > 0 && t.b.Idempotency == nil {
+			// The log moved on without this process: read it again before the next write.
+			st.synced = false
+		}
+		for _, f := range t.undo {
+			f()
+		}
+		s.log.Warn("write failed", "session", st.id, "err", err)
 		return err
 	}
-	if len(b.Events) == 0 {
-		return nil
+	s.appendLocked(st, t.b.Events)
+	for _, f := range t.done {
+		f()
 	}
-	st.lastSeq = seq
-	st.lastOff = CursorOf(b.Events[len(b.Events)-1]).Off
-	st.tail = append(st.tail, b.Events...)
-	if len(st.tail) >= 2*s.cfg.TailEvents {
-		// Keep the newest TailEvents; readers that fall behind read from the store. Trimming
-		// only at twice the size keeps appends amortised O(1).
-		st.tail = append(make([]*Event, 0, 2*s.cfg.TailEvents), st.tail[len(st.tail)-s.cfg.TailEvents:]...)
-	}
-	st.tailStart = st.tail[0].Seq
-	for _, ev := range b.Events {
-		if ev.Type.Chunky() {
-			s.stats.chunks.Add(1)
-		}
-	}
-	close(st.notify)
-	st.notify = make(chan struct{})
 	return nil
 }
 
-// readAfter returns up to limit events after position pos, the position after the last of
-// them, and a channel that is closed when more may be there. ok is false once the session
-// is deleted.
-func (s *Service) readAfter(ctx context.Context, st *sessionState, pos Cursor, limit int) (evs []*Event, next Cursor, wake <-chan struct{}, ok bool, err error) {
+// textStream is text an agent streams (a message's text or a tool's output): what is
+// durable, what the writer has taken and is writing, and what waits to be taken.
+type textStream struct {
+	written  strings.Builder
+	inflight string
+	pending  strings.Builder
+	wlen     int // code points written
+	length   int // code points in all
+	bytes    int // bytes in all
+}
+
+func (t *textStream) add(delta string) {
+	t.pending.WriteString(delta)
+	t.length += utf8.RuneCountInString(delta)
+	t.bytes += len(delta)
+}
+
+// take moves the pending text in flight and returns it with its offset in code points; ok
+// is false when nothing was pending. The caller then calls commit or abort.
+func (t *textStream) take() (delta string, offset int, ok bool) {
+	if t.pending.Len() == 0 {
+		return "", 0, false
+	}
+	t.inflight = t.pending.String()
+	t.pending.Reset()
+	return t.inflight, t.wlen, true
+}
+
+// commit makes the text in flight written.
+func (t *textStream) commit() {
+	t.written.WriteString(t.inflight)
+	t.wlen += utf8.RuneCountInString(t.inflight)
+	t.inflight = ""
+}
+
+// abort puts the text in flight back before the pending text.
+func (t *textStream) abort() {
+	if t.inflight == "" {
+		return
+	}
+	rest := t.pending.String()
+	t.pending.Reset()
+	t.pending.WriteString(t.inflight)
+	t.pending.WriteString(rest)
+	t.inflight = ""
+}
+
+// all returns every character streamed so far, written or not.
+func (t *textStream) all() string {
+	return t.written.String() + t.inflight + t.pending.String()
+}
+
+// chunk adds to t a chunk event with the stream's pending text, if any, committed or put
+// back with t. key and messageID are the event's; tool says which kind of stream it is.
+func (s *Service) chunk(t *txn, ts *textStream, typ EventType, key, messageID string) {
+	delta, off, ok := ts.take()
+	if !ok {
+		return
+	}
+	s.add(t, &Event{Type: typ, Key: key, MessageID: messageID, Delta: delta, Offset: off})
+	t.onCommit(ts.commit)
+	t.onAbort(ts.abort)
+}
+
+// readAfter returns up to limit events after position pos and the position after the
+// last of them. ok is false once the session is deleted.
+func (s *Service) readAfter(ctx context.Context, st *sessionState, pos Cursor, limit int) (evs []*Event, next Cursor, ok bool, err error) {
 	st.mu.Lock()
-	wake, deleted, last, tailStart := st.notify, st.deleted, st.lastSeq, st.tailStart
+	deleted, last, tailStart := st.deleted, st.lastSeq, st.tailStart
 	if !deleted && pos.Seq >= tailStart-1 {
 		// Served from memory: the tail holds every event after pos.
 		for i := pos.Seq + 1 - tailStart; i < int64(len(st.tail)) && len(evs) < limit; i++ {
 			evs = append(evs, st.tail[i])
 		}
 		st.mu.Unlock()
+		next = pos
 		if len(evs) > 0 {
 			next = CursorOf(evs[len(evs)-1])
-		} else {
-			next = pos
 		}
-		return evs, next, wake, true, nil
+		return evs, next, true, nil
 	}
 	st.mu.Unlock()
 	if deleted {
-		return nil, pos, wake, false, nil
+		return nil, pos, false, nil
 	}
 	if pos.Seq >= last {
-		return nil, pos, wake, true, nil
+		return nil, pos, true, nil
 	}
-	stored, err := s.store.Events(ctx, st.id, pos.Seq, limit)
+	stored, err := s.store.Events(ctx, st.id, pos.Seq, min(limit, int(last-pos.Seq)))
 	if err != nil {
-		return nil, pos, wake, true, err
+		return nil, pos, true, err
 	}
 	for _, ev := range stored {
+		if ev.Seq > last {
+			break // written since the state was read: the tail has it next time
+		}
 		if ev.Type.Chunky() && ev.CoalescedFrom > 0 && ev.CoalescedFrom <= pos.Seq && pos.Off > ev.Offset {
 			// pos is inside the run of chunks this event replaced: give only the text after it.
 			cp := *ev
@@ -160,134 +193,50 @@ func (s *Service) readAfter(ctx context.Context, st *sessionState, pos Cursor, l
 	if len(evs) > 0 {
 		next = CursorOf(evs[len(evs)-1])
 	}
-	return evs, next, wake, true, nil
+	return evs, next, true, nil
 }
 
-// compact folds the chunk events of a finished stream (a message's text or a tool's
-// output) into one event per unbroken run of them, so the log does not keep a row per
-// chunk. A run of chunks with no other event between them becomes one chunk at the Seq of
-// its last, carrying all their text and CoalescedFrom = the Seq of its first; a reader whose
-// cursor falls inside the run is given just the text after it (see readAfter).
-func (s *Service) compactLocked(ctx context.Context, st *sessionState, key string, fromSeq int64) {
+// compaction is a request to fold the chunk events of one finished stream.
+type compaction struct {
+	sessionID, key string
+	fromSeq        int64
+}
+
+// compactSoon asks the compactor to fold a finished stream's chunk events (see
+// Store.Compact). Compaction only keeps the log small, so a request is dropped, with a
+// note in the log, when too many wait.
+func (s *Service) compactSoon(sessionID, key string, fromSeq int64) {
 	if fromSeq <= 0 {
 		return
 	}
-	evs, err := s.store.Events(ctx, st.id, fromSeq-1, s.cfg.CompactScanLimit)
-	if err != nil {
-		s.log.Warn("compaction read", "session", st.id, "err", err)
-		return
-	}
-	b := &Batch{}
-	var group []*Event
-	flush := func() {
-		if len(group) > 1 {
-			first, last := group[0], group[len(group)-1]
-			merged := *last
-			merged.Offset = first.Offset
-			var text strings.Builder
-			for _, g := range group {
-				text.WriteString(g.Delta)
-			}
-			merged.Delta = text.String()
-			merged.CoalescedFrom = first.Seq
-			if first.CoalescedFrom > 0 {
-				merged.CoalescedFrom = first.CoalescedFrom
-			}
-			b.Rewrite = append(b.Rewrite, &merged)
-			for _, g := range group[:len(group)-1] {
-				b.DropEvents = append(b.DropEvents, g.Seq)
-			}
-		}
-		group = group[:0]
-	}
-	for _, ev := range evs {
-		if ev.Type.Chunky() && ev.Key == key {
-			group = append(group, ev)
-			continue
-		}
-		flush()
-	}
-	flush()
-	if b.Empty() {
-		return
-	}
-	b.SessionID = st.id
-	if err := s.store.Apply(ctx, b); err != nil {
-		s.log.Warn("compaction", "session", st.id, "err", err)
+	select {
+	case s.compactions <- compaction{sessionID, key, fromSeq}:
+	default:
+		s.log.Debug("compaction skipped: too many waiting", "session", sessionID)
 	}
 }
 
-// Subscribe streams the session's events: those after the cursor after (when not empty),
-// then live ones. The channel is closed when ctx ends or the session is deleted; a slow
-// reader lags behind and catches up from the log, it never holds anyone up. Returns
-// ENOTFOUND when the session is missing or not the caller's, EINVALID for a bad cursor.
-func (s *Service) Subscribe(ctx context.Context, sessionID, after string) (<-chan *Event, error) {
-	sess, err := s.session(ctx, sessionID)
-	if err != nil {
-		return nil, err
-	}
-	if s.subs.Add(1) > int64(s.cfg.MaxSubscriptions) {
-		s.subs.Add(-1)
-		return nil, Errorf(ERATELIMIT, "too many subscriptions on this server")
-	}
-	st := s.acquireState(ctx, sess)
-	st.mu.Lock()
-	pos := Cursor{Seq: st.lastSeq, Off: st.lastOff}
-	st.mu.Unlock()
-	if after != "" {
-		c, err := DecodeCursor(sessionID, after)
-		if err == nil && c.Seq > pos.Seq {
-			err = Errorf(EINVALID, "cursor is ahead of the session's log")
+// compactor folds finished streams, one at a time, off the paths that answer clients.
+func (s *Service) compactor() {
+	defer close(s.compactorDone)
+	do := func(c compaction) {
+		if err := s.store.Compact(context.Background(), c.sessionID, c.key, c.fromSeq); err != nil && ErrorCode(err) != ENOTFOUND {
+			s.log.Warn("compaction", "session", c.sessionID, "err", err)
 		}
-		if err != nil {
-			s.releaseState(st)
-			s.subs.Add(-1)
-			return nil, err
-		}
-		pos = c
 	}
-	out := make(chan *Event)
-	s.subsDone.Add(1)
-	go func() {
-		defer s.subsDone.Done()
-		defer close(out)
-		defer s.subs.Add(-1)
-		defer s.releaseState(st)
-		for {
-			evs, next, wake, ok, err := s.readAfter(ctx, st, pos, s.cfg.ReadBatch)
-			if !ok {
-				return
-			}
-			if err != nil {
-				s.log.Warn("subscription read", "session", st.id, "err", err)
+	for {
+		select {
+		case c := <-s.compactions:
+			do(c)
+		case <-s.compactorQuit:
+			for {
 				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(200 * time.Millisecond): // storage hiccup: try again
-					continue
-				}
-			}
-			for _, ev := range evs {
-				select {
-				case out <- ev:
-				case <-ctx.Done():
+				case c := <-s.compactions:
+					do(c)
+				default:
 					return
 				}
 			}
-			pos = next
-			if len(evs) > 0 {
-				continue
-			}
-			select {
-			case <-wake:
-			case <-ctx.Done():
-				return
-			case <-s.closing:
-				return
-			}
 		}
-	}()
-	return out, nil
+	}
 }
-
-func runeLen(s string) int { return utf8.RuneCountInString(s) }

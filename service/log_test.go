@@ -23,6 +23,27 @@ func (w wordsRunner) Run(ctx context.Context, req service.RunRequest, out servic
 	return nil
 }
 
+// lockstepRunner streams its words one at a time: after each it waits for the test to
+// have seen it (a step), so that every word is a chunk event of its own.
+type lockstepRunner struct {
+	words []string
+	step  chan struct{}
+}
+
+func (l lockstepRunner) Run(ctx context.Context, req service.RunRequest, out service.Output) error {
+	for _, w := range l.words {
+		if err := out.Text(w); err != nil {
+			return err
+		}
+		select {
+		case <-l.step:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 func newServiceOn(t *testing.T, store service.Store, r service.Runner, change func(*service.Config)) (*service.Service, context.Context) {
 	t.Helper()
 	cfg := service.DefaultConfig()
@@ -68,7 +89,8 @@ func runEnded(ev *service.Event) bool {
 func TestReplayInsideCompactedChunksGivesOnlyTheRest(t *testing.T) {
 	words := []string{"héllo ", "wörld ", "this ", "is ", "a ", "test"}
 	store := inmem.New()
-	svc, ctx := newServiceOn(t, store, wordsRunner(words), func(c *service.Config) { c.FlushInterval = -1 })
+	step := make(chan struct{}, 1)
+	svc, ctx := newServiceOn(t, store, lockstepRunner{words, step}, nil)
 	agent := "test"
 	sess, err := svc.CreateTalkSession(ctx, "", service.SettingsInput{Agent: &agent})
 	if err != nil {
@@ -77,14 +99,19 @@ func TestReplayInsideCompactedChunksGivesOnlyTheRest(t *testing.T) {
 	v, _ := svc.View(ctx, sess.ID)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch, err := svc.Subscribe(sctx, sess.ID, v.StreamCursor)
+	ch, err := watch(svc, sctx, sess.ID, v.StreamCursor)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := svc.AddMessage(ctx, sess.ID, "go", ""); err != nil {
 		t.Fatal(err)
 	}
-	live := collect(t, ch, runEnded)
+	live := collect(t, ch, func(ev *service.Event) bool {
+		if ev.Type == service.EventMessageChunk {
+			step <- struct{}{}
+		}
+		return runEnded(ev)
+	})
 	var chunks []*service.Event
 	for _, ev := range live {
 		if ev.Type == service.EventMessageChunk {
@@ -102,7 +129,7 @@ func TestReplayInsideCompactedChunksGivesOnlyTheRest(t *testing.T) {
 	for i := range chunks {
 		// Resume after chunk i: what follows must be exactly the rest of the text.
 		after := service.EncodeCursor(sess.ID, service.CursorOf(chunks[i]))
-		rch, err := svc.Subscribe(sctx, sess.ID, after)
+		rch, err := watch(svc, sctx, sess.ID, after)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +149,7 @@ func TestReplayInsideCompactedChunksGivesOnlyTheRest(t *testing.T) {
 		}
 	}
 	// From the start, the compacted log still yields all the text, in fewer events.
-	rch, _ := svc.Subscribe(sctx, sess.ID, service.EncodeCursor(sess.ID, service.Cursor{}))
+	rch, _ := watch(svc, sctx, sess.ID, service.EncodeCursor(sess.ID, service.Cursor{}))
 	all := collect(t, rch, runEnded)
 	n, text := 0, ""
 	for _, ev := range all {

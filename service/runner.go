@@ -24,6 +24,8 @@ import (
 //     run ends (and returns ctx's error). Text written after the answer starts a new
 //     assistant message.
 //   - Report tool calls with out.StartTool; the service shows them live.
+//   - Report what each call of a model cost with out.ReportUsage: it adds up on the run
+//     (Run.usage in the API) and in the server's per-model counters.
 //   - Return promptly when ctx is cancelled (stop, a newer message, deleting the session,
 //     shutdown). Whatever was streamed is kept. Returning ctx.Err() or nil then is fine.
 //   - Return an error to fail the run. The run shows ErrorMessage(err): use *Error (Errorf)
@@ -51,13 +53,6 @@ type RunRequest struct {
 	History []HistoryMessage
 }
 
-// HistoryMessage is a message as an agent sees it: with its question and tool calls.
-type HistoryMessage struct {
-	Message
-	Question  *Question
-	ToolCalls []*ToolCall
-}
-
 // Output is how a running agent talks back. Its methods are safe to call from several
 // goroutines; each returns ctx's error (or ECONFLICT) once the run has ended, after which
 // nothing more is recorded.
@@ -70,8 +65,12 @@ type Output interface {
 	Ask(ctx context.Context, prompt string, choices []string) (string, error)
 	// StartTool records the start of a tool call on the current assistant message and
 	// returns its handle. The call gets an ID of its own (ToolHandle.ID), unique in the
-	// store; id, the agent's name for it (e.g. the model's tool_call_id), may be empty.
+	// store; id, the agent's name for it (e.g. the model's tool_call_id), is kept as the
+	// call's CallID and given back with the history; it may be empty.
 	StartTool(id, name, arguments string) (ToolHandle, error)
+	// ReportUsage adds what one call of model cost to the run's usage. EINVALID for
+	// negative counts.
+	ReportUsage(model string, u Usage) error
 }
 
 // ToolHandle reports on one tool call.

@@ -5,45 +5,67 @@ import (
 	"time"
 )
 
-// Store keeps sessions, messages, runs, questions, tool calls, idempotency records and each
-// session's event log. The service serialises writes to one session; a Store must still be
-// safe for concurrent use across sessions and for reads at any time.
+// Store keeps what the service writes: each session's event log, the rows that queries
+// read (sessions, messages, runs, questions, tool calls), which are derived from the log,
+// and idempotency records. The log is the truth; the rows are what Derive makes of it.
+//
+// The service owns sequence numbers: it numbers a session's events itself and hands them
+// over in order, and never writes one session from two goroutines at once. A Store must
+// still be safe for concurrent use, for reads at any time and for Appends of different
+// sessions.
 //
 // Every method returns an *Error with ENOTFOUND where it says so, EUNAVAILABLE when the
-// storage cannot be reached or written (a full disk, a locked file), and other errors only
-// for bugs.
+// storage cannot be reached or written (a full disk, a locked file, a lost connection),
+// and other errors only for bugs. Rows come back as copies the caller may change, with
+// times in UTC to the nanosecond and without a monotonic clock reading. A limit of 0 or
+// less means no limit. Rows with equal sort keys are ordered by ID.
 type Store interface {
-	// Apply makes all of b's writes durable at once, or none of them. The events in b.Events
-	// carry the session's next sequence numbers, set by the caller (LastSeq+1, +2, …); Apply
-	// stores them and sets the session's LastSeq to the last one. Writes to a session that
-	// does not exist (other than creating it with b.Session) return ENOTFOUND.
-	Apply(ctx context.Context, b *Batch) error
+	// Append makes each batch durable as a whole, or writes nothing of it: batch i was
+	// written when errs[i] is nil (errs has one entry per batch). Batches fail alone:
+	// ENOTFOUND for a batch that writes to a session that does not exist (other than one
+	// that creates it), ECONFLICT for events that do not follow the stored log (the first
+	// event's Seq is not the session's LastSeq+1, or Seqs are not consecutive) and for an
+	// idempotency record whose (UserID, Key) exists, EINVALID for a malformed batch (see
+	// Batch.Check). A failure of the storage itself (EUNAVAILABLE) fails every batch of
+	// the call. For each batch written, the rows change as Derive(b.Events) says. Append
+	// never changes the batches, their events or their payloads.
+	Append(ctx context.Context, batches []*Batch) (errs []error)
 
-	// Session returns the session; ENOTFOUND when missing. It does not check the owner: the
-	// service does.
+	// Compact folds the chunk events of one stream of a session (Event.Key == key) from
+	// Seq fromSeq on into one event per unbroken run, as Coalesce says; it changes
+	// nothing else, and nothing when there is nothing to fold. ENOTFOUND when the session
+	// does not exist.
+	Compact(ctx context.Context, sessionID, key string, fromSeq int64) error
+
+	// Session returns the session, with LastSeq the Seq of its last event (0 before any);
+	// ENOTFOUND when missing. It does not check the owner: the service does.
 	Session(ctx context.Context, id string) (*TalkSession, error)
-	// Sessions returns up to limit sessions of userID, most recent activity first (UpdatedAt
-	// descending, then ID descending), strictly after the given position when after is set.
+	// Sessions returns up to limit sessions of userID, most recent activity first
+	// (UpdatedAt descending, then ID descending), strictly after the given position when
+	// after is not nil.
 	Sessions(ctx context.Context, userID string, after *SessionPosition, limit int) ([]*TalkSession, error)
 
 	// Messages returns a page of the session's history ordered by Seq ascending, as the
-	// MessagePage says. Empty, not an error, for a session with no messages.
+	// MessagePage says. Empty, not an error, for a session with no messages or none.
 	Messages(ctx context.Context, sessionID string, page MessagePage) ([]*Message, error)
 	// Message returns one message; ENOTFOUND when missing.
 	Message(ctx context.Context, id string) (*Message, error)
 
 	// Run returns one run; ENOTFOUND when missing.
 	Run(ctx context.Context, id string) (*Run, error)
-	// RunsByStatus returns every run in one of the given statuses, oldest first, across all
-	// sessions: what recovery at start-up needs.
+	// RunsByStatus returns every run in one of the given statuses, oldest first
+	// (CreatedAt, then ID), across all sessions: what recovery at start-up needs.
 	RunsByStatus(ctx context.Context, statuses ...RunStatus) ([]*Run, error)
 
 	// Question returns one question; ENOTFOUND when missing.
 	Question(ctx context.Context, id string) (*Question, error)
-	// ToolCalls returns the tool calls of the given messages, by start time.
+	// Questions returns the questions with the given IDs that exist, in no set order.
+	Questions(ctx context.Context, ids []string) ([]*Question, error)
+	// ToolCalls returns the tool calls of the given messages, by StartedAt then ID.
 	ToolCalls(ctx context.Context, messageIDs []string) ([]*ToolCall, error)
 
-	// Events returns up to limit events of the session with Seq > afterSeq, by Seq.
+	// Events returns up to limit events of the session with Seq > afterSeq, by Seq. Empty,
+	// not an error, for a missing session.
 	Events(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]*Event, error)
 
 	// Idempotency returns the record stored for (userID, key); ENOTFOUND when none.
@@ -51,49 +73,28 @@ type Store interface {
 
 	// Ping returns nil while the store can be written.
 	Ping(ctx context.Context) error
-	// Close releases the store. Batches applied before it returns are durable.
+	// Close releases the store. Batches appended before it returns are durable; every
+	// method returns EUNAVAILABLE afterwards.
 	Close() error
 }
 
-// Batch is a set of writes the Store applies atomically. Rows are upserted by ID with all
-// their fields.
+// Batch is what the service writes to one session at once: the session's creation or
+// deletion, events to append to its log, and an idempotency record. The rows that queries
+// read follow from the events (see Derive).
 type Batch struct {
-	// SessionID is the session every row below belongs to.
+	// SessionID is the session the batch writes to.
 	SessionID string
-
-	Session   *TalkSession // create or replace
-	Delete    bool         // delete the session and everything that belongs to it
-	Messages  []*Message
-	Runs      []*Run
-	Questions []*Question
-	ToolCalls []*ToolCall
-	// Events are appended to the session's log, with Seq set by the caller.
+	// Create creates the session (with an empty log); its ID is SessionID.
+	Create *TalkSession
+	// Delete deletes the session and everything that belongs to it; a batch that deletes
+	// writes nothing else.
+	Delete bool
+	// Events are appended to the session's log. Their Seq are consecutive and the first is
+	// the session's LastSeq+1; their SessionID is SessionID or empty.
 	Events []*Event
-	// Idempotency is inserted; ECONFLICT when (UserID, Key) already exists.
+	// Idempotency is stored with the events; the batch fails with ECONFLICT when
+	// (UserID, Key) already exists.
 	Idempotency *IdempotencyRecord
-	// OutputAppends add text to the end of stored tool calls' Output, after the rows above
-	// are written: streaming writes only what is new. Appends to rows that do not exist are
-	// ignored. (A streaming message's text is kept only in its chunk events until the
-	// message completes; see the service's recovery.)
-	OutputAppends []TextAppend
-	// Rewrite replaces stored events with the same Seq (for compaction), and DropEvents
-	// deletes events by Seq.
-	Rewrite    []*Event
-	DropEvents []int64
-}
-
-// Empty reports whether the batch writes nothing.
-func (b *Batch) Empty() bool {
-	return b.Session == nil && !b.Delete && len(b.Messages) == 0 && len(b.Runs) == 0 &&
-		len(b.Questions) == 0 && len(b.ToolCalls) == 0 && len(b.Events) == 0 &&
-		len(b.OutputAppends) == 0 &&
-		b.Idempotency == nil && len(b.Rewrite) == 0 && len(b.DropEvents) == 0
-}
-
-// TextAppend adds Text to the end of the text of the row with ID.
-type TextAppend struct {
-	ID   string
-	Text string
 }
 
 // SessionPosition is a place in a user's session list.
@@ -102,9 +103,9 @@ type SessionPosition struct {
 	ID        string
 }
 
-// MessagePage selects part of a history ordered by Seq. With Last set it takes the last
-// Last messages before Before (when set); otherwise the first First messages after After
-// (when set). The result is always in ascending Seq order.
+// MessagePage selects part of a history ordered by Seq. After and Before bound the page
+// whenever they are set (> 0). With Last set it takes the last Last messages of the
+// bounded range, otherwise the first First. The result is always in ascending Seq order.
 type MessagePage struct {
 	After  int64
 	Before int64

@@ -100,7 +100,7 @@ func BenchmarkDatabaseSize(b *testing.B) {
 		sess, _ := svc.CreateTalkSession(ctx, "", service.SettingsInput{Agent: &agent})
 		v, _ := svc.View(ctx, sess.ID)
 		sctx, cancel := context.WithCancel(ctx)
-		ch, _ := svc.Subscribe(sctx, sess.ID, v.StreamCursor)
+		ch, _ := watch(svc, sctx, sess.ID, v.StreamCursor)
 		for m := 0; m < 500; m++ {
 			_, run, err := svc.AddMessage(ctx, sess.ID, fmt.Sprintf("message %d", m), "")
 			if err != nil {
@@ -243,7 +243,7 @@ func watchedSessions(b *testing.B, ctx context.Context, svc *service.Service, ag
 		if err != nil {
 			b.Fatal(err)
 		}
-		ch, err := svc.Subscribe(ctx, sess.ID, v.StreamCursor)
+		ch, err := watch(svc, ctx, sess.ID, v.StreamCursor)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -258,8 +258,9 @@ type ComplexityRoot struct {
 // region    ************************** generated!.gotpl **************************
 
 type MessageResolver interface {
-	Question(ctx context.Context, obj *service.Message) (*service.Question, error)
-	ToolCalls(ctx context.Context, obj *service.Message) ([]*service.ToolCall, error)
+	Error(ctx context.Context, obj *service.HistoryMessage) (*string, error)
+
+	ToolCalls(ctx context.Context, obj *service.HistoryMessage) ([]*service.ToolCall, error)
 }
 type MutationResolver interface {
 	CreateTalkSession(ctx context.Context, input *model.CreateTalkSessionInput) (*service.SessionView, error)
@@ -2267,8 +2268,8 @@ func (ec *executionContext) _AddMessagePayload_message(ctx context.Context, fiel
 			return obj.Message, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *service.Message) graphql.Marshaler {
-			return ec.marshalNMessage2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐMessage(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *service.HistoryMessage) graphql.Marshaler {
+			return ec.marshalNMessage2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐHistoryMessage(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2365,7 +2366,7 @@ func (ec *executionContext) fieldContext_AgentInfo_description(_ context.Context
 	return graphql.NewScalarFieldContext("AgentInfo", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
-func (ec *executionContext) _Message_id(ctx context.Context, field graphql.CollectedField, obj *service.Message) (ret graphql.Marshaler) {
+func (ec *executionContext) _Message_id(ctx context.Context, field graphql.CollectedField, obj *service.HistoryMessage) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2388,7 +2389,7 @@ func (ec *executionContext) fieldContext_Message_id(_ context.Context, field gra
 	return graphql.NewScalarFieldContext("Message", field, false, false, errors.New("field of type ID does not have child fields"))
 }
 
-func (ec *executionContext) _Message_sessionId(ctx context.Context, field graphql.CollectedField, obj *service.Message) (ret graphql.Marshaler) {
+func (ec *executionContext) _Message_sessionId(ctx context.Context, field graphql.CollectedField, obj *service.HistoryMessage) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2411,7 +2412,7 @@ func (ec *executionContext) fieldContext_Message_sessionId(_ context.Context, fi
 	return graphql.NewScalarFieldContext("Message", field, false, false, errors.New("field of type ID does not have child fields"))
 }
 
-func (ec *executionContext) _Message_role(ctx context.Context, field graphql.CollectedField, obj *service.Message) (ret graphql.Marshaler) {
+func (ec *executionContext) _Message_role(ctx context.Context, field graphql.CollectedField, obj *service.HistoryMessage) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2434,7 +2435,7 @@ func (ec *executionContext) fieldContext_Message_role(_ context.Context, field g
 	return graphql.NewScalarFieldContext("Message", field, false, false, errors.New("field of type Role does not have child fields"))
 }
 
-func (ec *executionContext) _Message_kind(ctx context.Context, field graphql.CollectedField, obj *service.Message) (ret graphql.Marshaler) {
+func (ec *executionContext) _Message_kind(ctx context.Context, field graphql.CollectedField, obj *service.HistoryMessage) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2457,7 +2458,7 @@ func (ec *executionContext) fieldContext_Message_kind(_ context.Context, field g
 	return graphql.NewScalarFieldContext("Message", field, false, false, errors.New("field of type MessageKind does not have child fields"))
 }
 
-func (ec *executionContext) _Message_content(ctx context.Context, field graphql.CollectedField, obj *service.Message) (ret graphql.Marshaler) {
+func (ec *executionContext) _Message_content(ctx context.Context, field graphql.CollectedField, obj *service.HistoryMessage) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2480,7 +2481,7 @@ func (ec *executionContext) fieldContext_Message_content(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("Message", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
-func (ec *executionContext) _Message_status(ctx context.Context, field graphql.CollectedField, obj *service.Message) (ret graphql.Marshaler) {
+func (ec *executionContext) _Message_status(ctx context.Context, field graphql.CollectedField, obj *service.HistoryMessage) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2503,7 +2504,7 @@ func (ec *executionContext) fieldContext_Message_status(_ context.Context, field
 	return graphql.NewScalarFieldContext("Message", field, false, false, errors.New("field of type MessageStatus does not have child fields"))
 }
 
-func (ec *executionContext) _Message_error(ctx context.Context, field graphql.CollectedField, obj *service.Message) (ret graphql.Marshaler) {
+func (ec *executionContext) _Message_error(ctx context.Context, field graphql.CollectedField, obj *service.HistoryMessage) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2512,21 +2513,21 @@ func (ec *executionContext) _Message_error(ctx context.Context, field graphql.Co
 			return ec.fieldContext_Message_error(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Error, nil
+			return ec.Resolvers.Message().Error(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalOString2string(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
 		},
 		true,
 		false,
 	)
 }
 func (ec *executionContext) fieldContext_Message_error(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Message", field, false, false, errors.New("field of type String does not have child fields"))
+	return graphql.NewScalarFieldContext("Message", field, true, true, errors.New("field of type String does not have child fields"))
 }
 
-func (ec *executionContext) _Message_runId(ctx context.Context, field graphql.CollectedField, obj *service.Message) (ret graphql.Marshaler) {
+func (ec *executionContext) _Message_runId(ctx context.Context, field graphql.CollectedField, obj *service.HistoryMessage) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2549,7 +2550,7 @@ func (ec *executionContext) fieldContext_Message_runId(_ context.Context, field 
 	return graphql.NewScalarFieldContext("Message", field, false, false, errors.New("field of type ID does not have child fields"))
 }
 
-func (ec *executionContext) _Message_question(ctx context.Context, field graphql.CollectedField, obj *service.Message) (ret graphql.Marshaler) {
+func (ec *executionContext) _Message_question(ctx context.Context, field graphql.CollectedField, obj *service.HistoryMessage) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2558,7 +2559,7 @@ func (ec *executionContext) _Message_question(ctx context.Context, field graphql
 			return ec.fieldContext_Message_question(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.Message().Question(ctx, obj)
+			return obj.Question, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *service.Question) graphql.Marshaler {
@@ -2572,8 +2573,8 @@ func (ec *executionContext) fieldContext_Message_question(_ context.Context, fie
 	fc = &graphql.FieldContext{
 		Object:     "Message",
 		Field:      field,
-		IsMethod:   true,
-		IsResolver: true,
+		IsMethod:   false,
+		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Question(ctx, field)
 		},
@@ -2581,7 +2582,7 @@ func (ec *executionContext) fieldContext_Message_question(_ context.Context, fie
 	return fc, nil
 }
 
-func (ec *executionContext) _Message_toolCalls(ctx context.Context, field graphql.CollectedField, obj *service.Message) (ret graphql.Marshaler) {
+func (ec *executionContext) _Message_toolCalls(ctx context.Context, field graphql.CollectedField, obj *service.HistoryMessage) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2613,7 +2614,7 @@ func (ec *executionContext) fieldContext_Message_toolCalls(_ context.Context, fi
 	return fc, nil
 }
 
-func (ec *executionContext) _Message_createdAt(ctx context.Context, field graphql.CollectedField, obj *service.Message) (ret graphql.Marshaler) {
+func (ec *executionContext) _Message_createdAt(ctx context.Context, field graphql.CollectedField, obj *service.HistoryMessage) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -2694,8 +2695,8 @@ func (ec *executionContext) _MessageAdded_message(ctx context.Context, field gra
 			return obj.Message, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *service.Message) graphql.Marshaler {
-			return ec.marshalNMessage2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐMessage(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *service.HistoryMessage) graphql.Marshaler {
+			return ec.marshalNMessage2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐHistoryMessage(ctx, selections, v)
 		},
 		true,
 		true,
@@ -2887,8 +2888,8 @@ func (ec *executionContext) _MessageCompleted_message(ctx context.Context, field
 			return obj.Message, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *service.Message) graphql.Marshaler {
-			return ec.marshalNMessage2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐMessage(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *service.HistoryMessage) graphql.Marshaler {
+			return ec.marshalNMessage2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐHistoryMessage(ctx, selections, v)
 		},
 		true,
 		true,
@@ -3006,8 +3007,8 @@ func (ec *executionContext) _MessageEdge_node(ctx context.Context, field graphql
 			return obj.Node, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *service.Message) graphql.Marshaler {
-			return ec.marshalNMessage2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐMessage(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *service.HistoryMessage) graphql.Marshaler {
+			return ec.marshalNMessage2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐHistoryMessage(ctx, selections, v)
 		},
 		true,
 		true,
@@ -7157,7 +7158,7 @@ func (ec *executionContext) _AgentInfo(ctx context.Context, sel ast.SelectionSet
 
 var messageImplementors = []string{"Message"}
 
-func (ec *executionContext) _Message(ctx context.Context, sel ast.SelectionSet, obj *service.Message) graphql.Marshaler {
+func (ec *executionContext) _Message(ctx context.Context, sel ast.SelectionSet, obj *service.HistoryMessage) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, messageImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -7198,16 +7199,6 @@ func (ec *executionContext) _Message(ctx context.Context, sel ast.SelectionSet, 
 				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "error":
-			out.Values[i] = ec._Message_error(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				atomic.AddUint32(&out.Invalids, 1)
-			}
-		case "runId":
-			out.Values[i] = ec._Message_runId(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				atomic.AddUint32(&out.Invalids, 1)
-			}
-		case "question":
 			field := field
 
 			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
@@ -7216,7 +7207,7 @@ func (ec *executionContext) _Message(ctx context.Context, sel ast.SelectionSet, 
 						ec.Error(ctx, ec.Recover(ctx, r))
 					}
 				}()
-				res = ec._Message_question(ctx, field, obj)
+				res = ec._Message_error(ctx, field, obj)
 				if res == graphql.RequiredNull {
 					atomic.AddUint32(&fs.Invalids, 1)
 				}
@@ -7245,6 +7236,16 @@ func (ec *executionContext) _Message(ctx context.Context, sel ast.SelectionSet, 
 			}
 
 			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "runId":
+			out.Values[i] = ec._Message_runId(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "question":
+			out.Values[i] = ec._Message_question(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "toolCalls":
 			field := field
 
@@ -9354,7 +9355,7 @@ func (ec *executionContext) marshalNInt2int(ctx context.Context, sel ast.Selecti
 	return res
 }
 
-func (ec *executionContext) marshalNMessage2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐMessage(ctx context.Context, sel ast.SelectionSet, v *service.Message) graphql.Marshaler {
+func (ec *executionContext) marshalNMessage2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐHistoryMessage(ctx context.Context, sel ast.SelectionSet, v *service.HistoryMessage) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")

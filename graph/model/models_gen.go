@@ -24,8 +24,8 @@ type AddMessageInput struct {
 }
 
 type AddMessagePayload struct {
-	Message *service.Message `json:"message"`
-	Run     *service.Run     `json:"run"`
+	Message *service.HistoryMessage `json:"message"`
+	Run     *service.Run            `json:"run"`
 }
 
 type CreateTalkSessionInput struct {
@@ -35,9 +35,9 @@ type CreateTalkSessionInput struct {
 
 // A user message was accepted, or an assistant message began.
 type MessageAdded struct {
-	Cursor  string           `json:"cursor"`
-	At      time.Time        `json:"at"`
-	Message *service.Message `json:"message"`
+	Cursor  string                  `json:"cursor"`
+	At      time.Time               `json:"at"`
+	Message *service.HistoryMessage `json:"message"`
 }
 
 func (MessageAdded) IsSessionEvent() {}
@@ -63,9 +63,9 @@ func (this MessageChunk) GetAt() time.Time  { return this.At }
 
 // A message is finished, interrupted or failed; message has its full content.
 type MessageCompleted struct {
-	Cursor  string           `json:"cursor"`
-	At      time.Time        `json:"at"`
-	Message *service.Message `json:"message"`
+	Cursor  string                  `json:"cursor"`
+	At      time.Time               `json:"at"`
+	Message *service.HistoryMessage `json:"message"`
 }
 
 func (MessageCompleted) IsSessionEvent() {}
@@ -80,8 +80,8 @@ type MessageConnection struct {
 }
 
 type MessageEdge struct {
-	Cursor string           `json:"cursor"`
-	Node   *service.Message `json:"node"`
+	Cursor string                  `json:"cursor"`
+	Node   *service.HistoryMessage `json:"node"`
 }
 
 type Mutation struct {

@@ -1,22 +1,10 @@
 // Package inmem is a service.Store that keeps everything in memory: for tests, and for
 // running the server without durable state. Nothing survives the process.
 //
-// It follows the same rules as the durable stores (and passes the same storetest suite):
-//
-//   - Apply validates the whole batch before it changes anything, so a failing batch writes
-//     nothing.
-//   - Rows are copied in and out: a caller never shares memory with the stored data.
-//     Times come back in UTC without a monotonic clock reading, as from a database.
-//   - An event's Seq may be set by the caller, and must then be the session's next one
-//     (LastSeq+1, +2, … in order), or Apply returns ECONFLICT; an event with Seq 0 gets the
-//     next one, written back into the caller's Event.
-//   - The session's LastSeq belongs to the Store: Apply raises it by the number of events
-//     appended and ignores the LastSeq of a Session in the batch.
-//   - A Message with Seq 0 takes the Seq of the MessageAdded event for it in the same batch
-//     (whose Message snapshot, if its Seq is 0 too, gets it as well), or else keeps the Seq
-//     already stored; Apply writes the Seq it chose back into the caller's Message, as it
-//     does for events.
-//   - A limit of 0 or less means no limit.
+// It keeps the contract of service.Store like the durable stores (the storetest suite
+// checks both): every batch is checked against the stored state before any of it is
+// written, and rows are copied in and out, so a caller never shares memory with the stored
+// data.
 package inmem
 
 import (
@@ -72,36 +60,65 @@ func New() *Store {
 
 func errClosed() error { return service.Errorf(service.EUNAVAILABLE, "storage is closed") }
 
-// Apply implements service.Store.
-func (s *Store) Apply(ctx context.Context, b *service.Batch) error {
+// Append implements service.Store. Each batch is checked against the stored state before
+// any of it is written, so a refused batch writes nothing.
+func (s *Store) Append(ctx context.Context, batches []*service.Batch) []error {
+	errs := make([]error, len(batches))
 	if err := ctx.Err(); err != nil {
-		return err
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
 	}
-	if b == nil || b.Empty() {
-		return nil
-	}
-	if err := b.Check(); err != nil {
-		return err
-	}
-
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return errClosed()
+	for i, b := range batches {
+		switch {
+		case s.closed:
+			errs[i] = errClosed()
+		case b.Check() != nil:
+			errs[i] = service.Errorf(service.EINVALID, "%v", b.Check())
+		default:
+			errs[i] = s.append(b)
+		}
 	}
-	if err := s.check(b); err != nil {
-		return err
-	}
-	sd := s.sessions[b.SessionID]
+	return errs
+}
 
+// append checks and writes one batch; s.mu must be held.
+func (s *Store) append(b *service.Batch) error {
+	sd := s.sessions[b.SessionID]
+	switch {
+	case sd == nil && b.Create == nil:
+		return service.Errorf(service.ENOTFOUND, "session %s not found", b.SessionID)
+	case sd != nil && b.Create != nil:
+		return service.Errorf(service.ECONFLICT, "session %s already exists", b.SessionID)
+	}
 	if b.Delete {
 		s.deleteSession(sd)
 		return nil
+	}
+	var last int64
+	if sd != nil {
+		last = sd.lastSeq()
+	}
+	if prev := b.PrevSeq(); len(b.Events) > 0 && prev != last {
+		return service.Errorf(service.ECONFLICT, "events follow %d, but the session's log ends at %d", prev, last)
+	}
+	ch := service.Derive(b.Events)
+	if err := s.owned(b.SessionID, ch); err != nil {
+		return err
+	}
+	if r := b.Idempotency; r != nil {
+		if _, ok := s.idem[idemKey{r.UserID, r.Key}]; ok {
+			return service.Errorf(service.ECONFLICT, "idempotency key %q was already used", r.Key)
+		}
 	}
 
 	// Everything below succeeds: the batch was checked against the current state.
 	if sd == nil {
 		sd = &sessionData{
+			session:   cloneSession(b.Create),
 			messages:  make(map[string]struct{}),
 			runs:      make(map[string]struct{}),
 			questions: make(map[string]struct{}),
@@ -110,148 +127,132 @@ func (s *Store) Apply(ctx context.Context, b *service.Batch) error {
 		}
 		s.sessions[b.SessionID] = sd
 	}
-	var lastSeq int64
-	if sd.session != nil {
-		lastSeq = sd.session.LastSeq
-	}
-	if b.Session != nil {
-		sd.session = cloneSession(b.Session)
-	}
-
-	if b.Idempotency != nil {
-		k := idemKey{b.Idempotency.UserID, b.Idempotency.Key}
-		s.idem[k] = cloneIdempotency(b.Idempotency)
+	if r := b.Idempotency; r != nil {
+		k := idemKey{r.UserID, r.Key}
+		s.idem[k] = cloneIdempotency(r)
 		sd.idem[k] = struct{}{}
 	}
-
-	for _, seq := range b.DropEvents {
-		if i, ok := findEvent(sd.events, seq); ok {
-			sd.events = slices.Delete(sd.events, i, i+1)
-		}
-	}
-	for _, e := range b.Rewrite {
+	for _, e := range b.Events {
 		c := cloneEvent(e)
 		c.SessionID = b.SessionID
-		if i, ok := findEvent(sd.events, e.Seq); ok {
-			sd.events[i] = c
-		} else {
-			sd.events = slices.Insert(sd.events, i, c)
-		}
-	}
-
-	// Assign sequence numbers, and remember which message each MessageAdded began.
-	addedSeq := make(map[string]int64)
-	seqs := make([]int64, len(b.Events))
-	for i, e := range b.Events {
-		lastSeq++
-		seqs[i] = lastSeq
-		c := cloneEvent(e)
-		c.SessionID = b.SessionID
-		c.Seq = lastSeq
-		if c.Type == service.EventMessageAdded && c.Message != nil {
-			addedSeq[c.Message.ID] = lastSeq
-			if c.Message.Seq == 0 {
-				c.Message.Seq = lastSeq
-			}
-		}
 		sd.events = append(sd.events, c)
 	}
-	sd.session.LastSeq = lastSeq
-
-	msgSeqs := make([]int64, len(b.Messages))
-	for i, m := range b.Messages {
-		c := cloneMessage(m)
-		if c.Seq == 0 {
-			if seq, ok := addedSeq[c.ID]; ok {
-				c.Seq = seq
-			} else if old := s.messages[c.ID]; old != nil {
-				c.Seq = old.Seq
-			}
-		}
-		msgSeqs[i] = c.Seq
-		s.messages[c.ID] = c
-		sd.messages[c.ID] = struct{}{}
+	if ch.Session != nil {
+		sd.session.Title = ch.Session.Title
+		sd.session.Settings = cloneSession(ch.Session).Settings
+		sd.session.UpdatedAt = cloneTime(ch.Session.UpdatedAt)
+	} else if !ch.Activity.IsZero() {
+		sd.session.UpdatedAt = cloneTime(ch.Activity)
 	}
-	for _, r := range b.Runs {
+	for _, m := range ch.Messages {
+		s.messages[m.ID] = cloneMessage(m)
+		sd.messages[m.ID] = struct{}{}
+	}
+	for _, r := range ch.Runs {
 		s.runs[r.ID] = cloneRun(r)
 		sd.runs[r.ID] = struct{}{}
 	}
-	for _, q := range b.Questions {
+	for _, q := range ch.Questions {
 		s.questions[q.ID] = cloneQuestion(q)
 		sd.questions[q.ID] = struct{}{}
 	}
-	for _, tc := range b.ToolCalls {
+	for _, tc := range ch.ToolCalls {
 		s.toolCalls[tc.ID] = cloneToolCall(tc)
 		sd.toolCalls[tc.ID] = struct{}{}
 	}
-	for _, ap := range b.OutputAppends {
-		if tc := s.toolCalls[ap.ID]; tc != nil && tc.SessionID == b.SessionID {
-			tc.Output += ap.Text
+	for _, run := range ch.EndedRuns {
+		for id := range sd.questions {
+			if q := s.questions[id]; q.RunID == run && q.Answer == nil {
+				q.Withdrawn = true
+			}
 		}
-	}
-
-	// Tell the caller what was assigned.
-	for i, e := range b.Events {
-		e.SessionID = b.SessionID
-		e.Seq = seqs[i]
-		if e.Type == service.EventMessageAdded && e.Message != nil && e.Message.Seq == 0 {
-			e.Message.Seq = seqs[i]
-		}
-	}
-	for i, m := range b.Messages {
-		m.Seq = msgSeqs[i]
-	}
-	if b.Session != nil {
-		b.Session.LastSeq = lastSeq
 	}
 	return nil
 }
 
-// check validates b against the stored state; s.mu must be held.
-func (s *Store) check(b *service.Batch) error {
-	sd := s.sessions[b.SessionID]
-	if sd == nil && (b.Session == nil || b.Delete) {
-		return service.Errorf(service.ENOTFOUND, "session %s not found", b.SessionID)
+// owned checks that no row of ch belongs to another session than id; s.mu must be held.
+func (s *Store) owned(id string, ch service.Changes) error {
+	other := func(what, rowID, session string) error {
+		if session != id {
+			return fmt.Errorf("inmem: %s %s belongs to session %s, not %s", what, rowID, session, id)
+		}
+		return nil
 	}
-	if b.Idempotency != nil {
-		if _, ok := s.idem[idemKey{b.Idempotency.UserID, b.Idempotency.Key}]; ok {
-			return service.Errorf(service.ECONFLICT, "idempotency key %q was already used", b.Idempotency.Key)
+	for _, m := range ch.Messages {
+		if err := other("message", m.ID, m.SessionID); err != nil {
+			return err
+		}
+		if old := s.messages[m.ID]; old != nil {
+			if err := other("message", m.ID, old.SessionID); err != nil {
+				return err
+			}
 		}
 	}
-	for _, m := range b.Messages {
-		if old := s.messages[m.ID]; old != nil && old.SessionID != b.SessionID {
-			return fmt.Errorf("inmem: message %s belongs to session %s, not %s", m.ID, old.SessionID, b.SessionID)
+	for _, r := range ch.Runs {
+		if err := other("run", r.ID, r.SessionID); err != nil {
+			return err
+		}
+		if old := s.runs[r.ID]; old != nil {
+			if err := other("run", r.ID, old.SessionID); err != nil {
+				return err
+			}
 		}
 	}
-	for _, r := range b.Runs {
-		if old := s.runs[r.ID]; old != nil && old.SessionID != b.SessionID {
-			return fmt.Errorf("inmem: run %s belongs to session %s, not %s", r.ID, old.SessionID, b.SessionID)
+	for _, q := range ch.Questions {
+		if err := other("question", q.ID, q.SessionID); err != nil {
+			return err
+		}
+		if old := s.questions[q.ID]; old != nil {
+			if err := other("question", q.ID, old.SessionID); err != nil {
+				return err
+			}
 		}
 	}
-	for _, q := range b.Questions {
-		if old := s.questions[q.ID]; old != nil && old.SessionID != b.SessionID {
-			return fmt.Errorf("inmem: question %s belongs to session %s, not %s", q.ID, old.SessionID, b.SessionID)
+	for _, tc := range ch.ToolCalls {
+		if err := other("tool call", tc.ID, tc.SessionID); err != nil {
+			return err
+		}
+		if old := s.toolCalls[tc.ID]; old != nil {
+			if err := other("tool call", tc.ID, old.SessionID); err != nil {
+				return err
+			}
 		}
 	}
-	for _, tc := range b.ToolCalls {
-		if old := s.toolCalls[tc.ID]; old != nil && old.SessionID != b.SessionID {
-			return fmt.Errorf("inmem: tool call %s belongs to session %s, not %s", tc.ID, old.SessionID, b.SessionID)
+	return nil
+}
+
+// lastSeq is the Seq of the session's last event, 0 before any.
+func (sd *sessionData) lastSeq() int64 {
+	if n := len(sd.events); n > 0 {
+		return sd.events[n-1].Seq
+	}
+	return 0
+}
+
+// Compact implements service.Store.
+func (s *Store) Compact(ctx context.Context, sessionID, key string, fromSeq int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed()
+	}
+	sd := s.sessions[sessionID]
+	if sd == nil {
+		return service.Errorf(service.ENOTFOUND, "session %s not found", sessionID)
+	}
+	i, _ := findEvent(sd.events, fromSeq)
+	folded, drop := service.Coalesce(sd.events[i:], key)
+	for _, e := range folded {
+		if j, ok := findEvent(sd.events, e.Seq); ok {
+			sd.events[j] = cloneEvent(e)
 		}
 	}
-	var lastSeq int64
-	if sd != nil && sd.session != nil {
-		lastSeq = sd.session.LastSeq
-	}
-	next := lastSeq
-	for _, e := range b.Events {
-		next++
-		if e.Seq != 0 && e.Seq != next {
-			return service.Errorf(service.ECONFLICT, "event sequence number %d does not follow the session's last, %d", e.Seq, next-1)
-		}
-	}
-	for _, e := range b.Rewrite {
-		if e.Seq > lastSeq {
-			return fmt.Errorf("inmem: rewrite of event %d beyond the session's last %d", e.Seq, lastSeq)
+	for _, seq := range drop {
+		if j, ok := findEvent(sd.events, seq); ok {
+			sd.events = slices.Delete(sd.events, j, j+1)
 		}
 	}
 	return nil
@@ -307,7 +308,9 @@ func (s *Store) Session(ctx context.Context, id string) (*service.TalkSession, e
 	if sd == nil {
 		return nil, service.Errorf(service.ENOTFOUND, "session %s not found", id)
 	}
-	return cloneSession(sd.session), nil
+	c := cloneSession(sd.session)
+	c.LastSeq = sd.lastSeq()
+	return c, nil
 }
 
 // Sessions implements service.Store.
@@ -335,6 +338,7 @@ func (s *Store) Sessions(ctx context.Context, userID string, after *service.Sess
 	}
 	for i, ss := range out {
 		out[i] = cloneSession(ss)
+		out[i].LastSeq = s.sessions[ss.ID].lastSeq()
 	}
 	return out, nil
 }
@@ -439,6 +443,21 @@ func (s *Store) Question(ctx context.Context, id string) (*service.Question, err
 		return nil, service.Errorf(service.ENOTFOUND, "question %s not found", id)
 	}
 	return cloneQuestion(q), nil
+}
+
+// Questions implements service.Store.
+func (s *Store) Questions(ctx context.Context, ids []string) ([]*service.Question, error) {
+	if err := s.rlock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	out := []*service.Question{}
+	for _, id := range ids {
+		if q := s.questions[id]; q != nil {
+			out = append(out, cloneQuestion(q))
+		}
+	}
+	return out, nil
 }
 
 // ToolCalls implements service.Store. Tool calls started at the same time are ordered by

@@ -1,6 +1,7 @@
 package inmem_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/talkgraph/talkgraph/service"
@@ -24,12 +25,14 @@ func TestClosed(t *testing.T) {
 	if got, want := service.ErrorCode(s.Ping(t.Context())), service.EUNAVAILABLE; got != want {
 		t.Errorf("Ping after Close: code %q, want %q", got, want)
 	}
-	err := s.Apply(t.Context(), &service.Batch{SessionID: "s1", Session: &service.TalkSession{ID: "s1"}})
-	if got, want := service.ErrorCode(err), service.EUNAVAILABLE; got != want {
-		t.Errorf("Apply after Close: code %q, want %q", got, want)
+	errs := s.Append(t.Context(), []*service.Batch{{SessionID: "s1", Create: &service.TalkSession{ID: "s1"}}})
+	if got, want := service.ErrorCode(errs[0]), service.EUNAVAILABLE; got != want {
+		t.Errorf("Append after Close: code %q, want %q", got, want)
 	}
 }
 
-func BenchmarkApplyChunk(b *testing.B) {
-	storetest.BenchmarkApplyChunk(b, inmem.New())
+func BenchmarkAppend(b *testing.B) {
+	for _, n := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) { storetest.BenchmarkAppend(b, inmem.New(), n) })
+	}
 }

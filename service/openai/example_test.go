@@ -93,6 +93,8 @@ func (printOutput) StartTool(id, name, arguments string) (service.ToolHandle, er
 	return printHandle(id), nil
 }
 
+func (printOutput) ReportUsage(model string, u service.Usage) error { return nil }
+
 type printHandle string
 
 func (h printHandle) ID() string              { return string(h) }

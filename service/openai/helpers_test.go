@@ -35,6 +35,20 @@ type recorder struct {
 	answer func(prompt string, choices []string) (string, error)
 	// idPrefix, when set, makes the recorder hand out IDs of its own, as a service may.
 	idPrefix string
+	usage    []usageRec
+}
+
+type usageRec struct {
+	model string
+	usage service.Usage
+}
+
+func (r *recorder) ReportUsage(model string, u service.Usage) error {
+	r.mu.Lock()
+	r.usage = append(r.usage, usageRec{model, u})
+	r.mu.Unlock()
+	r.notify()
+	return nil
 }
 
 type askRec struct {

@@ -71,6 +71,10 @@ func (g *guardedOutput) StartTool(id, name, arguments string) (service.ToolHandl
 	return &guardedHandle{h: h, secret: g.secret, output: streamRedactor{secret: g.secret}}, nil
 }
 
+func (g *guardedOutput) ReportUsage(model string, u service.Usage) error {
+	return g.out.ReportUsage(model, u)
+}
+
 type guardedHandle struct {
 	h      service.ToolHandle
 	secret string

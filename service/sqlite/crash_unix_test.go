@@ -20,15 +20,15 @@ const crashEnv = "TALKGRAPH_SQLITE_CRASH_PATH"
 
 const crashBatches = 50
 
-// TestApplySurvivesKill runs a child process that applies batches and then kills itself
+// TestAppendSurvivesKill runs a child process that applies batches and then kills itself
 // with SIGKILL, without closing the Store; every batch it applied must be there after.
-func TestApplySurvivesKill(t *testing.T) {
+func TestAppendSurvivesKill(t *testing.T) {
 	if path := os.Getenv(crashEnv); path != "" {
 		crashChild(path)
 		return
 	}
 	path := tempPath(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestApplySurvivesKill$")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAppendSurvivesKill$")
 	cmd.Env = append(os.Environ(), crashEnv+"="+path)
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
@@ -70,14 +70,19 @@ func crashChild(path string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	if err := s.Apply(ctx, &service.Batch{SessionID: "s1", Session: newSession("s1")}); err != nil {
+	if err := create(s, "s1"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
 	for i := range crashBatches {
-		b := chunkBatch("s1", "x")
-		b.Messages = []*service.Message{{ID: "m1", SessionID: "s1", Seq: 1, Content: fmt.Sprint(i), CreatedAt: t0}}
-		if err := s.Apply(ctx, b); err != nil {
+		// Each batch completes message m1 again with new content: the row follows the log.
+		m := &service.Message{ID: "m1", SessionID: "s1", Seq: 1, Content: fmt.Sprint(i), CreatedAt: t0}
+		typ := service.EventMessageCompleted
+		if i == 0 {
+			typ = service.EventMessageAdded
+		}
+		b := &service.Batch{SessionID: "s1", Events: []*service.Event{{Seq: int64(i + 1), Type: typ, At: t0, Message: m}}}
+		if err := appendOne(s, b); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(2)
 		}

@@ -3,68 +3,65 @@ package sqlite_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/talkgraph/talkgraph/service"
 	"github.com/talkgraph/talkgraph/service/sqlite"
 )
 
-// Batches applied at the same moment share a commit; one that fails must fail alone and
-// write nothing, while the others are written whole.
-func TestConcurrentBatchesFailAlone(t *testing.T) {
+// One Append writes many sessions' batches in one transaction. A batch that fails halfway
+// (its first statements written, a later one refused) must fail alone and leave nothing
+// behind, while the batches before and after it are written whole.
+func TestBatchFailingHalfwayFailsAlone(t *testing.T) {
 	s := mustOpen(t, tempPath(t), sqlite.Options{})
-	ctx := context.Background()
-	now := time.Now().UTC()
-	const n = 40
+	const n = 6
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
-		sess := &service.TalkSession{ID: ids[i], UserID: "u", Settings: service.Settings{Agent: "demo", BusyPolicy: service.BusyInterrupt}, CreatedAt: now, UpdatedAt: now}
-		if err := s.Apply(ctx, &service.Batch{SessionID: ids[i], Session: sess}); err != nil {
+		ids[i] = fmt.Sprintf("s%d", i)
+		if err := create(s, ids[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Apply(ctx, &service.Batch{SessionID: ids[0], Idempotency: &service.IdempotencyRecord{UserID: "u", Key: "taken", SessionID: ids[0], CreatedAt: now}}); err != nil {
+	// Message "taken" belongs to s0: a batch of another session that claims it passes the
+	// checks of Batch.Check but fails at its upsert, after its event went in.
+	taken := &service.Message{ID: "taken", SessionID: "s0", Seq: 1, Role: service.RoleUser, Status: service.MessageComplete, CreatedAt: t0}
+	if err := appendOne(s, &service.Batch{SessionID: "s0", Events: []*service.Event{{Seq: 1, Type: service.EventMessageAdded, At: t0, Message: taken}}}); err != nil {
 		t.Fatal(err)
 	}
-	for round := 0; round < 5; round++ {
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for i := range ids {
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				b := &service.Batch{SessionID: ids[i], Events: []*service.Event{{Type: service.EventMessageChunk, Key: "m", MessageID: "m", Delta: "x", At: now}}}
-				if i == round { // this one reuses a key: the whole batch must be refused
-					b.Idempotency = &service.IdempotencyRecord{UserID: "u", Key: "taken", SessionID: ids[i], CreatedAt: now}
-				}
-				errs[i] = s.Apply(ctx, b)
-			}(i)
+	batches := make([]*service.Batch, 0, n-1)
+	for _, id := range ids[1:] {
+		m := &service.Message{ID: "m-" + id, SessionID: id, Seq: 1, Role: service.RoleUser, Status: service.MessageComplete, CreatedAt: t0}
+		if id == "s3" {
+			m.ID = "taken"
 		}
-		wg.Wait()
-		for i, err := range errs {
-			want := ""
-			if i == round {
-				want = service.ECONFLICT
+		batches = append(batches, &service.Batch{SessionID: id, Events: []*service.Event{
+			{Seq: 1, Type: service.EventMessageAdded, At: t0, Message: m},
+			{Seq: 2, Type: service.EventMessageChunk, At: t0, Key: "k", Delta: "x"},
+		}})
+	}
+	errs := s.Append(context.Background(), batches)
+	for i, id := range ids[1:] {
+		ss, serr := s.Session(t.Context(), id)
+		if serr != nil {
+			t.Fatal(serr)
+		}
+		if id == "s3" {
+			if errs[i] == nil {
+				t.Errorf("the batch claiming another session's message succeeded")
 			}
-			if got := service.ErrorCode(err); got != want {
-				t.Fatalf("round %d, batch %d: code %q (%v), want %q", round, i, got, err, want)
+			if ss.LastSeq != 0 {
+				t.Errorf("the failed batch left %d events behind", ss.LastSeq)
 			}
+			continue
+		}
+		if errs[i] != nil {
+			t.Errorf("batch of %s failed with the bad one: %v", id, errs[i])
+		}
+		if ss.LastSeq != 2 {
+			t.Errorf("session %s has LastSeq %d, want 2", id, ss.LastSeq)
 		}
 	}
-	for i, id := range ids {
-		evs, err := s.Events(ctx, id, 0, 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := 5
-		if i < 5 {
-			want = 4 // its refused batch wrote nothing
-		}
-		if len(evs) != want {
-			t.Errorf("session %d has %d events, want %d", i, len(evs), want)
-		}
+	if m, err := s.Message(t.Context(), "taken"); err != nil || m.SessionID != "s0" {
+		t.Errorf("message taken: %+v, %v; want it still in s0", m, err)
 	}
 }

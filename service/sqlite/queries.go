@@ -14,21 +14,23 @@ import (
 
 // Sessions.
 
-const sessionCols = `id, user_id, title, settings, created_at, updated_at, last_seq`
+// sessionCols are the columns of a session row; the derived LastSeq follows them in reads.
+const sessionCols = `id, user_id, title, settings, created_at, updated_at`
+
+// lastSeqOf is the Seq of a session's last event, 0 before any: the log is the truth.
+const lastSeqOf = `(SELECT coalesce(max(seq), 0) FROM events WHERE events.session_id = sessions.id)`
 
 const (
-	qSession = `SELECT ` + sessionCols + ` FROM sessions WHERE id = ?`
-	// qBumpLastSeq adds to last_seq and returns the new value; no row when the session is
-	// missing.
-	qBumpLastSeq = `UPDATE sessions SET last_seq = last_seq + ? WHERE id = ? RETURNING last_seq`
-	qSessions    = `SELECT ` + sessionCols + ` FROM sessions WHERE user_id = ? ORDER BY updated_at DESC, id DESC LIMIT ?`
-	qSessionsAft = `SELECT ` + sessionCols + ` FROM sessions WHERE user_id = ? AND (updated_at, id) < (?, ?)
+	qSession     = `SELECT ` + sessionCols + `, ` + lastSeqOf + ` FROM sessions WHERE id = ?`
+	qSessions    = `SELECT ` + sessionCols + `, ` + lastSeqOf + ` FROM sessions WHERE user_id = ? ORDER BY updated_at DESC, id DESC LIMIT ?`
+	qSessionsAft = `SELECT ` + sessionCols + `, ` + lastSeqOf + ` FROM sessions WHERE user_id = ? AND (updated_at, id) < (?, ?)
 		ORDER BY updated_at DESC, id DESC LIMIT ?`
-	// The Store owns last_seq: it is set when the row is created, and an update leaves it
-	// alone.
-	qUpsertSession = `INSERT INTO sessions (` + sessionCols + `) VALUES (?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id, title = excluded.title,
-		settings = excluded.settings, created_at = excluded.created_at, updated_at = excluded.updated_at`
+	qSessionExists = `SELECT 1 FROM sessions WHERE id = ?`
+	qInsertSession = `INSERT INTO sessions (` + sessionCols + `) VALUES (?, ?, ?, ?, ?, ?)`
+	// qUpdateSession applies a SessionUpdated snapshot.
+	qUpdateSession = `UPDATE sessions SET title = ?, settings = ?, updated_at = ? WHERE id = ?`
+	// qTouchSession moves a session's activity time forward.
+	qTouchSession  = `UPDATE sessions SET updated_at = max(updated_at, ?) WHERE id = ?`
 	qDeleteSession = `DELETE FROM sessions WHERE id = ?` // the rest goes by ON DELETE CASCADE
 )
 
@@ -57,16 +59,14 @@ const (
 		ORDER BY seq, id LIMIT ?`
 	qMessagesLast = `SELECT ` + messageCols + ` FROM messages WHERE session_id = ? AND seq > ? AND seq < ?
 		ORDER BY seq DESC, id DESC LIMIT ?`
-	// A Seq of 0 keeps the stored one. The WHERE refuses to move a row to another session:
-	// no row is returned then.
+	// The WHERE of each upsert refuses to move a row to another session: nothing changes
+	// then, which the caller sees as 0 rows affected.
 	qUpsertMessage = `INSERT INTO messages (` + messageCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET
-		seq = CASE excluded.seq WHEN 0 THEN messages.seq ELSE excluded.seq END,
+		ON CONFLICT (id) DO UPDATE SET seq = excluded.seq,
 		role = excluded.role, kind = excluded.kind, content = excluded.content, status = excluded.status,
 		run_id = excluded.run_id, question_id = excluded.question_id, created_at = excluded.created_at,
 		error = excluded.error
-		WHERE messages.session_id = excluded.session_id
-		RETURNING seq`
+		WHERE messages.session_id = excluded.session_id`
 )
 
 func messageArgs(m *service.Message) []any {
@@ -119,8 +119,12 @@ func scanRun(sc scanner) (*service.Run, error) {
 const questionCols = `id, run_id, session_id, prompt, choices, answer, asked_at, answered_at, withdrawn`
 
 const (
-	qQuestion       = `SELECT ` + questionCols + ` FROM questions WHERE id = ?`
-	qUpsertQuestion = `INSERT INTO questions (` + questionCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+	qQuestion = `SELECT ` + questionCols + ` FROM questions WHERE id = ?`
+	// The IDs come as one JSON array.
+	qQuestions = `SELECT ` + questionCols + ` FROM questions WHERE id IN (SELECT value FROM json_each(?))`
+	// qWithdrawQuestions withdraws the unanswered questions of a run that ended.
+	qWithdrawQuestions = `UPDATE questions SET withdrawn = 1 WHERE run_id = ? AND session_id = ? AND answer IS NULL`
+	qUpsertQuestion    = `INSERT INTO questions (` + questionCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET run_id = excluded.run_id, prompt = excluded.prompt,
 		choices = excluded.choices, answer = excluded.answer, asked_at = excluded.asked_at,
 		answered_at = excluded.answered_at, withdrawn = excluded.withdrawn
@@ -150,31 +154,30 @@ func scanQuestion(sc scanner) (*service.Question, error) {
 // Tool calls.
 
 const toolCallCols = `id, run_id, session_id, message_id, name, arguments, output, result, error, status,
-	started_at, finished_at`
+	started_at, finished_at, call_id`
 
 const (
 	// The message IDs come as one JSON array.
 	qToolCalls = `SELECT ` + toolCallCols + ` FROM tool_calls
 		WHERE message_id IN (SELECT value FROM json_each(?)) ORDER BY started_at, id`
-	qAppendOutput   = `UPDATE tool_calls SET output = output || ? WHERE id = ? AND session_id = ?`
-	qUpsertToolCall = `INSERT INTO tool_calls (` + toolCallCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	qUpsertToolCall = `INSERT INTO tool_calls (` + toolCallCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET run_id = excluded.run_id, message_id = excluded.message_id,
 		name = excluded.name, arguments = excluded.arguments, output = excluded.output,
 		result = excluded.result, error = excluded.error, status = excluded.status,
-		started_at = excluded.started_at, finished_at = excluded.finished_at
+		started_at = excluded.started_at, finished_at = excluded.finished_at, call_id = excluded.call_id
 		WHERE tool_calls.session_id = excluded.session_id`
 )
 
 func toolCallArgs(tc *service.ToolCall) []any {
 	return []any{tc.ID, tc.RunID, tc.SessionID, tc.MessageID, tc.Name, tc.Arguments, tc.Output,
 		dbNullString(tc.Result), dbNullString(tc.Error), string(tc.Status), dbTime(tc.StartedAt),
-		dbNullTime(tc.FinishedAt)}
+		dbNullTime(tc.FinishedAt), tc.CallID}
 }
 
 func scanToolCall(sc scanner) (*service.ToolCall, error) {
 	var tc service.ToolCall
 	err := sc.Scan(&tc.ID, &tc.RunID, &tc.SessionID, &tc.MessageID, &tc.Name, &tc.Arguments, &tc.Output,
-		&tc.Result, &tc.Error, &tc.Status, timeCol{&tc.StartedAt}, nullTimeCol{&tc.FinishedAt})
+		&tc.Result, &tc.Error, &tc.Status, timeCol{&tc.StartedAt}, nullTimeCol{&tc.FinishedAt}, &tc.CallID)
 	return &tc, err
 }
 
@@ -184,19 +187,26 @@ const eventCols = `session_id, seq, type, at, key, message_id, delta, delta_offs
 	message, run, question, tool_call, session`
 
 const (
-	qEvents      = `SELECT ` + eventCols + ` FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`
+	qEvents = `SELECT ` + eventCols + ` FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`
+	// qAppendFirst inserts the first event of a batch only when the session's log ends
+	// just before it (the last argument is that Seq): 0 rows affected means it does not,
+	// or the session does not exist.
+	qAppendFirst = `INSERT INTO events (` + eventCols + `) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+		WHERE (SELECT coalesce(max(seq), 0) FROM events WHERE session_id = ?1) = ?15`
 	qInsertEvent = `INSERT INTO events (` + eventCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	// A rewrite puts the event at its Seq whether or not one is stored there.
-	qRewriteEvent = `INSERT OR REPLACE INTO events (` + eventCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	// qRewriteEvent replaces the event at its Seq (for compaction).
+	qRewriteEvent = `UPDATE events SET delta = ?3, delta_offset = ?4, coalesced_from = ?5 WHERE session_id = ?1 AND seq = ?2`
 	qDropEvent    = `DELETE FROM events WHERE session_id = ? AND seq = ?`
 )
 
-// eventArgs encodes e for qInsertEvent or qRewriteEvent; payloads are stored as JSON.
-func eventArgs(e *service.Event) ([]any, error) {
+// eventArgs encodes e, an event of session sessionID, for qInsertEvent; payloads are
+// stored as JSON.
+func eventArgs(e *service.Event, sessionID string) ([]any, error) {
 	payloads := []any{e.Message, e.Run, e.Question, e.ToolCall, e.Session}
 	isNil := []bool{e.Message == nil, e.Run == nil, e.Question == nil, e.ToolCall == nil, e.Session == nil}
-	args := []any{e.SessionID, e.Seq, string(e.Type), dbTime(e.At), e.Key, e.MessageID, e.Delta, e.Offset,
-		e.CoalescedFrom}
+	args := make([]any, 0, 15)
+	args = append(args, sessionID, e.Seq, string(e.Type), dbTime(e.At), e.Key, e.MessageID, e.Delta, e.Offset,
+		e.CoalescedFrom)
 	for i, p := range payloads {
 		if isNil[i] {
 			args = append(args, nil)
@@ -247,7 +257,8 @@ func scanEvent(sc scanner) (*service.Event, error) {
 const idemCols = `user_id, idem_key, session_id, message_id, run_id, created_at`
 
 const (
-	qIdempotency = `SELECT ` + idemCols + ` FROM idempotency WHERE user_id = ? AND idem_key = ?`
+	qIdempotency      = `SELECT ` + idemCols + ` FROM idempotency WHERE user_id = ? AND idem_key = ?`
+	qIdempotencyTaken = `SELECT 1 FROM idempotency WHERE user_id = ? AND idem_key = ?`
 	// No row is inserted when the key exists: the caller turns that into ECONFLICT.
 	qInsertIdempotency = `INSERT INTO idempotency (` + idemCols + `) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
 )
@@ -267,8 +278,8 @@ func scanIdempotency(sc scanner) (*service.IdempotencyRecord, error) {
 const (
 	qMeta       = `SELECT value FROM meta WHERE name = ?`
 	qInsertMeta = `INSERT INTO meta (name, value) VALUES (?, ?)`
-	// qPing writes without changing anything; Ping rolls it back anyway.
-	qPing = `INSERT INTO meta (name, value) VALUES ('ping', x'') ON CONFLICT (name) DO UPDATE SET value = x''`
+	// qPing writes 64 KiB, which needs free pages; Ping rolls it back.
+	qPing = `INSERT INTO meta (name, value) VALUES ('ping', zeroblob(65536)) ON CONFLICT (name) DO UPDATE SET value = zeroblob(65536)`
 )
 
 // Database settings.
@@ -355,4 +366,12 @@ func utcPtr(t *time.Time) {
 	if t != nil {
 		*t = t.UTC()
 	}
+}
+
+// writes are the statements Append and Compact run, prepared once on the writer
+// connection.
+var writes = []string{
+	qInsertSession, qUpdateSession, qTouchSession, qDeleteSession,
+	qAppendFirst, qInsertEvent, qRewriteEvent, qDropEvent, qInsertIdempotency,
+	qUpsertMessage, qUpsertRun, qUpsertQuestion, qUpsertToolCall, qWithdrawQuestions,
 }

@@ -12,10 +12,9 @@
 // The schema lives in migrations/ as goose migrations embedded in the binary; Open brings
 // the file up to date. The SQL itself is confined to queries.go.
 //
-// Beyond the contract of service.Store, this Store answers like package inmem (the
-// storetest suite checks both): times come back in UTC to the nanosecond, an event's Seq
-// may be left 0 for the Store to assign, the Store owns a session's LastSeq, and a limit of
-// 0 or less means no limit.
+// The service writes through Append, which it calls once per round of its writer with
+// every session's pending batches: one transaction with prepared statements, so that a
+// busy server makes few, large commits.
 package sqlite
 
 import (
@@ -70,9 +69,8 @@ type Store struct {
 	unlock func() error
 	closed atomic.Bool
 
-	gmu     sync.Mutex  // guards the group commit's queue
-	pending []*applyReq // batches waiting for the writer
-	leading bool        // a goroutine is writing pending batches
+	wmu   sync.Mutex           // one transaction at a time on the writer connection
+	stmts map[string]*sql.Stmt // the writes, prepared on the writer connection
 }
 
 var _ service.Store = (*Store)(nil)
@@ -160,6 +158,14 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 	if err := migrate(ctx, w); err != nil {
 		return err
 	}
+	s.stmts = map[string]*sql.Stmt{}
+	for _, q := range writes {
+		st, err := w.PrepareContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("prepare %q: %w", q, err)
+		}
+		s.stmts[q] = st
+	}
 
 	rq := url.Values{}
 	rq.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", ms))
@@ -219,6 +225,9 @@ func (s *Store) Close() error {
 
 func (s *Store) release() error {
 	var errs []error
+	for _, st := range s.stmts {
+		errs = append(errs, st.Close())
+	}
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
 	}
@@ -231,10 +240,12 @@ func (s *Store) release() error {
 	return errors.Join(errs...)
 }
 
-// Ping implements service.Store: it takes the write lock and writes a row, then rolls
-// back, so it fails while the file is locked by another process or read-only. It also
-// fails once the file has been removed or replaced: SQLite would go on writing to the
-// unlinked file, and everything written then would be lost with the process.
+// Ping implements service.Store: it takes the write lock and writes a 64 KiB row, then
+// rolls back, so it fails while the file is locked by another process, read-only, or at
+// its MaxBytes; and it fails while the file system has less than minFree bytes free, when
+// real writes (which can be larger than any probe) would fail. It also fails once the file
+// has been removed or replaced: SQLite would go on writing to the unlinked file, and
+// everything written then would be lost with the process.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.check(); err != nil {
 		return err
@@ -247,11 +258,19 @@ func (s *Store) Ping(ctx context.Context) error {
 				cmp.Or(err, errors.New("not the file that was opened")))
 		}
 	}
+	if free, ok := freeBytes(filepath.Dir(s.path)); ok && free < minFree {
+		return service.Errorf(service.EUNAVAILABLE, "storage is full (%d KiB free on its disk)", free>>10)
+	}
 	return s.fail("ping", s.ping(ctx))
 }
 
+// minFree is the least free space on the database's file system for Ping to pass.
+const minFree = 1 << 20
+
 // ping writes and rolls back.
 func (s *Store) ping(ctx context.Context) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -267,6 +286,8 @@ func (s *Store) Secret(ctx context.Context, name string, gen func() ([]byte, err
 	if err := s.check(); err != nil {
 		return nil, err
 	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, s.fail("secret", err)

@@ -64,9 +64,19 @@ func newSession(id string) *service.TalkSession {
 		CreatedAt: t0, UpdatedAt: t0}
 }
 
-func chunkBatch(sessionID, delta string) *service.Batch {
+// chunkBatch appends one chunk event at seq to a session's log.
+func chunkBatch(sessionID string, seq int64, delta string) *service.Batch {
 	return &service.Batch{SessionID: sessionID, Events: []*service.Event{
-		{Type: service.EventMessageChunk, At: t0, Key: "m1", Delta: delta}}}
+		{Seq: seq, Type: service.EventMessageChunk, At: t0, Key: "m1", MessageID: "m1", Delta: delta}}}
+}
+
+// appendOne appends one batch.
+func appendOne(s service.Store, b *service.Batch) error {
+	return s.Append(context.Background(), []*service.Batch{b})[0]
+}
+
+func create(s service.Store, id string) error {
+	return appendOne(s, &service.Batch{SessionID: id, Create: newSession(id)})
 }
 
 func TestReopenKeepsEverything(t *testing.T) {
@@ -76,18 +86,17 @@ func TestReopenKeepsEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := &service.Message{ID: "m1", SessionID: "s1", Role: service.RoleUser, Kind: service.KindText,
+	msg := &service.Message{ID: "m1", SessionID: "s1", Seq: 1, Role: service.RoleUser, Kind: service.KindText,
 		Content: "hello", Status: service.MessageComplete, CreatedAt: t0}
-	if err := s.Apply(ctx, &service.Batch{SessionID: "s1", Session: newSession("s1"),
-		Messages: []*service.Message{msg},
-		Events:   []*service.Event{{Type: service.EventMessageAdded, At: t0, Message: msg}},
+	if err := appendOne(s, &service.Batch{SessionID: "s1", Create: newSession("s1"),
+		Events: []*service.Event{{Seq: 1, Type: service.EventMessageAdded, At: t0, Message: msg}},
 		Idempotency: &service.IdempotencyRecord{UserID: "u1", Key: "k", SessionID: "s1", MessageID: "m1",
 			RunID: "r1", CreatedAt: t0},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []string{"a", "b"} {
-		if err := s.Apply(ctx, chunkBatch("s1", d)); err != nil {
+	for i, d := range []string{"a", "b"} {
+		if err := appendOne(s, chunkBatch("s1", int64(2+i), d)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -137,19 +146,15 @@ func TestReopenKeepsEverything(t *testing.T) {
 	if !bytes.Equal(again, secret) {
 		t.Errorf("Secret after reopening = %q, want %q", again, secret)
 	}
-	next := chunkBatch("s1", "c")
-	if err := s.Apply(ctx, next); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := next.Events[0].Seq, int64(4); got != want {
-		t.Errorf("Seq of the first event after reopening = %d, want %d", got, want)
+	if err := appendOne(s, chunkBatch("s1", 4, "c")); err != nil {
+		t.Errorf("the log after reopening does not go on at 4: %v", err)
 	}
 }
 
 func TestOpenOddPath(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a b?c#d%20e", "talk.db")
 	s := mustOpen(t, path, sqlite.Options{})
-	if err := s.Apply(t.Context(), &service.Batch{SessionID: "s1", Session: newSession("s1")}); err != nil {
+	if err := create(s, "s1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(path); err != nil {
@@ -221,14 +226,14 @@ func TestPingFailsWhileLocked(t *testing.T) {
 	ctx := t.Context()
 	path := tempPath(t)
 	s := mustOpen(t, path, sqlite.Options{BusyTimeout: 50 * time.Millisecond})
-	if err := s.Apply(ctx, &service.Batch{SessionID: "s1", Session: newSession("s1")}); err != nil {
+	if err := create(s, "s1"); err != nil {
 		t.Fatal(err)
 	}
 	release := holdWriteLock(t, path)
 
 	unavailable(t, "Ping while another process writes", s.Ping(ctx), "locked by another process")
-	err := s.Apply(ctx, chunkBatch("s1", "x"))
-	unavailable(t, "Apply while another process writes", err, "locked by another process")
+	err := appendOne(s, chunkBatch("s1", 1, "x"))
+	unavailable(t, "Append while another process writes", err, "locked by another process")
 	if _, err := s.Session(ctx, "s1"); err != nil {
 		t.Errorf("Session while another process writes: %v (reads should go on)", err)
 	}
@@ -237,8 +242,8 @@ func TestPingFailsWhileLocked(t *testing.T) {
 	if err := s.Ping(ctx); err != nil {
 		t.Errorf("Ping after the lock is released: %v", err)
 	}
-	if err := s.Apply(ctx, chunkBatch("s1", "x")); err != nil {
-		t.Errorf("Apply after the lock is released: %v", err)
+	if err := appendOne(s, chunkBatch("s1", 1, "x")); err != nil {
+		t.Errorf("Append after the lock is released: %v", err)
 	}
 }
 
@@ -333,13 +338,13 @@ func TestOpenWhileLockedGivesUp(t *testing.T) {
 func TestFull(t *testing.T) {
 	ctx := t.Context()
 	s := mustOpen(t, tempPath(t), sqlite.Options{MaxBytes: 512 << 10})
-	if err := s.Apply(ctx, &service.Batch{SessionID: "s1", Session: newSession("s1")}); err != nil {
+	if err := create(s, "s1"); err != nil {
 		t.Fatal(err)
 	}
 	big := &service.Message{ID: "m1", SessionID: "s1", Seq: 1, Content: strings.Repeat("x", 1<<20)}
-	err := s.Apply(ctx, &service.Batch{SessionID: "s1", Messages: []*service.Message{big},
-		Events: []*service.Event{{Type: service.EventMessageAdded, At: t0, Message: big}}})
-	unavailable(t, "Apply beyond MaxBytes", err, "storage is full")
+	err := appendOne(s, &service.Batch{SessionID: "s1",
+		Events: []*service.Event{{Seq: 1, Type: service.EventMessageAdded, At: t0, Message: big}}})
+	unavailable(t, "Append beyond MaxBytes", err, "storage is full")
 	var driverErr *moderncsqlite.Error
 	if !errors.As(err, &driverErr) {
 		t.Errorf("error %v does not wrap the driver's error", err)
@@ -347,12 +352,8 @@ func TestFull(t *testing.T) {
 	if _, err := s.Message(ctx, "m1"); service.ErrorCode(err) != service.ENOTFOUND {
 		t.Errorf("Message after a failed Apply: %v, want ENOTFOUND", err)
 	}
-	small := chunkBatch("s1", "fits")
-	if err := s.Apply(ctx, small); err != nil {
-		t.Errorf("a small Apply after a failed one: %v", err)
-	}
-	if got, want := small.Events[0].Seq, int64(1); got != want {
-		t.Errorf("Seq after a failed Apply = %d, want %d", got, want)
+	if err := appendOne(s, chunkBatch("s1", 1, "fits")); err != nil {
+		t.Errorf("a small Append after a failed one, at the same Seq: %v", err)
 	}
 }
 
@@ -369,18 +370,19 @@ func TestClosed(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 	unavailable(t, "Ping after Close", s.Ping(ctx), "closed")
-	unavailable(t, "Apply after Close", s.Apply(ctx, chunkBatch("s1", "x")), "closed")
+	unavailable(t, "Append after Close", appendOne(s, chunkBatch("s1", 1, "x")), "closed")
 	_, err = s.Session(ctx, "s1")
 	unavailable(t, "Session after Close", err, "closed")
 }
 
-func BenchmarkApplyChunk(b *testing.B) {
-	b.Run("synchronous=NORMAL", func(b *testing.B) {
-		storetest.BenchmarkApplyChunk(b, mustOpen(b, tempPath(b), sqlite.Options{}))
-	})
-	b.Run("synchronous=FULL", func(b *testing.B) {
-		storetest.BenchmarkApplyChunk(b, mustOpen(b, tempPath(b), sqlite.Options{FullSync: true}))
-	})
+func BenchmarkAppend(b *testing.B) {
+	for _, full := range []bool{false, true} {
+		for _, n := range []int{1, 100, 1000} {
+			b.Run(fmt.Sprintf("fullsync=%v/sessions=%d", full, n), func(b *testing.B) {
+				storetest.BenchmarkAppend(b, mustOpen(b, tempPath(b), sqlite.Options{FullSync: full}), n)
+			})
+		}
+	}
 }
 
 // BenchmarkOpen100kMessages measures Open (and Close) of a database that holds 100,000
@@ -395,19 +397,18 @@ func BenchmarkOpen100kMessages(b *testing.B) {
 	const sessions, perSession, perBatch = 100, 1000, 500
 	for i := range sessions {
 		id := fmt.Sprintf("s%03d", i)
-		if err := s.Apply(ctx, &service.Batch{SessionID: id, Session: newSession(id)}); err != nil {
+		if err := create(s, id); err != nil {
 			b.Fatal(err)
 		}
 		for j := 0; j < perSession; j += perBatch {
 			batch := &service.Batch{SessionID: id}
 			for k := j; k < j+perBatch; k++ {
-				m := &service.Message{ID: fmt.Sprintf("%s-m%04d", id, k), SessionID: id, Role: service.RoleUser,
+				m := &service.Message{ID: fmt.Sprintf("%s-m%04d", id, k), SessionID: id, Seq: int64(k + 1), Role: service.RoleUser,
 					Kind: service.KindText, Content: "a message of a modest length, as people write them",
 					Status: service.MessageComplete, CreatedAt: t0}
-				batch.Messages = append(batch.Messages, m)
-				batch.Events = append(batch.Events, &service.Event{Type: service.EventMessageAdded, At: t0, Message: m})
+				batch.Events = append(batch.Events, &service.Event{Seq: int64(k + 1), Type: service.EventMessageAdded, At: t0, Message: m})
 			}
-			if err := s.Apply(ctx, batch); err != nil {
+			if err := appendOne(s, batch); err != nil {
 				b.Fatal(err)
 			}
 		}

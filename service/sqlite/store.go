@@ -9,314 +9,309 @@ import (
 	"math"
 	"slices"
 
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
 	"github.com/talkgraph/talkgraph/service"
 )
 
-// Apply implements service.Store, in one BEGIN IMMEDIATE transaction on the writer
-// connection.
-func (s *Store) Apply(ctx context.Context, b *service.Batch) error {
-	if b == nil || b.Empty() {
-		return nil
-	}
+// Append implements service.Store: every batch of the call in one BEGIN IMMEDIATE
+// transaction on the writer connection, with statements prepared once. The service calls it
+// once per round of its writer with every session's pending writes, so a busy server makes
+// few, large commits.
+//
+// A batch that is refused for the stored state (a log that does not end where its events
+// begin, a missing session, a used idempotency key) is found out by its first statement,
+// before it writes anything, and is left out without disturbing the others. Any other
+// failure of a batch rolls the transaction back, and the rest are written again without it.
+func (s *Store) Append(ctx context.Context, batches []*service.Batch) []error {
+	errs := make([]error, len(batches))
 	if err := s.check(); err != nil {
-		return err
+		return fill(errs, err)
 	}
-	if err := b.Check(); err != nil {
-		return err
-	}
-	// Encode what does not depend on the stored state before taking the write lock.
-	var sessionRow []any
-	if b.Session != nil {
-		var err error
-		if sessionRow, err = sessionArgs(b.Session); err != nil {
-			return fmt.Errorf("sqlite: apply: %w", err)
-		}
-	}
-	questionRows := make([][]any, len(b.Questions))
-	for i, q := range b.Questions {
-		var err error
-		if questionRows[i], err = questionArgs(q); err != nil {
-			return fmt.Errorf("sqlite: apply: %w", err)
-		}
-	}
-	rewriteRows := make([][]any, len(b.Rewrite))
-	for i, e := range b.Rewrite {
-		c := *e
-		c.SessionID = b.SessionID
-		var err error
-		if rewriteRows[i], err = eventArgs(&c); err != nil {
-			return fmt.Errorf("sqlite: apply: %w", err)
-		}
-	}
-
-	req := &applyReq{ctx: ctx, b: b, sessionRow: sessionRow, questionRows: questionRows, rewriteRows: rewriteRows, done: make(chan struct{})}
-	s.submit(req)
-	if req.err != nil {
-		return req.err
-	}
-	res := req.res
-
-	// Tell the caller what was assigned.
-	for i, e := range b.Events {
-		e.SessionID = b.SessionID
-		e.Seq = res.eventSeqs[i]
-		if e.Type == service.EventMessageAdded && e.Message != nil && e.Message.Seq == 0 {
-			e.Message.Seq = e.Seq
-		}
-	}
-	for i, m := range b.Messages {
-		m.Seq = res.messageSeqs[i]
-	}
-	if b.Session != nil {
-		b.Session.LastSeq = res.lastSeq
-	}
-	return nil
-}
-
-// applyReq is one Apply waiting for its turn on the writer connection.
-type applyReq struct {
-	ctx                       context.Context
-	b                         *service.Batch
-	sessionRow                []any
-	questionRows, rewriteRows [][]any
-
-	res  *applied
-	err  error
-	done chan struct{}
-}
-
-// maxGroup is the most batches one transaction commits.
-const maxGroup = 128
-
-// submit applies r, committing it together with the batches that other goroutines apply at
-// the same moment (group commit): the first to arrive leads, writing every waiting batch in
-// one transaction, each inside its own savepoint so that one failing batch writes nothing
-// and fails alone. Sessions streaming at once thus share commits instead of queueing for
-// one each.
-func (s *Store) submit(r *applyReq) {
-	s.gmu.Lock()
-	s.pending = append(s.pending, r)
-	if s.leading {
-		s.gmu.Unlock()
-		<-r.done
-		return
-	}
-	s.leading = true
-	for len(s.pending) > 0 {
-		n := min(len(s.pending), maxGroup)
-		group := append([]*applyReq(nil), s.pending[:n]...)
-		s.pending = append(s.pending[:0], s.pending[n:]...)
-		s.gmu.Unlock()
-		s.applyGroup(group)
-		s.gmu.Lock()
-	}
-	s.leading = false
-	s.gmu.Unlock()
-	<-r.done
-}
-
-// applyGroup writes the batches of group in one transaction and tells each its outcome.
-func (s *Store) applyGroup(group []*applyReq) {
-	defer func() {
-		for _, r := range group {
-			close(r.done)
-		}
-	}()
-	// The transaction outlives any one caller's context: a caller that gives up does not
-	// take the others' writes with it.
-	ctx := context.Background()
-	failAll := func(err error) {
-		for _, r := range group {
-			if r.err == nil {
-				r.err, r.res = s.fail("apply", err), nil
-			}
-		}
-	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		failAll(err)
-		return
-	}
-	defer tx.Rollback()
-	alone := len(group) == 1
-	for _, r := range group {
-		if err := r.ctx.Err(); err != nil {
-			r.err = err
+	todo := make([]int, 0, len(batches))
+	for i, b := range batches {
+		if err := b.Check(); err != nil {
+			errs[i] = service.Errorf(service.EINVALID, "%v", err)
 			continue
 		}
-		if !alone {
-			if _, err := tx.ExecContext(ctx, "SAVEPOINT batch"); err != nil {
-				failAll(err)
-				return
+		todo = append(todo, i)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	for len(todo) > 0 {
+		if err := ctx.Err(); err != nil {
+			for _, i := range todo {
+				errs[i] = err
 			}
+			break
 		}
-		r.res, r.err = s.applyTx(ctx, tx, r.b, r.sessionRow, r.questionRows, r.rewriteRows)
+		bad, err := s.appendTx(todo, batches, errs)
+		if err != nil { // the storage failed: every batch fails
+			err = s.fail("append", err)
+			for _, i := range todo {
+				errs[i] = err
+			}
+			break
+		}
+		if bad < 0 {
+			break
+		}
+		// Batch bad failed halfway; the transaction was rolled back: write the others again.
+		todo = slices.DeleteFunc(todo, func(i int) bool { return i == bad })
+		for _, i := range todo {
+			errs[i] = nil
+		}
+	}
+	return errs
+}
+
+func fill(errs []error, err error) []error {
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// appendTx writes the batches todo in one transaction. It returns the index of a batch
+// that failed halfway (its error set in errs, the transaction rolled back), or -1 when the
+// transaction committed; err when the storage itself failed.
+func (s *Store) appendTx(todo []int, batches []*service.Batch, errs []error) (bad int, err error) {
+	ctx := context.Background() // one caller's context must not cut the others' writes short
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return -1, err
+	}
+	defer tx.Rollback()
+	w := &txWriter{ctx: ctx, tx: tx, st: s.stmts, prepared: map[string]*sql.Stmt{}}
+	for _, i := range todo {
+		refused, err := w.batch(batches[i])
 		switch {
-		case r.err != nil && alone:
-			r.err = s.fail("apply", r.err)
-			return
-		case r.err != nil:
-			r.err = s.fail("apply", r.err)
-			if _, err := tx.ExecContext(ctx, "ROLLBACK TO batch; RELEASE batch"); err != nil {
-				failAll(err)
-				return
-			}
-		case !alone:
-			if _, err := tx.ExecContext(ctx, "RELEASE batch"); err != nil {
-				failAll(err)
-				return
-			}
+		case refused != nil:
+			errs[i] = refused
+		case err != nil && isStorageError(err):
+			return -1, err
+		case err != nil:
+			errs[i] = fmt.Errorf("sqlite: append to session %s: %w", batches[i].SessionID, err)
+			return i, nil
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		failAll(err)
-	}
+	return -1, tx.Commit()
 }
 
-// applied is what Apply assigned.
-type applied struct {
-	lastSeq     int64
-	eventSeqs   []int64
-	messageSeqs []int64
+// isStorageError reports whether err is the storage failing (full, locked, read-only, I/O)
+// rather than one batch's mistake.
+func isStorageError(err error) bool {
+	if errors.As(err, new(*rowError)) || errors.As(err, new(*service.Error)) {
+		return false
+	}
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return true // driver or connection trouble
+	}
+	return se.Code()&0xff != sqlite3.SQLITE_CONSTRAINT
 }
 
-func (s *Store) applyTx(ctx context.Context, tx *sql.Tx, b *service.Batch, sessionRow []any, questionRows, rewriteRows [][]any) (*applied, error) {
-	exec := func(q string, args ...any) (sql.Result, error) { return tx.ExecContext(ctx, q, args...) }
-	// upsert runs an upsert whose WHERE refuses to move a row to another session.
-	upsert := func(what, id, q string, args ...any) error {
-		res, err := exec(q, args...)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return fmt.Errorf("%s %s belongs to another session than %s", what, id, b.SessionID)
-		}
-		return nil
-	}
+// rowError is a batch's row that the stored state refuses (it belongs to another session).
+type rowError struct{ what, id, session string }
 
-	// One statement both finds the session and moves its LastSeq past the new events; a
-	// refused batch rolls it back with the rest.
-	n := int64(len(b.Events))
-	var lastSeq int64
-	err := tx.QueryRowContext(ctx, qBumpLastSeq, n, b.SessionID).Scan(&lastSeq)
-	exists := err == nil
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+func (e *rowError) Error() string {
+	return fmt.Sprintf("%s %s belongs to another session than %s", e.what, e.id, e.session)
+}
+
+// txWriter writes batches inside one transaction with the store's prepared statements.
+type txWriter struct {
+	ctx      context.Context
+	tx       *sql.Tx
+	st       map[string]*sql.Stmt
+	prepared map[string]*sql.Stmt
+}
+
+func (w *txWriter) exec(query string, args ...any) (int64, error) {
+	st := w.prepared[query]
+	if st == nil {
+		st = w.tx.StmtContext(w.ctx, w.st[query])
+		w.prepared[query] = st
+	}
+	res, err := st.ExecContext(w.ctx, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (w *txWriter) exists(sessionID string) (bool, error) {
+	var one int
+	err := w.tx.QueryRowContext(w.ctx, qSessionExists, sessionID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// batch writes one batch. refused is set, with nothing written, when the stored state
+// refuses the batch; err when a statement failed (the transaction must be abandoned).
+func (w *txWriter) batch(b *service.Batch) (refused, err error) {
+	id := b.SessionID
+	if b.Delete {
+		n, err := w.exec(qDeleteSession, id)
+		if err == nil && n == 0 {
+			return service.Errorf(service.ENOTFOUND, "session %s not found", id), nil
+		}
 		return nil, err
 	}
-	if exists {
-		lastSeq -= n
-	}
-	if !exists && (b.Session == nil || b.Delete) {
-		return nil, service.Errorf(service.ENOTFOUND, "session %s not found", b.SessionID)
-	}
-	if b.Delete {
-		_, err := exec(qDeleteSession, b.SessionID)
-		return &applied{}, err
-	}
-	next := lastSeq
-	for _, e := range b.Events {
-		next++
-		if e.Seq != 0 && e.Seq != next {
-			return nil, service.Errorf(service.ECONFLICT, "event sequence number %d does not follow the session's last, %d", e.Seq, next-1)
+	if b.Create != nil {
+		args, err := sessionArgs(b.Create)
+		if err != nil {
+			return nil, err
 		}
-	}
-	for _, e := range b.Rewrite {
-		if e.Seq > lastSeq {
-			return nil, fmt.Errorf("rewrite of event %d beyond the session's last %d", e.Seq, lastSeq)
+		if ok, err := w.exists(id); err != nil {
+			return nil, err
+		} else if ok {
+			return service.Errorf(service.ECONFLICT, "session %s already exists", id), nil
 		}
-	}
-
-	if sessionRow != nil {
-		// last_seq is only written when the row is created.
-		if _, err := exec(qUpsertSession, append(sessionRow, n)...); err != nil {
+		if _, err := w.exec(qInsertSession, args...); err != nil {
 			return nil, err
 		}
 	}
 	if r := b.Idempotency; r != nil {
-		res, err := exec(qInsertIdempotency, idempotencyArgs(r)...)
-		if err != nil {
-			return nil, err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return nil, err
-		} else if n == 0 {
-			return nil, service.Errorf(service.ECONFLICT, "idempotency key %q was already used", r.Key)
-		}
-	}
-	for _, seq := range b.DropEvents {
-		if _, err := exec(qDropEvent, b.SessionID, seq); err != nil {
+		var taken int
+		err := w.tx.QueryRowContext(w.ctx, qIdempotencyTaken, r.UserID, r.Key).Scan(&taken)
+		if err == nil {
+			return service.Errorf(service.ECONFLICT, "idempotency key %q was already used", r.Key), nil
+		} else if !errors.Is(err, sql.ErrNoRows) {
 			return nil, err
 		}
 	}
-	for _, args := range rewriteRows {
-		if _, err := exec(qRewriteEvent, args...); err != nil {
-			return nil, err
-		}
-	}
-
-	out := &applied{eventSeqs: make([]int64, len(b.Events)), messageSeqs: make([]int64, len(b.Messages))}
-	addedSeq := make(map[string]int64)
 	for i, e := range b.Events {
-		lastSeq++
-		out.eventSeqs[i] = lastSeq
-		c := *e
-		c.SessionID, c.Seq = b.SessionID, lastSeq
-		if c.Type == service.EventMessageAdded && c.Message != nil {
-			addedSeq[c.Message.ID] = lastSeq
-			if c.Message.Seq == 0 {
-				m := *c.Message
-				m.Seq = lastSeq
-				c.Message = &m
-			}
-		}
-		args, err := eventArgs(&c)
+		args, err := eventArgs(e, id)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := exec(qInsertEvent, args...); err != nil {
+		if i > 0 {
+			if _, err := w.exec(qInsertEvent, args...); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		// The first event goes in only where the log ends just before it.
+		n, err := w.exec(qAppendFirst, append(args, e.Seq-1)...)
+		if err != nil && !isConstraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY) {
+			return nil, err
+		}
+		if n == 0 || err != nil {
+			if ok, err := w.exists(id); err != nil {
+				return nil, err
+			} else if !ok {
+				return service.Errorf(service.ENOTFOUND, "session %s not found", id), nil
+			}
+			return service.Errorf(service.ECONFLICT, "events beginning at %d do not follow the session's log", e.Seq), nil
+		}
+	}
+	if r := b.Idempotency; r != nil {
+		if _, err := w.exec(qInsertIdempotency, idempotencyArgs(r)...); err != nil {
 			return nil, err
 		}
 	}
-	out.lastSeq = lastSeq
+	return nil, w.changes(id, service.Derive(b.Events))
+}
 
-	for i, m := range b.Messages {
-		args := messageArgs(m)
-		if m.Seq == 0 {
-			if seq, ok := addedSeq[m.ID]; ok {
-				args[2] = seq
+// changes writes the rows the events imply.
+func (w *txWriter) changes(id string, ch service.Changes) error {
+	upsert := func(what, rowID, query string, args ...any) error {
+		n, err := w.exec(query, args...)
+		if err == nil && n == 0 {
+			err = &rowError{what, rowID, id}
+		}
+		return err
+	}
+	if s := ch.Session; s != nil {
+		settings, err := json.Marshal(s.Settings)
+		if err != nil {
+			return err
+		}
+		if _, err := w.exec(qUpdateSession, s.Title, string(settings), dbTime(s.UpdatedAt), id); err != nil {
+			return err
+		}
+	} else if !ch.Activity.IsZero() {
+		if _, err := w.exec(qTouchSession, dbTime(ch.Activity), id); err != nil {
+			return err
+		}
+	}
+	for _, m := range ch.Messages {
+		if err := upsert("message", m.ID, qUpsertMessage, messageArgs(m)...); err != nil {
+			return err
+		}
+	}
+	for _, r := range ch.Runs {
+		if err := upsert("run", r.ID, qUpsertRun, runArgs(r)...); err != nil {
+			return err
+		}
+	}
+	for _, q := range ch.Questions {
+		args, err := questionArgs(q)
+		if err != nil {
+			return err
+		}
+		if err := upsert("question", q.ID, qUpsertQuestion, args...); err != nil {
+			return err
+		}
+	}
+	for _, tc := range ch.ToolCalls {
+		if err := upsert("tool call", tc.ID, qUpsertToolCall, toolCallArgs(tc)...); err != nil {
+			return err
+		}
+	}
+	for _, run := range ch.EndedRuns {
+		if _, err := w.exec(qWithdrawQuestions, run, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func isConstraint(err error, code int) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code() == code
+}
+
+// Compact implements service.Store.
+func (s *Store) Compact(ctx context.Context, sessionID, key string, fromSeq int64) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	evs, err := s.Events(ctx, sessionID, fromSeq-1, 0)
+	if err != nil {
+		return err
+	}
+	folded, drop := service.Coalesce(evs, key)
+	if len(folded) == 0 {
+		if len(evs) == 0 {
+			if _, err := s.Session(ctx, sessionID); err != nil {
+				return err
 			}
 		}
-		err := tx.QueryRowContext(ctx, qUpsertMessage, args...).Scan(&out.messageSeqs[i])
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, fmt.Errorf("message %s belongs to another session than %s", m.ID, b.SessionID)
-		}
-		if err != nil {
-			return nil, err
+		return nil
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return s.fail("compact", err)
+	}
+	defer tx.Rollback()
+	w := &txWriter{ctx: ctx, tx: tx, st: s.stmts, prepared: map[string]*sql.Stmt{}}
+	for _, e := range folded {
+		if _, err := w.exec(qRewriteEvent, sessionID, e.Seq, e.Delta, e.Offset, e.CoalescedFrom); err != nil {
+			return s.fail("compact", err)
 		}
 	}
-	for _, r := range b.Runs {
-		if err := upsert("run", r.ID, qUpsertRun, runArgs(r)...); err != nil {
-			return nil, err
+	for _, seq := range drop {
+		if _, err := w.exec(qDropEvent, sessionID, seq); err != nil {
+			return s.fail("compact", err)
 		}
 	}
-	for i, q := range b.Questions {
-		if err := upsert("question", q.ID, qUpsertQuestion, questionRows[i]...); err != nil {
-			return nil, err
-		}
-	}
-	for _, tc := range b.ToolCalls {
-		if err := upsert("tool call", tc.ID, qUpsertToolCall, toolCallArgs(tc)...); err != nil {
-			return nil, err
-		}
-	}
-	for _, ap := range b.OutputAppends {
-		if _, err := exec(qAppendOutput, ap.Text, ap.ID, b.SessionID); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return s.fail("compact", tx.Commit())
 }
 
 // Session implements service.Store.
@@ -332,8 +327,7 @@ func (s *Store) Sessions(ctx context.Context, userID string, after *service.Sess
 	return getAll(ctx, s, "sessions", scanSession, qSessionsAft, userID, dbTime(after.UpdatedAt), after.ID, sqlLimit(limit))
 }
 
-// Messages implements service.Store. After and Before bound the page when set, whichever
-// of First and Last is used.
+// Messages implements service.Store.
 func (s *Store) Messages(ctx context.Context, sessionID string, page service.MessagePage) ([]*service.Message, error) {
 	after, before := int64(math.MinInt64), int64(math.MaxInt64)
 	if page.After > 0 {
@@ -360,7 +354,7 @@ func (s *Store) Run(ctx context.Context, id string) (*service.Run, error) {
 	return getOne(ctx, s, "run", id, qRun, scanRun, id)
 }
 
-// RunsByStatus implements service.Store. Runs created at the same time are ordered by ID.
+// RunsByStatus implements service.Store.
 func (s *Store) RunsByStatus(ctx context.Context, statuses ...service.RunStatus) ([]*service.Run, error) {
 	list, err := json.Marshal(append([]service.RunStatus{}, statuses...))
 	if err != nil {
@@ -374,8 +368,19 @@ func (s *Store) Question(ctx context.Context, id string) (*service.Question, err
 	return getOne(ctx, s, "question", id, qQuestion, scanQuestion, id)
 }
 
-// ToolCalls implements service.Store. Tool calls started at the same time are ordered by
-// ID.
+// Questions implements service.Store.
+func (s *Store) Questions(ctx context.Context, ids []string) ([]*service.Question, error) {
+	if len(ids) == 0 {
+		return []*service.Question{}, nil
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return nil, err
+	}
+	return getAll(ctx, s, "questions", scanQuestion, qQuestions, string(list))
+}
+
+// ToolCalls implements service.Store.
 func (s *Store) ToolCalls(ctx context.Context, messageIDs []string) ([]*service.ToolCall, error) {
 	if len(messageIDs) == 0 {
 		return []*service.ToolCall{}, nil

@@ -1,36 +1,35 @@
 package storetest
 
 import (
-	"strings"
+	"fmt"
 	"testing"
 
 	"github.com/talkgraph/talkgraph/service"
 )
 
-// BenchmarkApplyChunk measures what streaming costs the Store: each operation appends one
-// MessageChunk event and upserts the message it belongs to, in one batch, as the service
-// does when it flushes a reply's text. The message keeps a fixed size (a few hundred
-// bytes) so that every operation costs the same.
-func BenchmarkApplyChunk(b *testing.B, s service.Store) {
-	ctx := b.Context()
-	m := newMessage("m1", "s1", 1)
-	if err := s.Apply(ctx, &service.Batch{SessionID: "s1", Session: newSession("s1", "u1", t0),
-		Messages: []*service.Message{m},
-		Events:   []*service.Event{{Type: service.EventMessageAdded, At: t0, Message: newMessage("m1", "s1", 1)}},
-	}); err != nil {
-		b.Fatal(err)
+// BenchmarkAppend measures what streaming costs a Store: each round appends one
+// MessageChunk event to each of sessions sessions in one Append, as the service's writer
+// does when many replies stream at once. ns/op is per round; the custom metric is per
+// chunk.
+func BenchmarkAppend(b *testing.B, s service.Store, sessions int) {
+	logs := make([]*log, sessions)
+	for i := range logs {
+		id := fmt.Sprintf("s%04d", i)
+		logs[i] = create(b, s, newSession(id, "u1", t0))
+		logs[i].append(added(newMessage("m"+id, id)))
 	}
-	base := strings.Repeat("streamed text ", 20)
+	batches := make([]*service.Batch, sessions)
 	offset := 0
 	b.ReportAllocs()
 	for b.Loop() {
-		delta := "word "
-		m.Content = base[len(delta):] + delta
-		ev := chunk("m1", delta, offset)
-		offset += len(delta)
-		if err := s.Apply(ctx, &service.Batch{SessionID: "s1", Messages: []*service.Message{m},
-			Events: []*service.Event{ev}}); err != nil {
-			b.Fatal(err)
+		for i, l := range logs {
+			batches[i] = l.batch(chunk("m"+l.id, "word ", offset))
 		}
+		mustAppend(b, s, batches...)
+		for _, l := range logs {
+			l.last++
+		}
+		offset += 5
 	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*sessions), "ns/chunk")
 }

@@ -1,0 +1,142 @@
+package service
+
+import (
+	"context"
+)
+
+// HistoryMessage is a message of a session's history with what belongs to it: the
+// question it asks or answers, and the tool calls the agent made while writing it. Agents
+// get the history as these (RunRequest.History), and the API shows them.
+type HistoryMessage struct {
+	Message
+	// Question is the question of a QUESTION or ANSWER message.
+	Question *Question
+	// ToolCalls are the calls of an assistant message, by start time. Loaded is set when
+	// the history was read with them (a message of an event carries none).
+	ToolCalls []*ToolCall
+	Loaded    bool
+}
+
+// History returns a page of the caller's session history, oldest first, as of the view
+// when asOf is not nil. Cursors are history cursors (EncodeMessageCursor). EINVALID for a
+// bad cursor or a negative count; ENOTFOUND for a session that is missing or not the
+// caller's.
+func (s *Service) History(ctx context.Context, sessionID string, asOf *SessionView, first *int, after string, last *int, before string) (msgs []*HistoryMessage, hasPrev, hasNext bool, err error) {
+	sess, err := s.session(ctx, sessionID)
+	if err != nil {
+		return nil, false, false, err
+	}
+	if asOf == nil {
+		// The store holds a streaming message's text only in its chunk events: take the
+		// text from memory, as of now.
+		asOf = s.viewOf(sess)
+	}
+	var page MessagePage
+	if after != "" {
+		if page.After, err = DecodeMessageCursor(after); err != nil {
+			return nil, false, false, err
+		}
+	}
+	if before != "" {
+		if page.Before, err = DecodeMessageCursor(before); err != nil {
+			return nil, false, false, err
+		}
+	}
+	if page.Before == 0 || page.Before > asOf.asOf.seq+1 {
+		page.Before = asOf.asOf.seq + 1
+	}
+	fromEnd := last != nil && first == nil
+	n, err := s.pageSize(first)
+	if fromEnd {
+		n, err = s.pageSize(last)
+	}
+	if err != nil {
+		return nil, false, false, err
+	}
+	if fromEnd {
+		page.Last = n + 1
+	} else {
+		page.First = n + 1
+	}
+	list, err := s.store.Messages(ctx, sessionID, page)
+	if err != nil {
+		return nil, false, false, err
+	}
+	if len(list) > n {
+		if fromEnd {
+			list, hasPrev = list[len(list)-n:], true
+		} else {
+			list, hasNext = list[:n], true
+		}
+	}
+	if fromEnd {
+		hasNext = before != ""
+	} else {
+		hasPrev = after != ""
+	}
+	msgs, err = s.complete(ctx, list, &asOf.asOf)
+	return msgs, hasPrev, hasNext, err
+}
+
+// complete adds to messages their questions and tool calls, read with one query each, and,
+// with a snapshot, shows a message or tool call still being written as the snapshot saw it.
+func (s *Service) complete(ctx context.Context, msgs []*Message, snap *snapshot) ([]*HistoryMessage, error) {
+	out := make([]*HistoryMessage, len(msgs))
+	var qids, mids []string
+	byID := make(map[string]*HistoryMessage, len(msgs))
+	for i, m := range msgs {
+		h := &HistoryMessage{Message: *m, Loaded: true, ToolCalls: []*ToolCall{}}
+		out[i] = h
+		if m.QuestionID != "" {
+			qids = append(qids, m.QuestionID)
+		}
+		if m.Role == RoleAssistant {
+			mids = append(mids, m.ID)
+			byID[m.ID] = h
+		}
+		if snap != nil && m.ID == snap.streamingID {
+			h.Content, h.Status = snap.streamed, MessageStreaming
+		}
+	}
+	if len(qids) > 0 {
+		qs, err := s.store.Questions(ctx, qids)
+		if err != nil {
+			return nil, err
+		}
+		byQ := make(map[string]*Question, len(qs))
+		for _, q := range qs {
+			byQ[q.ID] = q
+		}
+		for _, h := range out {
+			if h.QuestionID != "" {
+				h.Question = byQ[h.QuestionID]
+			}
+		}
+	}
+	if len(mids) > 0 {
+		calls, err := s.store.ToolCalls(ctx, mids)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range calls {
+			if snap != nil && c.Status == ToolRunning {
+				if text, ok := snap.toolOutput[c.ID]; ok {
+					c.Output = text
+				}
+			}
+			if h := byID[c.MessageID]; h != nil {
+				h.ToolCalls = append(h.ToolCalls, c)
+			}
+		}
+	}
+	return out, nil
+}
+
+// ToolCalls returns the tool calls of one message of one of the caller's sessions, by
+// start time.
+func (s *Service) ToolCalls(ctx context.Context, sessionID, messageID string) ([]*ToolCall, error) {
+	if _, err := s.session(ctx, sessionID); err != nil {
+		return nil, err
+	}
+	return s.store.ToolCalls(ctx, []string{messageID})
+}

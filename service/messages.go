@@ -1,0 +1,144 @@
+package service
+
+import (
+	"context"
+	"strings"
+	"unicode/utf8"
+)
+
+// AddMessage stores a user message in the caller's session and starts a run for it, or
+// queues one, by the session's busy policy: INTERRUPT stops the active run (kept
+// INTERRUPTED with its partial reply) and withdraws queued ones, ENQUEUE queues the new
+// run, REJECT refuses with ECONFLICT and stores nothing. With an idempotency key, a retry
+// answers the message and run the first call created. ENOTFOUND when the session is
+// missing or not the caller's; EINVALID for empty or oversized content or key; ERATELIMIT
+// when too many runs wait; EUNAVAILABLE when it cannot be written. A message that is
+// refused changes nothing: the running agent goes on as it was.
+func (s *Service) AddMessage(ctx context.Context, sessionID, content, key string) (*Message, *Run, error) {
+	u, err := user(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.checkText("message", content); err != nil {
+		return nil, nil, err
+	}
+	if len(key) > 200 {
+		return nil, nil, Errorf(EINVALID, "idempotency key is too long: at most 200 bytes")
+	}
+	if err := s.checkOpen(); err != nil {
+		return nil, nil, err
+	}
+	sess, st, unlock, err := s.lockSession(ctx, sessionID)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer unlock()
+
+	if key != "" {
+		rec, err := s.store.Idempotency(ctx, u, key)
+		switch {
+		case err == nil:
+			return s.replay(ctx, rec, sessionID, content)
+		case ErrorCode(err) != ENOTFOUND:
+			return nil, nil, err
+		}
+	}
+
+	t := s.begin(st)
+	if st.active != nil || len(st.queue) > 0 {
+		switch sess.Settings.BusyPolicy {
+		case BusyReject:
+			return nil, nil, Errorf(ECONFLICT, "the agent is still working on this session")
+		case BusyEnqueue:
+			if len(st.queue) >= s.cfg.MaxQueuedRuns {
+				return nil, nil, Errorf(ERATELIMIT, "too many messages are waiting in this session")
+			}
+		default:
+			// Queued runs are covered by the new run, which reads the whole history. They
+			// leave the queue first, so that stopping the active run starts none of them.
+			now := s.now()
+			for _, q := range st.queue {
+				snap := *q
+				snap.Status, snap.FinishedAt = RunInterrupted, &now
+				s.add(t, runEvent(&snap))
+			}
+			t.onCommit(func() {
+				for range st.queue {
+					s.countRun(RunInterrupted)
+				}
+				st.queue = nil
+			})
+			if ar := st.active; ar != nil {
+				s.planFinish(t, ar, RunInterrupted, "")
+			}
+		}
+	}
+
+	now := s.now()
+	run := &Run{ID: newID(), SessionID: sess.ID, UserID: u, Status: RunQueued, Agent: sess.Settings.Agent, CreatedAt: now}
+	msg := &Message{ID: newID(), SessionID: sess.ID, Role: RoleUser, Kind: KindText, Content: content,
+		Status: MessageComplete, RunID: run.ID, CreatedAt: now}
+	added := *msg
+	s.add(t, &Event{Type: EventMessageAdded, Message: &added, At: now}, runEvent(run))
+	msg.Seq = added.Seq
+	if sess.Title == "" {
+		// An untitled session is named after its first message.
+		named := *sess
+		named.Title = truncate(strings.Join(strings.Fields(content), " "), 60)
+		named.UpdatedAt = now
+		s.add(t, &Event{Type: EventSessionUpdated, Session: &named})
+	}
+	if key != "" {
+		t.b.Idempotency = &IdempotencyRecord{UserID: u, Key: key, SessionID: sess.ID, MessageID: msg.ID, RunID: run.ID, CreatedAt: now}
+	}
+	t.onCommit(func() {
+		if st.active == nil {
+			s.startLocked(st, run, false)
+		} else {
+			st.queue = append(st.queue, run)
+		}
+	})
+	if err := s.commitLocked(ctx, t); err != nil {
+		if ErrorCode(err) == ECONFLICT && key != "" {
+			// Another request with the key won the race: answer what it created.
+			if rec, rerr := s.store.Idempotency(ctx, u, key); rerr == nil {
+				return s.replay(ctx, rec, sessionID, content)
+			}
+		}
+		return nil, nil, err
+	}
+	m, r := *msg, *run
+	return &m, &r, nil
+}
+
+// replay answers a retried addMessage with what the first call created.
+func (s *Service) replay(ctx context.Context, rec *IdempotencyRecord, sessionID, content string) (*Message, *Run, error) {
+	if rec.SessionID != sessionID {
+		return nil, nil, Errorf(ECONFLICT, "this idempotency key was used for another session")
+	}
+	msg, err := s.store.Message(ctx, rec.MessageID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if msg.Content != content {
+		return nil, nil, Errorf(ECONFLICT, "this idempotency key was used for another message")
+	}
+	run, err := s.store.Run(ctx, rec.RunID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return msg, run, nil
+}
+
+func (s *Service) checkText(what, content string) error {
+	if strings.TrimSpace(content) == "" {
+		return Errorf(EINVALID, "%s is empty", what)
+	}
+	if len(content) > s.cfg.MaxMessageBytes {
+		return Errorf(EINVALID, "%s is too long: %d bytes, at most %d", what, len(content), s.cfg.MaxMessageBytes)
+	}
+	if !utf8.ValidString(content) {
+		return Errorf(EINVALID, "%s is not valid UTF-8", what)
+	}
+	return nil
+}

@@ -1,0 +1,373 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+)
+
+// activeRun is the in-memory side of a run that owns its session: queued for a slot,
+// running, or waiting for an answer. Its fields are guarded by the session's lock, and
+// change only once what they describe is durable.
+type activeRun struct {
+	st     *sessionState
+	run    *Run
+	ctx    context.Context
+	cancel context.CancelFunc
+	// sealed is set once the run's end is recorded (or it is left for a restart): nothing
+	// the agent does afterwards is written.
+	sealed bool
+	// parked is set for a run found waiting for an answer at start-up: it has no goroutine
+	// and holds a reference to the session state until it is answered or ended.
+	parked bool
+	// holdsSlot is set while the run's goroutine holds a scheduler slot.
+	holdsSlot atomic.Bool
+
+	// msg is the assistant message being written, if any; announced is set once its
+	// MessageAdded is durable (the first write that carries its text announces it).
+	msg       *Message
+	announced bool
+	text      textStream
+
+	question *Question
+	answer   chan string // buffered(1): the answer to question
+
+	tools map[string]*toolState
+	// writeErr is set when the run's streamed text could not be written for too long: the
+	// agent is stopped and the run fails with it.
+	writeErr error
+}
+
+type toolState struct {
+	call    *ToolCall
+	out     textStream // its output
+	fromSeq int64      // where its output chunks may start in the log
+}
+
+// setState takes the parts of a run that change (its status, error, times and usage)
+// from src; the rest, which the run's goroutine reads without the session's lock, stays.
+func (r *Run) setState(src *Run) {
+	r.Status, r.Error, r.StartedAt, r.FinishedAt, r.Usage = src.Status, src.Error, src.StartedAt, src.FinishedAt, src.Usage
+}
+
+func runEvent(r *Run) *Event {
+	cp := *r
+	return &Event{Type: EventRunStatusChanged, Run: &cp}
+}
+
+// startLocked makes run the session's active run and starts a goroutine that waits for a
+// slot and executes it. resumed runs (after an answer) go first in their user's line.
+func (s *Service) startLocked(st *sessionState, run *Run, resumed bool) *activeRun {
+	ctx, cancel := context.WithCancel(context.Background())
+	ar := &activeRun{st: st, run: run, ctx: ctx, cancel: cancel, answer: make(chan string, 1), tools: map[string]*toolState{}}
+	st.active = ar
+	s.holdState(st) // the run holds the state until it returns
+	s.runs.Add(1)
+	go s.execute(ar, resumed)
+	return ar
+}
+
+// startNextLocked starts the session's oldest queued run, if any.
+func (s *Service) startNextLocked(st *sessionState) {
+	if st.active != nil || len(st.queue) == 0 || s.closed.Load() {
+		return
+	}
+	next := st.queue[0]
+	st.queue = st.queue[1:]
+	s.startLocked(st, next, false)
+}
+
+// execute runs the agent of ar: it waits for a slot, marks the run RUNNING, calls the
+// runner on the stored history, and records how it ended.
+func (s *Service) execute(ar *activeRun, resumed bool) {
+	st := ar.st
+	defer s.runs.Done()
+	defer s.releaseState(st)
+	if err := s.sched.acquire(ar.ctx, ar.run.UserID, resumed); err != nil {
+		return // stopped while queued, or the server is shutting down: it stays as stored
+	}
+	ar.holdsSlot.Store(true)
+	defer func() {
+		if ar.holdsSlot.Swap(false) {
+			s.sched.release(ar.run.UserID)
+		}
+	}()
+
+	st.mu.Lock()
+	req, err := s.startRunLocked(ar)
+	sealed := ar.sealed
+	st.mu.Unlock()
+	if sealed {
+		return
+	}
+	if err == nil {
+		runner, ok := s.agents.Get(ar.run.Agent)
+		if !ok {
+			err = Errorf(EINVALID, "the agent %q is not available on this server", ar.run.Agent)
+		} else {
+			err = s.safeRun(runner, ar, req)
+		}
+	}
+
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	status, msg := RunCompleted, ""
+	switch {
+	case ar.sealed:
+		return
+	case ar.writeErr != nil:
+		status, msg = RunFailed, ErrorMessage(ar.writeErr)
+	case err == nil:
+	case isCtxErr(err) && ar.ctx.Err() != nil:
+		status = RunCancelled
+	default:
+		status, msg = RunFailed, ErrorMessage(err)
+		s.log.Error("run failed", "session", st.id, "run", ar.run.ID, "agent", ar.run.Agent,
+			"model", modelOf(req.Settings), "code", ErrorCode(err), "err", err)
+	}
+	s.finishLockedRetrying(ar, status, msg)
+}
+
+func modelOf(set Settings) string {
+	if set.Model != nil {
+		return *set.Model
+	}
+	return ""
+}
+
+// startRunLocked marks ar RUNNING and reads what its agent works on.
+func (s *Service) startRunLocked(ar *activeRun) (RunRequest, error) {
+	st := ar.st
+	if ar.sealed {
+		return RunRequest{}, nil
+	}
+	sess, err := s.store.Session(ar.ctx, st.id)
+	if err != nil {
+		return RunRequest{}, err
+	}
+	if ar.run.Status != RunRunning {
+		t := s.begin(st)
+		snap := *ar.run
+		now := s.now()
+		snap.Status, snap.StartedAt = RunRunning, &now
+		s.add(t, runEvent(&snap))
+		t.onCommit(func() { ar.run.setState(&snap) })
+		if err := s.commitLocked(ar.ctx, t); err != nil {
+			return RunRequest{}, err
+		}
+	}
+	return s.request(ar.ctx, sess, ar.run)
+}
+
+// safeRun calls the runner, turning a panic into an error.
+func (s *Service) safeRun(r Runner, ar *activeRun, req RunRequest) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("agent panicked", "session", ar.st.id, "run", ar.run.ID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			err = Errorf(EINTERNAL, "the agent crashed")
+		}
+	}()
+	return r.Run(ar.ctx, req, &output{s: s, ar: ar})
+}
+
+// request builds what the agent gets: the settings and the whole history.
+func (s *Service) request(ctx context.Context, sess *TalkSession, run *Run) (RunRequest, error) {
+	req := RunRequest{SessionID: sess.ID, RunID: run.ID, UserID: sess.UserID, Settings: sess.Settings}
+	var msgs []*Message
+	var after int64
+	for {
+		page, err := s.store.Messages(ctx, sess.ID, MessagePage{After: after, First: 500})
+		if err != nil {
+			return req, err
+		}
+		msgs = append(msgs, page...)
+		if len(page) < 500 {
+			break
+		}
+		after = page[len(page)-1].Seq
+	}
+	hist, err := s.complete(ctx, msgs, nil)
+	if err != nil {
+		return req, err
+	}
+	req.History = make([]HistoryMessage, len(hist))
+	for i, h := range hist {
+		req.History[i] = *h
+	}
+	return req, nil
+}
+
+// finishLockedRetrying records the end of ar, trying again while the storage fails, until
+// it is written, another command ends the run, or the server shuts down (the run is then
+// recovered at the next start).
+func (s *Service) finishLockedRetrying(ar *activeRun, status RunStatus, msg string) {
+	pause := 50 * time.Millisecond
+	for !ar.sealed {
+		t := s.begin(ar.st)
+		s.planFinish(t, ar, status, msg)
+		err := s.commitLocked(context.Background(), t)
+		if err == nil || ar.sealed {
+			return
+		}
+		if s.closed.Load() || ErrorCode(err) != EUNAVAILABLE {
+			s.log.Error("recording the end of a run", "session", ar.st.id, "run", ar.run.ID, "err", err)
+			ar.sealed = true
+			ar.cancel()
+			return
+		}
+		ar.st.mu.Unlock()
+		select {
+		case <-time.After(pause):
+		case <-s.closing:
+		}
+		ar.st.mu.Lock()
+		pause = min(2*pause, time.Second)
+	}
+}
+
+// planFinish adds to t the end of ar with status: the text streamed so far is written and
+// its message completed (INTERRUPTED for a stopped run, FAILED for a failed one), running
+// tool calls end, and the run gets its final status (its unanswered question is withdrawn
+// with it). Once t is durable the agent is stopped and the session's next queued run
+// starts.
+func (s *Service) planFinish(t *txn, ar *activeRun, status RunStatus, errMsg string) {
+	st := ar.st
+	msgStatus := MessageComplete
+	switch status {
+	case RunFailed:
+		msgStatus = MessageFailed
+	case RunCancelled, RunInterrupted:
+		msgStatus = MessageInterrupted
+	}
+	for _, ts := range ar.tools {
+		if ts.call.Status != ToolRunning {
+			continue
+		}
+		toolStatus := ToolCancelled
+		if status == RunFailed {
+			toolStatus = ToolFailed
+		}
+		s.finishTool(t, ts, toolStatus, nil, nil)
+	}
+	if ar.msg != nil {
+		s.completeMessage(t, ar, msgStatus, errMsg)
+	} else if status == RunFailed {
+		// A failed run shows in the history even when it wrote nothing.
+		now := s.now()
+		m := &Message{ID: newID(), SessionID: st.id, Role: RoleAssistant, Kind: KindText, Status: MessageFailed, Error: errMsg, RunID: ar.run.ID, CreatedAt: now}
+		s.add(t, &Event{Type: EventMessageAdded, Message: m})
+		done := *m
+		s.add(t, &Event{Type: EventMessageCompleted, Message: &done})
+	}
+	snap := *ar.run
+	now := s.now()
+	snap.Status, snap.Error, snap.FinishedAt = status, errMsg, &now
+	s.add(t, runEvent(&snap))
+	t.onCommit(func() {
+		ar.run.setState(&snap)
+		s.countRun(status)
+		ar.question = nil
+		ar.sealed = true
+		ar.cancel()
+		if st.active == ar {
+			st.active = nil
+			s.startNextLocked(st)
+		}
+		if ar.parked {
+			ar.parked = false
+			s.releaseState(st)
+		}
+	})
+}
+
+// announce adds the MessageAdded of ar's current message to t unless it is durable, and
+// returns the message's Seq.
+func (s *Service) announce(t *txn, ar *activeRun) int64 {
+	if ar.msg == nil {
+		return 0
+	}
+	if ar.announced {
+		return ar.msg.Seq
+	}
+	m := *ar.msg
+	s.add(t, &Event{Type: EventMessageAdded, Message: &m})
+	msg := ar.msg
+	t.onCommit(func() { msg.Seq = m.Seq; ar.announced = ar.msg == msg })
+	return m.Seq
+}
+
+// completeMessage adds to t the rest of ar's current message and its completion.
+func (s *Service) completeMessage(t *txn, ar *activeRun, status MessageStatus, errMsg string) {
+	m := ar.msg
+	seq := s.announce(t, ar)
+	s.chunk(t, &ar.text, EventMessageChunk, m.ID, m.ID)
+	done := *m
+	done.Seq, done.Content, done.Status = seq, ar.text.all(), status
+	if status == MessageFailed {
+		done.Error = errMsg
+	}
+	s.add(t, &Event{Type: EventMessageCompleted, Message: &done})
+	t.onCommit(func() {
+		s.compactSoon(ar.st.id, m.ID, seq+1)
+		if ar.msg == m {
+			ar.msg, ar.announced, ar.text = nil, false, textStream{}
+		}
+	})
+}
+
+// finishTool adds to t the rest of a tool call's output and its end.
+func (s *Service) finishTool(t *txn, ts *toolState, status ToolCallStatus, result, errMsg *string) {
+	s.chunk(t, &ts.out, EventToolCallOutput, ts.call.ID, ts.call.MessageID)
+	snap := *ts.call
+	now := s.now()
+	snap.Status, snap.Result, snap.Error, snap.FinishedAt = status, result, errMsg, &now
+	snap.Output = ts.out.all()
+	cp := snap
+	s.add(t, &Event{Type: EventToolCallFinished, ToolCall: &cp})
+	st := t.st
+	t.onCommit(func() {
+		*ts.call = snap
+		s.compactSoon(st.id, snap.ID, ts.fromSeq)
+	})
+}
+
+// CancelRun stops the caller's active run in the session, keeping its partial reply; the
+// run ends CANCELLED. It returns nil (and no error) when nothing was running. ENOTFOUND
+// when the session is missing or not the caller's; EUNAVAILABLE when the end cannot be
+// written, and then the run goes on as it was.
+func (s *Service) CancelRun(ctx context.Context, sessionID string) (*Run, error) {
+	_, st, unlock, err := s.lockSession(ctx, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	ar := st.active
+	if ar == nil {
+		return nil, nil
+	}
+	t := s.begin(st)
+	s.planFinish(t, ar, RunCancelled, "")
+	if err := s.commitLocked(ctx, t); err != nil {
+		return nil, err
+	}
+	r := *ar.run
+	return &r, nil
+}
+
+// Run returns a run of the caller's; ENOTFOUND when missing or another user's.
+func (s *Service) Run(ctx context.Context, id string) (*Run, error) {
+	u, err := user(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID("run ID", id); err != nil {
+		return nil, err
+	}
+	r, err := s.store.Run(ctx, id)
+	if ErrorCode(err) == ENOTFOUND || (err == nil && r.UserID != u) {
+		return nil, Errorf(ENOTFOUND, "run not found")
+	}
+	return r, err
+}

@@ -1,0 +1,299 @@
+package service
+
+import (
+	"context"
+	"strings"
+	"unicode/utf8"
+)
+
+// SessionView is a session as one read saw it: its state and the position of its log at
+// that moment. History read with the view (History with asOf) shows the messages as of the
+// same moment, so that subscribing after StreamCursor continues it with no gap and no
+// duplicate.
+type SessionView struct {
+	*TalkSession
+	Status          SessionStatus
+	ActiveRun       *Run
+	PendingQuestion *Question
+	// StreamCursor is the encoded position of the last event at the time of the read.
+	StreamCursor string
+
+	asOf snapshot
+}
+
+// snapshot is what the in-memory state held at the time of a view: the durable text of
+// the message being written and of running tools, which the stored rows get only when
+// they end.
+type snapshot struct {
+	seq         int64
+	streamingID string            // the message being written, if announced
+	streamed    string            // its durable text
+	toolOutput  map[string]string // running tool calls' durable output, by ID
+}
+
+// View returns the caller's session with its status, active run, pending question and
+// stream cursor, read together. ENOTFOUND when missing or another user's.
+func (s *Service) View(ctx context.Context, id string) (*SessionView, error) {
+	sess, err := s.session(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.viewOf(sess), nil
+}
+
+func (s *Service) viewOf(sess *TalkSession) *SessionView {
+	st := s.acquireState(sess)
+	defer s.releaseState(st)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return s.viewLocked(sess, st)
+}
+
+// viewLocked builds the view of sess from its state; st.mu must be held.
+func (s *Service) viewLocked(sess *TalkSession, st *sessionState) *SessionView {
+	v := &SessionView{TalkSession: sess, Status: SessionIdle}
+	c := Cursor{Seq: sess.LastSeq}
+	switch {
+	case st.lastSeq > sess.LastSeq: // the row was read before events appended since
+		cp := *sess
+		cp.LastSeq = st.lastSeq
+		v.TalkSession = &cp
+		c = Cursor{Seq: st.lastSeq, Off: st.lastOff}
+	case st.lastSeq == sess.LastSeq:
+		c.Off = st.lastOff
+	}
+	v.StreamCursor = EncodeCursor(sess.ID, c)
+	v.asOf.seq = c.Seq
+	if ar := st.active; ar != nil {
+		r := *ar.run
+		v.ActiveRun = &r
+		v.Status = SessionRunning
+		if ar.run.Status == RunWaitingForInput {
+			v.Status = SessionWaitingForInput
+			if ar.question != nil {
+				q := *ar.question
+				v.PendingQuestion = &q
+			}
+		}
+		if ar.msg != nil && ar.announced {
+			v.asOf.streamingID = ar.msg.ID
+			v.asOf.streamed = ar.text.written.String()
+		}
+		for id, ts := range ar.tools {
+			if ts.call.Status == ToolRunning {
+				if v.asOf.toolOutput == nil {
+					v.asOf.toolOutput = map[string]string{}
+				}
+				v.asOf.toolOutput[id] = ts.out.written.String()
+			}
+		}
+	} else if len(st.queue) > 0 {
+		v.Status = SessionRunning
+		r := *st.queue[0]
+		v.ActiveRun = &r
+	}
+	return v
+}
+
+// CreateTalkSession creates a session for the caller. EINVALID for a title that is too
+// long, an unknown agent or an invalid setting.
+func (s *Service) CreateTalkSession(ctx context.Context, title string, settings SettingsInput) (*SessionView, error) {
+	u, err := user(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	title = strings.TrimSpace(title)
+	if err := s.checkTitle(title); err != nil {
+		return nil, err
+	}
+	set := Settings{Agent: "demo", BusyPolicy: BusyInterrupt}
+	if err := s.applySettings(&set, settings); err != nil {
+		return nil, err
+	}
+	now := s.now()
+	sess := &TalkSession{ID: newID(), UserID: u, Title: title, Settings: set, CreatedAt: now, UpdatedAt: now}
+	if err := s.writer.write(ctx, &Batch{SessionID: sess.ID, Create: sess}); err != nil {
+		return nil, err
+	}
+	return &SessionView{TalkSession: sess, Status: SessionIdle, StreamCursor: EncodeCursor(sess.ID, Cursor{})}, nil
+}
+
+func (s *Service) checkTitle(title string) error {
+	if !utf8.ValidString(title) {
+		return Errorf(EINVALID, "title is not valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(title); n > s.cfg.MaxTitleLength {
+		return Errorf(EINVALID, "title is too long: %d characters, at most %d", n, s.cfg.MaxTitleLength)
+	}
+	return nil
+}
+
+// SettingsInput changes settings; nil fields stay as they are. An empty Model or
+// SystemPrompt clears it.
+type SettingsInput struct {
+	Agent        *string
+	Model        *string
+	SystemPrompt *string
+	Temperature  *float64
+	BusyPolicy   *BusyPolicy
+}
+
+func (s *Service) applySettings(set *Settings, in SettingsInput) error {
+	if in.Agent != nil {
+		if _, ok := s.agents.Get(*in.Agent); !ok {
+			return Errorf(EINVALID, "unknown agent %q", truncate(*in.Agent, 40))
+		}
+		set.Agent = *in.Agent
+	}
+	if in.Model != nil {
+		if len(*in.Model) > 200 || !utf8.ValidString(*in.Model) {
+			return Errorf(EINVALID, "model name is too long or not valid UTF-8")
+		}
+		set.Model = emptyNil(*in.Model)
+	}
+	if in.SystemPrompt != nil {
+		if len(*in.SystemPrompt) > s.cfg.MaxMessageBytes || !utf8.ValidString(*in.SystemPrompt) {
+			return Errorf(EINVALID, "system prompt is too long (at most %d bytes) or not valid UTF-8", s.cfg.MaxMessageBytes)
+		}
+		set.SystemPrompt = emptyNil(*in.SystemPrompt)
+	}
+	if in.Temperature != nil {
+		t := *in.Temperature
+		if t < 0 || t > 2 || t != t {
+			return Errorf(EINVALID, "temperature must be between 0 and 2")
+		}
+		set.Temperature = &t
+	}
+	if in.BusyPolicy != nil {
+		if !in.BusyPolicy.Valid() {
+			return Errorf(EINVALID, "unknown busy policy")
+		}
+		set.BusyPolicy = *in.BusyPolicy
+	}
+	return nil
+}
+
+func emptyNil(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n]) + "…"
+}
+
+// Sessions returns a page of the caller's sessions, most recent activity first, after the
+// session-list cursor after (when not empty). first is clamped to the page size limit.
+// EINVALID for a bad cursor or a negative first.
+func (s *Service) Sessions(ctx context.Context, first *int, after string) (page []*SessionView, hasNext bool, err error) {
+	u, err := user(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	n, err := s.pageSize(first)
+	if err != nil {
+		return nil, false, err
+	}
+	var pos *SessionPosition
+	if after != "" {
+		if pos, err = DecodeSessionCursor(after); err != nil {
+			return nil, false, err
+		}
+	}
+	list, err := s.store.Sessions(ctx, u, pos, n+1)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(list) > n {
+		list, hasNext = list[:n], true
+	}
+	for _, sess := range list {
+		page = append(page, s.viewOf(sess))
+	}
+	return page, hasNext, nil
+}
+
+func (s *Service) pageSize(n *int) (int, error) {
+	if n == nil {
+		return s.cfg.DefaultPageSize, nil
+	}
+	if *n < 0 {
+		return 0, Errorf(EINVALID, "page size must not be negative")
+	}
+	return min(*n, s.cfg.MaxPageSize), nil
+}
+
+// RenameTalkSession sets a session's title. ENOTFOUND, EINVALID as for create.
+func (s *Service) RenameTalkSession(ctx context.Context, id, title string) (*SessionView, error) {
+	title = strings.TrimSpace(title)
+	if err := s.checkTitle(title); err != nil {
+		return nil, err
+	}
+	return s.updateSession(ctx, id, func(sess *TalkSession) error { sess.Title = title; return nil })
+}
+
+// UpdateSettings changes a session's settings; they apply to runs that start afterwards.
+func (s *Service) UpdateSettings(ctx context.Context, id string, in SettingsInput) (*SessionView, error) {
+	return s.updateSession(ctx, id, func(sess *TalkSession) error { return s.applySettings(&sess.Settings, in) })
+}
+
+func (s *Service) updateSession(ctx context.Context, id string, change func(*TalkSession) error) (*SessionView, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	sess, st, unlock, err := s.lockSession(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	updated := *sess
+	if err := change(&updated); err != nil {
+		return nil, err
+	}
+	updated.UpdatedAt = s.now()
+	t := s.begin(st)
+	snap := updated
+	s.add(t, &Event{Type: EventSessionUpdated, Session: &snap})
+	if err := s.commitLocked(ctx, t); err != nil {
+		return nil, err
+	}
+	return s.viewLocked(&updated, st), nil
+}
+
+// DeleteTalkSession deletes a session and its history, stopping its run; subscriptions to
+// it end. ENOTFOUND when missing or another user's.
+func (s *Service) DeleteTalkSession(ctx context.Context, id string) error {
+	_, st, unlock, err := s.lockSession(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	st.writing = true
+	err = s.writer.write(ctx, &Batch{SessionID: id, Delete: true})
+	st.writing = false
+	st.idle.Broadcast()
+	if err != nil {
+		return err
+	}
+	if ar := st.active; ar != nil {
+		ar.sealed = true
+		ar.cancel()
+		st.active = nil
+		if ar.parked {
+			ar.parked = false
+			s.releaseState(st)
+		}
+	}
+	st.queue = nil
+	st.deleted = true
+	st.wakeLocked()
+	return nil
+}

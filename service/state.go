@@ -1,0 +1,183 @@
+package service
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// sessionState is the service's in-memory side of one session: the lock that serialises
+// its writes, the durable end of its log with the latest events (which live subscribers
+// read), its subscribers, and its runs. It exists while the session has subscribers, runs
+// or operations in flight, and is dropped when it has none.
+type sessionState struct {
+	id     string
+	userID string
+
+	mu   sync.Mutex
+	idle *sync.Cond // signalled when a write of the session ends (writing turns false)
+	refs int        // subscribers + runs + operations in flight; guarded by Service.statesMu
+
+	deleted bool
+	// lastSeq is the Seq of the last durable event, and lastOff the Off of the cursor after
+	// it. synced is false until lastSeq was read from the store under the lock.
+	lastSeq int64
+	lastOff int
+	synced  bool
+	// tail holds the latest durable events in Seq order, with no gap; tail[0].Seq ==
+	// tailStart.
+	tail      []*Event
+	tailStart int64
+	subs      map[*Subscription]struct{}
+
+	// writing is set while a write of the session is in flight (a command's, or the
+	// writer's flush of streamed text); commands wait for it to end before they number
+	// their events.
+	writing bool
+	// dirty is set while the writer has the session on its list of text to flush.
+	dirty bool
+	// lastFlush is when streamed text was last taken for writing; flushTimer, when set,
+	// puts the session on the writer's list once FlushInterval has passed since then.
+	lastFlush  time.Time
+	flushTimer *time.Timer
+	// failingSince is when writes of streamed text began to fail (zero while they work).
+	failingSince time.Time
+
+	active *activeRun // the run that owns the session (running, waiting or starting)
+	queue  []*Run     // QUEUED runs behind it (busy policy ENQUEUE), oldest first
+}
+
+// acquireState returns the state of a session, creating it on first use, and holds a
+// reference until releaseState.
+func (s *Service) acquireState(sess *TalkSession) *sessionState {
+	s.statesMu.Lock()
+	defer s.statesMu.Unlock()
+	st := s.states[sess.ID]
+	if st == nil {
+		st = &sessionState{id: sess.ID, userID: sess.UserID, lastSeq: sess.LastSeq, tailStart: sess.LastSeq + 1}
+		st.idle = sync.NewCond(&st.mu)
+		s.states[sess.ID] = st
+	}
+	st.refs++
+	return st
+}
+
+// holdState takes one more reference on a state the caller already holds.
+func (s *Service) holdState(st *sessionState) {
+	s.statesMu.Lock()
+	st.refs++
+	s.statesMu.Unlock()
+}
+
+func (s *Service) releaseState(st *sessionState) {
+	s.statesMu.Lock()
+	defer s.statesMu.Unlock()
+	st.refs--
+	if st.refs == 0 && s.states[st.id] == st {
+		delete(s.states, st.id)
+	}
+}
+
+// session returns the caller's session; ENOTFOUND when missing or another user's, EINVALID
+// for a malformed ID.
+func (s *Service) session(ctx context.Context, id string) (*TalkSession, error) {
+	u, err := user(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID("session ID", id); err != nil {
+		return nil, err
+	}
+	sess, err := s.store.Session(ctx, id)
+	if ErrorCode(err) == ENOTFOUND || (err == nil && sess.UserID != u) {
+		return nil, Errorf(ENOTFOUND, "session not found")
+	}
+	return sess, err
+}
+
+// lockSession loads the caller's session and locks its state, current with the stored
+// log and with no write in flight; the returned func unlocks and releases it.
+func (s *Service) lockSession(ctx context.Context, id string) (*TalkSession, *sessionState, func(), error) {
+	sess, err := s.session(ctx, id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	st := s.acquireState(sess)
+	st.mu.Lock()
+	unlock := func() { st.mu.Unlock(); s.releaseState(st) }
+	if err := s.readyLocked(ctx, st); err != nil {
+		unlock()
+		return nil, nil, nil, err
+	}
+	return sess, st, unlock, nil
+}
+
+// readyLocked waits until no write of st is in flight and brings st up to date with the
+// stored log. ENOTFOUND once the session is deleted.
+func (s *Service) readyLocked(ctx context.Context, st *sessionState) error {
+	s.waitWriteLocked(st)
+	if st.deleted {
+		return Errorf(ENOTFOUND, "session not found")
+	}
+	if st.synced {
+		return nil
+	}
+	// A state is created from a session read before it; an older state of the session may
+	// have written more in between. The log continues from what is stored.
+	sess, err := s.store.Session(ctx, st.id)
+	if ErrorCode(err) == ENOTFOUND {
+		return Errorf(ENOTFOUND, "session not found")
+	} else if err != nil {
+		return err
+	}
+	if sess.LastSeq != st.lastSeq {
+		last, err := s.store.Events(ctx, st.id, sess.LastSeq-1, 1)
+		if err != nil {
+			return err
+		}
+		st.lastSeq, st.lastOff = sess.LastSeq, 0
+		if len(last) == 1 {
+			st.lastOff = CursorOf(last[0]).Off
+		}
+		st.tail, st.tailStart = nil, sess.LastSeq+1
+	}
+	st.synced = true
+	return nil
+}
+
+// waitWriteLocked waits until no write of st is in flight.
+func (s *Service) waitWriteLocked(st *sessionState) {
+	for st.writing {
+		st.idle.Wait()
+	}
+}
+
+// appendLocked makes durable events visible: the end of the log moves past them, the
+// tail keeps them, and subscribers are woken.
+func (s *Service) appendLocked(st *sessionState, evs []*Event) {
+	if len(evs) == 0 {
+		return
+	}
+	st.lastSeq = evs[len(evs)-1].Seq
+	st.lastOff = CursorOf(evs[len(evs)-1]).Off
+	st.tail = append(st.tail, evs...)
+	if len(st.tail) >= 2*s.cfg.TailEvents {
+		// Keep the newest TailEvents; readers that fall behind read from the store. Trimming
+		// only at twice the size keeps appends amortised O(1).
+		st.tail = append(make([]*Event, 0, 2*s.cfg.TailEvents), st.tail[len(st.tail)-s.cfg.TailEvents:]...)
+	}
+	st.tailStart = st.tail[0].Seq
+	for _, ev := range evs {
+		if ev.Type.Chunky() {
+			s.stats.chunks.Add(1)
+		}
+	}
+	st.wakeLocked()
+}
+
+// wakeLocked tells every subscriber of st that there may be something to read.
+func (st *sessionState) wakeLocked() {
+	for sub := range st.subs {
+		sub.notify()
+	}
+}

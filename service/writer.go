@@ -1,0 +1,230 @@
+package service
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// writer is the one goroutine that writes to the store. Each round it takes every
+// command waiting to be written and every session with streamed text to flush, and hands
+// them to Store.Append at once: one transaction for all. While a round is being written,
+// the next one gathers, so a busy server makes fewer, larger commits and a quiet one writes
+// at once.
+//
+// Streamed text is never shown before it is durable: the writer takes a run's pending
+// text, writes it, and only then appends its chunk events to the log subscribers read.
+// When the write fails the text goes back to wait for the next round (after a pause that
+// grows while the storage keeps failing), so nothing is lost and nothing is shown out of
+// order.
+type writer struct {
+	s *Service
+
+	mu      sync.Mutex
+	reqs    []*writeReq
+	dirty   []*sessionState
+	wake    chan struct{} // buffered(1): there is work
+	quit    chan struct{}
+	done    chan struct{}
+	stopped bool
+
+	rounds, batches, failed atomic.Int64
+	busy                    atomic.Int64 // nanoseconds spent in Append
+}
+
+// writeReq is a command's batch waiting for its round.
+type writeReq struct {
+	b   *Batch
+	err chan error // buffered(1)
+}
+
+// WriterStats counts the writer's work.
+type WriterStats struct {
+	Rounds  int64         // transactions
+	Batches int64         // session batches written in them
+	Failed  int64         // batches that failed
+	Busy    time.Duration // time spent writing
+}
+
+func newWriter(s *Service) *writer {
+	w := &writer{s: s, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+func (w *writer) stats() WriterStats {
+	return WriterStats{Rounds: w.rounds.Load(), Batches: w.batches.Load(), Failed: w.failed.Load(), Busy: time.Duration(w.busy.Load())}
+}
+
+func (w *writer) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// write writes b in the next round and returns its outcome. The caller holds b's session
+// lock with writing set, so no round takes that session's streamed text meanwhile.
+func (w *writer) write(ctx context.Context, b *Batch) error {
+	req := &writeReq{b: b, err: make(chan error, 1)}
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return Errorf(EUNAVAILABLE, "the server is shutting down")
+	}
+	w.reqs = append(w.reqs, req)
+	w.mu.Unlock()
+	w.signal()
+	return <-req.err // the round finishes whatever the caller's context does
+}
+
+// flushSoon puts st on the list of sessions whose streamed text the next round writes, at
+// once or, with a FlushInterval, once it has passed since the last flush. st.mu must be
+// held.
+func (w *writer) flushSoon(st *sessionState) {
+	if st.dirty || st.flushTimer != nil {
+		return
+	}
+	if wait := w.s.cfg.FlushInterval - time.Since(st.lastFlush); wait > 0 && !st.lastFlush.IsZero() {
+		st.flushTimer = time.AfterFunc(wait, func() {
+			st.mu.Lock()
+			st.flushTimer = nil
+			w.markLocked(st)
+			st.mu.Unlock()
+		})
+		return
+	}
+	w.markLocked(st)
+}
+
+// retryLater puts st back on the list after a pause, once a write of its text failed.
+func (w *writer) retryLater(st *sessionState, pause time.Duration) {
+	if st.flushTimer != nil {
+		return
+	}
+	st.flushTimer = time.AfterFunc(pause, func() {
+		st.mu.Lock()
+		st.flushTimer = nil
+		w.markLocked(st)
+		st.mu.Unlock()
+	})
+}
+
+func (w *writer) markLocked(st *sessionState) {
+	if st.dirty {
+		return
+	}
+	st.dirty = true
+	w.mu.Lock()
+	w.dirty = append(w.dirty, st)
+	w.mu.Unlock()
+	w.signal()
+}
+
+// stop writes what is waiting and ends the writer; later writes fail with EUNAVAILABLE.
+func (w *writer) stop() {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		<-w.done
+		return
+	}
+	w.stopped = true
+	w.mu.Unlock()
+	close(w.quit)
+	<-w.done
+}
+
+// flush is one session's streamed text taken for a round.
+type flush struct {
+	t *txn
+}
+
+func (w *writer) run() {
+	defer close(w.done)
+	for {
+		select {
+		case <-w.wake:
+		case <-w.quit:
+			w.round() // what was queued before stop
+			return
+		}
+		if progress := w.round(); !progress {
+			// Every session on the list was busy with a command: give them a moment.
+			t := time.NewTimer(time.Millisecond)
+			select {
+			case <-t.C:
+			case <-w.quit:
+				t.Stop()
+			}
+		}
+	}
+}
+
+// round writes one round; progress is false when there was work but none could be taken.
+func (w *writer) round() (progress bool) {
+	w.mu.Lock()
+	reqs, dirty := w.reqs, w.dirty
+	w.reqs, w.dirty = nil, nil
+	w.mu.Unlock()
+	if len(reqs) == 0 && len(dirty) == 0 {
+		return true
+	}
+
+	var flushes []flush
+	var again []*sessionState
+	for _, st := range dirty {
+		if !st.mu.TryLock() { // a command holds it; its own write takes the text
+			again = append(again, st)
+			continue
+		}
+		st.dirty = false
+		if st.writing {
+			w.markLocked(st)
+			st.mu.Unlock()
+			continue
+		}
+		if t := w.s.takeTextLocked(st); t != nil {
+			st.writing = true
+			flushes = append(flushes, flush{t: t})
+		}
+		st.mu.Unlock()
+	}
+	if len(again) > 0 {
+		w.mu.Lock()
+		w.dirty = append(w.dirty, again...)
+		w.mu.Unlock()
+		w.signal()
+	}
+	if len(reqs) == 0 && len(flushes) == 0 {
+		return false
+	}
+
+	batches := make([]*Batch, 0, len(reqs)+len(flushes))
+	for _, r := range reqs {
+		batches = append(batches, r.b)
+	}
+	for _, f := range flushes {
+		batches = append(batches, &f.t.b)
+	}
+	start := time.Now()
+	errs := w.s.store.Append(context.Background(), batches)
+	w.busy.Add(int64(time.Since(start)))
+	w.rounds.Add(1)
+	w.batches.Add(int64(len(batches)))
+	for i, r := range reqs {
+		if errs[i] != nil {
+			w.failed.Add(1)
+		}
+		r.err <- errs[i]
+	}
+	for i, f := range flushes {
+		err := errs[len(reqs)+i]
+		if err != nil {
+			w.failed.Add(1)
+		}
+		w.s.flushed(f.t, err)
+	}
+	return true
+}
