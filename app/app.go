@@ -142,9 +142,8 @@ func (a *App) ListenAndServe(ctx context.Context) error {
 // in-flight requests finish, and the store is closed.
 func (a *App) Close(ctx context.Context) {
 	a.Service.Close()
-	a.Handler.Drain(ctx)
-	a.cancelFn() // ends every request context, hijacked websockets included
-	a.Handler.CloseWebsockets()
+	a.Handler.Drain(ctx) // websockets deliver their last events, then close with 1001
+	a.cancelFn()         // ends every request context: server-sent events end without complete
 	if err := a.http.Shutdown(ctx); err != nil {
 		a.Log.Warn("http shutdown", "err", err)
 		_ = a.http.Close()

@@ -155,22 +155,12 @@ func (r *subscriptionResolver) MessageStream(ctx context.Context, sessionID stri
 	if after != nil {
 		cursor = *after
 	}
-	if err := takeSlot(ctx); err != nil {
-		return nil, err
-	}
 	sink, _ := ctx.Value(sinkKey{}).(*StreamSink)
 	if sink == nil {
-		ch, err := r.streamChannel(ctx, sessionID, cursor)
-		if err != nil {
-			releaseSlot(ctx)
-			return nil, err
-		}
-		go func() { <-ctx.Done(); releaseSlot(ctx) }()
-		return ch, nil
+		return r.streamChannel(ctx, sessionID, cursor)
 	}
 	sub, err := r.Service.Subscribe(ctx, sessionID, cursor, sink.Notify)
 	if err != nil {
-		releaseSlot(ctx)
 		return nil, err
 	}
 	st := &Stream{r: r.Resolver, sub: sub, ch: make(chan model.SessionEvent, 1)}

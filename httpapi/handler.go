@@ -28,6 +28,7 @@ import (
 
 	"github.com/talkgraph/talkgraph/graph"
 	"github.com/talkgraph/talkgraph/graph/generated"
+	"github.com/talkgraph/talkgraph/httpapi/graphqlws"
 	"github.com/talkgraph/talkgraph/jwtauth"
 	"github.com/talkgraph/talkgraph/service"
 )
@@ -49,7 +50,6 @@ type HandlerConfig struct {
 	SubsPerConnection    int           // per websocket; default 100
 	KeepAlive            time.Duration // websocket keep-alive interval; default 15s
 	InitTimeout          time.Duration // time to send connection_init; default 10s
-	WebsocketReadLimit   int64         // bytes of one websocket message; default 1 MiB
 	// Web is the browser app served at /; without it / leads to the playground.
 	Web fs.FS
 	Log *slog.Logger
@@ -80,9 +80,6 @@ func (c *HandlerConfig) fill() {
 	if c.InitTimeout <= 0 {
 		c.InitTimeout = 10 * time.Second
 	}
-	if c.WebsocketReadLimit <= 0 {
-		c.WebsocketReadLimit = 1 << 20
-	}
 	if c.Log == nil {
 		c.Log = slog.Default()
 	}
@@ -92,30 +89,27 @@ func (c *HandlerConfig) fill() {
 // health, readiness, metrics, guest sign-in and the web app.
 type Server struct {
 	http.Handler
-	sockets  *connTracker
-	resolver *graph.Resolver
+	sockets *graphqlws.Transport
 }
 
 // New builds the HTTP handler for svc.
 func New(svc *service.Service, cfg HandlerConfig) *Server {
 	cfg.fill()
 	log := cfg.Log
-	sockets := newConnTracker()
+	sockets := &graphqlws.Transport{
+		Authenticate:     wsAuthenticate(cfg.Auth),
+		CheckOrigin:      originChecker(cfg.AllowedOrigins),
+		KeepAlive:        cfg.KeepAlive,
+		InitTimeout:      cfg.InitTimeout,
+		ReadLimit:        cfg.MaxBodyBytes,
+		MaxSubscriptions: cfg.SubsPerConnection,
+		Log:              log,
+	}
 
 	resolver := &graph.Resolver{Service: svc}
 	gql := handler.New(generated.NewExecutableSchema(generated.Config{Resolvers: resolver}))
-	gql.AddTransport(transport.SSE{})
-	gql.AddTransport(transport.Websocket{
-		Implementation:        newGorillaWebsocket(cfg.AllowedOrigins, 10*time.Second),
-		InitFunc:              wsInit(cfg.Auth, cfg.SubsPerConnection, sockets),
-		InitTimeout:           cfg.InitTimeout,
-		KeepAlivePingInterval: cfg.KeepAlive,
-		PingPongInterval:      cfg.KeepAlive,
-		PayloadReadLimit:      &cfg.WebsocketReadLimit,
-		ErrorFunc: func(ctx context.Context, err error) {
-			log.Debug("websocket", "err", err)
-		},
-	})
+	gql.AddTransport(sockets)
+	gql.AddTransport(sse{keepAlive: cfg.KeepAlive})
 	gql.AddTransport(transport.Options{})
 	gql.AddTransport(transport.GET{})
 	gql.AddTransport(transport.POST{})
@@ -135,7 +129,7 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	mux := http.NewServeMux()
-	mux.Handle("/query", authenticate(cfg.Auth, withWSHolder(limitBody(cfg.MaxBodyBytes, gql))))
+	mux.Handle("/query", authenticate(cfg.Auth, limitBody(cfg.MaxBodyBytes, gql)))
 	mux.Handle("/playground", playground.Handler("talkgraph", "/query"))
 	mux.Handle("/auth/guest", guestHandler(cfg.Auth, cfg.GuestSignIn))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -163,33 +157,14 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 			http.Redirect(w, r, "/playground", http.StatusFound)
 		})
 	}
-	return &Server{Handler: logRequests(log, mux), sockets: sockets, resolver: resolver}
+	return &Server{Handler: logRequests(log, mux), sockets: sockets}
 }
 
-// Drain waits, until ctx ends, for subscriptions to hand over their last events once the
-// service has ended them (see service.Close), then a moment for the transports to write
-// them and their completions.
-func (s *Server) Drain(ctx context.Context) {
-	t := time.NewTimer(100 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
-
-// CloseWebsockets closes every open websocket with 1001; call it when shutting down,
-// since the HTTP server does not close hijacked connections.
-func (s *Server) CloseWebsockets() { s.sockets.closeAll() }
-
-func withWSHolder(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") != "" {
-			r = r.WithContext(context.WithValue(r.Context(), wsHolderKey{}, &wsHolder{}))
-		}
-		next.ServeHTTP(w, r)
-	})
-}
+// Drain closes every websocket with 1001 once the subscriptions on it have delivered what
+// the service recorded before it stopped (see service.Close), or when ctx ends. Call it
+// when shutting down, after the service is closed: the HTTP server does not track
+// hijacked connections.
+func (s *Server) Drain(ctx context.Context) { s.sockets.Shutdown(ctx) }
 
 // spa serves the web app's files, and its index.html for any other path without an
 // extension, so client-side routes survive a reload.

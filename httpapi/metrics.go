@@ -7,13 +7,14 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/talkgraph/talkgraph/httpapi/graphqlws"
 	"github.com/talkgraph/talkgraph/service"
 )
 
 // metrics exposes the service's counters and the operations' latency to Prometheus.
 type metrics struct {
 	svc     *service.Service
-	ws      *connTracker
+	ws      *graphqlws.Transport
 	latency *prometheus.HistogramVec
 
 	runs    *prometheus.Desc
@@ -24,7 +25,7 @@ type metrics struct {
 	sockets *prometheus.Desc
 }
 
-func newMetrics(svc *service.Service, ws *connTracker) *metrics {
+func newMetrics(svc *service.Service, ws *graphqlws.Transport) *metrics {
 	return &metrics{
 		svc: svc, ws: ws,
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -57,7 +58,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.chunks, prometheus.CounterValue, float64(st.ChunksStreamed))
 	ch <- prometheus.MustNewConstMetric(m.busy, prometheus.GaugeValue, float64(st.RunsBusy))
 	ch <- prometheus.MustNewConstMetric(m.waiting, prometheus.GaugeValue, float64(st.RunsWaiting))
-	ch <- prometheus.MustNewConstMetric(m.sockets, prometheus.GaugeValue, float64(m.ws.count()))
+	ch <- prometheus.MustNewConstMetric(m.sockets, prometheus.GaugeValue, float64(m.ws.Count()))
 }
 
 // aroundOperations records the latency of queries and mutations (subscriptions last as

@@ -1,0 +1,585 @@
+package graphqlws
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/gorilla/websocket"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/talkgraph/talkgraph/graph"
+	"github.com/talkgraph/talkgraph/service"
+)
+
+// protocol names the message types of one subprotocol.
+type protocol struct {
+	name                       string
+	next, start, stop, keepNow string
+	legacy                     bool
+}
+
+var (
+	transportWS = protocol{name: "graphql-transport-ws", next: "next", start: "subscribe", stop: "complete", keepNow: "ping"}
+	legacyWS    = protocol{name: "graphql-ws", next: "data", start: "start", stop: "stop", keepNow: "ka", legacy: true}
+)
+
+// message is a message of either protocol.
+type message struct {
+	Type    string          `json:"type"`
+	ID      string          `json:"id,omitempty"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// conn is one websocket connection.
+type conn struct {
+	t      *Transport
+	ws     *websocket.Conn
+	proto  protocol
+	exec   graphql.GraphExecutor
+	req    *http.Request
+	ctx    context.Context // ends when the connection ends
+	cancel context.CancelFunc
+
+	wmu sync.Mutex // one writer at a time
+
+	mu         sync.Mutex
+	opCtx      context.Context // the context operations run in, once authorised
+	inited     bool
+	closed     bool
+	subs       map[string]*sub
+	ready      []*sub // subscriptions with something to deliver
+	delivering bool   // a goroutine delivers ready
+	timers     []*time.Timer
+	keep       *time.Timer
+}
+
+// sub is one operation of a connection: a subscription while it streams, or a query or
+// mutation while it runs.
+type sub struct {
+	id        string
+	c         *conn
+	ctx       context.Context
+	cancel    context.CancelFunc
+	stream    *graph.Stream
+	responses graphql.ResponseHandler
+	queued    bool // in c.ready
+	retry     *time.Timer
+}
+
+func (c *conn) liveness() time.Duration { return 2*c.t.KeepAlive + 5*time.Second }
+
+func (c *conn) run() {
+	c.mu.Lock()
+	c.timers = append(c.timers, time.AfterFunc(c.t.InitTimeout, func() {
+		c.mu.Lock()
+		inited := c.inited
+		c.mu.Unlock()
+		if !inited {
+			c.closeWith(CloseInitTimeout, "connection initialisation timeout")
+		}
+	}))
+	c.keep = time.AfterFunc(c.t.KeepAlive, c.keepAlive)
+	c.mu.Unlock()
+	c.ws.SetPongHandler(func(string) error {
+		return c.ws.SetReadDeadline(time.Now().Add(c.liveness()))
+	})
+	for {
+		_ = c.ws.SetReadDeadline(time.Now().Add(c.liveness()))
+		_, data, err := c.ws.ReadMessage()
+		if err != nil {
+			c.readFailed(err)
+			return
+		}
+		if !c.handle(data) {
+			return
+		}
+	}
+}
+
+// readFailed ends the connection after a failed read.
+func (c *conn) readFailed(err error) {
+	var ne net.Error
+	switch {
+	case errors.Is(err, websocket.ErrReadLimit):
+		c.closeWith(CloseTooBig, fmt.Sprintf("message too big: at most %d bytes", c.t.ReadLimit))
+	case errors.As(err, &ne) && ne.Timeout():
+		c.closeWith(CloseGoingAway, "no answer to keep-alives")
+	case websocket.IsUnexpectedCloseError(err) || errors.As(err, new(*websocket.CloseError)):
+		c.closeWith(0, "") // the client closed; gorilla answered its close frame
+	default:
+		c.closeWith(0, "")
+	}
+}
+
+// handle acts on one message from the client; false when the connection is over.
+func (c *conn) handle(data []byte) bool {
+	var m message
+	if err := json.Unmarshal(data, &m); err != nil {
+		c.closeWith(CloseBadRequest, "invalid message: not JSON")
+		return false
+	}
+	c.mu.Lock()
+	inited := c.inited
+	c.mu.Unlock()
+	switch m.Type {
+	case "connection_init":
+		if inited {
+			c.closeWith(CloseTooManyInits, "too many initialisation requests")
+			return false
+		}
+		return c.init(m.Payload)
+	case "ping":
+		c.writeFrame(&message{Type: "pong"})
+	case "pong":
+	case c.proto.start:
+		if !inited {
+			c.closeWith(CloseUnauthorized, "Unauthorized")
+			return false
+		}
+		if m.ID == "" {
+			c.closeWith(CloseBadRequest, "a subscribe message needs an id")
+			return false
+		}
+		return c.subscribe(m.ID, m.Payload)
+	case c.proto.stop:
+		c.stop(m.ID)
+	case "connection_terminate":
+		if c.proto.legacy {
+			c.closeWith(closeNormal, "")
+			return false
+		}
+		fallthrough
+	default:
+		c.closeWith(CloseBadRequest, fmt.Sprintf("unknown message type %q", truncate(m.Type, 40)))
+		return false
+	}
+	return true
+}
+
+// init authorises the connection with connection_init's payload.
+func (c *conn) init(raw json.RawMessage) bool {
+	payload := map[string]any{}
+	if len(raw) > 0 && !bytes.Equal(raw, []byte("null")) {
+		if err := json.Unmarshal(raw, &payload); err != nil {
+			c.closeWith(CloseBadRequest, "the connection_init payload must be an object")
+			return false
+		}
+	}
+	ctx, expires, err := c.t.Authenticate(c.ctx, c.req, payload)
+	if err != nil {
+		msg := "Unauthorized: " + service.ErrorMessage(err)
+		if c.proto.legacy {
+			c.writeFrame(&message{Type: "connection_error", Payload: mustJSON(map[string]string{"message": msg})})
+		}
+		c.closeWith(CloseUnauthorized, msg)
+		return false
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return false
+	}
+	c.inited, c.opCtx = true, ctx
+	if !expires.IsZero() {
+		c.timers = append(c.timers, time.AfterFunc(time.Until(expires), func() {
+			c.closeWith(CloseUnauthorized, "token expired")
+		}))
+	}
+	c.mu.Unlock()
+	return c.writeFrame(&message{Type: "connection_ack"})
+}
+
+// subscribe starts an operation.
+func (c *conn) subscribe(id string, raw json.RawMessage) bool {
+	start := graphql.Now()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return false
+	}
+	if c.subs[id] != nil {
+		c.mu.Unlock()
+		if c.proto.legacy {
+			c.sendError(id, gqlerror.List{{Message: "subscription " + truncate(id, 40) + " already exists"}})
+			return true
+		}
+		c.closeWith(CloseSubscriberUsed, "Subscriber for "+truncate(id, 40)+" already exists")
+		return false
+	}
+	if len(c.subs) >= c.t.MaxSubscriptions {
+		c.mu.Unlock()
+		c.sendError(id, gqlerror.List{graph.Error(service.Errorf(service.ERATELIMIT, "too many subscriptions on this connection (at most %d)", c.t.MaxSubscriptions))})
+		return true
+	}
+	opCtx := c.opCtx
+	c.mu.Unlock()
+
+	params := &graphql.RawParams{}
+	if err := json.Unmarshal(raw, params); err != nil {
+		c.sendError(id, gqlerror.List{graph.Error(service.Errorf(service.EINVALID, "the subscribe payload is not a GraphQL request"))})
+		return true
+	}
+	params.Headers = c.req.Header
+	params.ReadTime = graphql.TraceTiming{Start: start, End: graphql.Now()}
+	ctx := graphql.StartOperationTrace(opCtx)
+	rc, errs := c.exec.CreateOperationContext(ctx, params)
+	if errs != nil {
+		resp := c.exec.DispatchError(graphql.WithOperationContext(ctx, rc), errs)
+		c.sendError(id, resp.Errors)
+		return true
+	}
+	ctx, cancel := context.WithCancel(graphql.WithOperationContext(ctx, rc))
+	s := &sub{id: id, c: c, cancel: cancel}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		cancel()
+		return false
+	}
+	c.subs[id] = s
+	c.mu.Unlock()
+
+	if rc.Operation.Operation != ast.Subscription {
+		go c.once(s, ctx, rc)
+		return true
+	}
+	sink := &graph.StreamSink{Notify: s.notify}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				c.t.Log.Error("subscription panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				sink.Stream = nil
+			}
+		}()
+		s.responses, s.ctx = c.exec.DispatchOperation(graph.WithStreamSink(ctx, sink), rc)
+	}()
+	if sink.Stream == nil { // refused before it began: the handler holds the errors
+		var errs gqlerror.List
+		if resp := s.responses; resp != nil {
+			if r := resp(s.ctx); r != nil {
+				errs = r.Errors
+			}
+		}
+		if len(errs) == 0 {
+			errs = gqlerror.List{graph.Error(service.Errorf(service.EINTERNAL, "internal error"))}
+		}
+		c.drop(s)
+		c.sendError(id, errs)
+		return true
+	}
+	c.mu.Lock()
+	s.stream = sink.Stream
+	stale := c.closed || c.subs[id] != s
+	c.mu.Unlock()
+	if stale { // stopped or closed while it started
+		sink.Stream.Close()
+		return !c.closed
+	}
+	s.notify() // deliver what the cursor left behind, if anything
+	return true
+}
+
+// once runs a query or mutation sent over the socket.
+func (c *conn) once(s *sub, ctx context.Context, rc *graphql.OperationContext) {
+	defer c.drop(s)
+	var resp *graphql.Response
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				c.t.Log.Error("operation panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				resp = &graphql.Response{Errors: gqlerror.List{graph.Error(service.Errorf(service.EINTERNAL, "internal error"))}}
+			}
+		}()
+		responses, rctx := c.exec.DispatchOperation(ctx, rc)
+		resp = responses(rctx)
+	}()
+	if resp != nil && c.writeNext(s.id, resp) {
+		c.writeFrame(&message{ID: s.id, Type: "complete"})
+	}
+}
+
+// stop ends an operation the client stopped.
+func (c *conn) stop(id string) {
+	c.mu.Lock()
+	s := c.subs[id]
+	c.mu.Unlock()
+	if s == nil {
+		return
+	}
+	c.drop(s)
+	if c.proto.legacy {
+		c.writeFrame(&message{ID: id, Type: "complete"})
+	}
+}
+
+// drop forgets an operation and ends it.
+func (c *conn) drop(s *sub) {
+	c.mu.Lock()
+	if c.subs[s.id] == s {
+		delete(c.subs, s.id)
+	}
+	st := s.stream
+	if s.retry != nil {
+		s.retry.Stop()
+	}
+	idle := len(c.subs) == 0
+	c.mu.Unlock()
+	s.cancel()
+	if st != nil {
+		st.Close()
+	}
+	if idle {
+		c.shutdownIfIdle()
+	}
+}
+
+// notify schedules s for delivery; the service calls it with locks held, so it only
+// queues.
+func (s *sub) notify() {
+	c := s.c
+	c.mu.Lock()
+	if c.closed || s.queued || c.subs[s.id] != s {
+		c.mu.Unlock()
+		return
+	}
+	s.queued = true
+	c.ready = append(c.ready, s)
+	start := !c.delivering
+	c.delivering = true
+	c.mu.Unlock()
+	if start {
+		go c.deliver()
+	}
+}
+
+// deliver writes what ready subscriptions have, taking them in turn, and ends when there
+// is nothing left.
+func (c *conn) deliver() {
+	for {
+		c.mu.Lock()
+		if c.closed || len(c.ready) == 0 {
+			c.delivering = false
+			c.ready = nil
+			c.mu.Unlock()
+			return
+		}
+		s := c.ready[0]
+		c.ready[0] = nil
+		c.ready = c.ready[1:]
+		s.queued = false
+		live := c.subs[s.id] == s && s.stream != nil // a stream still starting is notified once it has
+		c.mu.Unlock()
+		if live {
+			c.pump(s)
+		}
+	}
+}
+
+// perTurn is how many events one subscription sends before the others of its connection
+// get their turn.
+const perTurn = 64
+
+// pump sends up to perTurn events of s.
+func (c *conn) pump(s *sub) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.t.Log.Error("subscription panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			c.drop(s)
+			c.sendError(s.id, gqlerror.List{graph.Error(service.Errorf(service.EINTERNAL, "internal error"))})
+		}
+	}()
+	for range perTurn {
+		ok, err := s.stream.Next(s.ctx)
+		switch {
+		case errors.Is(err, service.ErrSessionDeleted):
+			c.drop(s)
+			c.writeFrame(&message{ID: s.id, Type: "complete"})
+			return
+		case errors.Is(err, service.ErrShutdown):
+			c.drop(s) // closes the connection with 1001 once it has no subscription left
+			return
+		case err != nil:
+			if s.ctx.Err() != nil || service.ErrorCode(err) == service.ECONFLICT {
+				return // stopped meanwhile
+			}
+			// The log cannot be read now: try again in a moment.
+			c.t.Log.Warn("subscription read", "err", err)
+			c.mu.Lock()
+			if c.subs[s.id] == s {
+				s.retry = time.AfterFunc(200*time.Millisecond, s.notify)
+			}
+			c.mu.Unlock()
+			return
+		case !ok:
+			return // caught up: notify brings it back
+		}
+		resp := s.responses(s.ctx)
+		if resp == nil {
+			return
+		}
+		if !c.writeNext(s.id, resp) {
+			return
+		}
+	}
+	s.notify() // more may be waiting: back of the line
+}
+
+// writeNext sends one result of an operation.
+func (c *conn) writeNext(id string, resp *graphql.Response) bool {
+	buf := bufPool.Get().(*bytes.Buffer)
+	defer bufPool.Put(buf)
+	buf.Reset()
+	buf.WriteString(`{"id":`)
+	writeString(buf, id)
+	buf.WriteString(`,"type":"` + c.proto.next + `","payload":{"data":`)
+	if len(resp.Data) == 0 {
+		buf.WriteString("null")
+	} else {
+		buf.Write(resp.Data)
+	}
+	if len(resp.Errors) > 0 {
+		buf.WriteString(`,"errors":`)
+		buf.Write(mustJSON(resp.Errors))
+	}
+	if len(resp.Extensions) > 0 {
+		buf.WriteString(`,"extensions":`)
+		buf.Write(mustJSON(resp.Extensions))
+	}
+	buf.WriteString("}}")
+	return c.write(buf.Bytes())
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// sendError ends an operation with errors.
+func (c *conn) sendError(id string, errs gqlerror.List) {
+	c.writeFrame(&message{ID: id, Type: "error", Payload: mustJSON(errs)})
+}
+
+func (c *conn) writeFrame(m *message) bool { return c.write(mustJSON(m)) }
+
+// write sends one message. A write that fails or takes longer than WriteTimeout (the
+// client stopped reading) ends the connection with 1001, so that the client reconnects and
+// resumes.
+func (c *conn) write(data []byte) bool {
+	c.wmu.Lock()
+	_ = c.ws.SetWriteDeadline(time.Now().Add(c.t.WriteTimeout))
+	err := c.ws.WriteMessage(websocket.TextMessage, data)
+	c.wmu.Unlock()
+	if err != nil {
+		c.closeWith(CloseGoingAway, "the connection is not keeping up")
+		return false
+	}
+	return true
+}
+
+// keepAlive sends a websocket ping and the protocol's keep-alive, and comes back after
+// KeepAlive.
+func (c *conn) keepAlive() {
+	c.mu.Lock()
+	closed, inited := c.closed, c.inited
+	c.mu.Unlock()
+	if closed {
+		return
+	}
+	if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.t.WriteTimeout)); err != nil {
+		c.closeWith(CloseGoingAway, "the connection is not keeping up")
+		return
+	}
+	if inited && !c.writeFrame(&message{Type: c.proto.keepNow}) {
+		return
+	}
+	c.mu.Lock()
+	if !c.closed {
+		c.keep.Reset(c.t.KeepAlive)
+	}
+	c.mu.Unlock()
+}
+
+// shutdownIfIdle closes the connection with 1001 when the server is shutting down and it
+// has no operation left.
+func (c *conn) shutdownIfIdle() {
+	c.t.mu.Lock()
+	shutting := c.t.shutting
+	c.t.mu.Unlock()
+	if !shutting {
+		return
+	}
+	c.mu.Lock()
+	idle := len(c.subs) == 0
+	c.mu.Unlock()
+	if idle {
+		c.closeWith(CloseGoingAway, "server shutting down")
+	}
+}
+
+// closeWith closes the connection, with a close frame of code (none for 0), and ends its
+// operations.
+func (c *conn) closeWith(code int, reason string) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	subs := c.subs
+	c.subs, c.ready = map[string]*sub{}, nil
+	for _, t := range c.timers {
+		t.Stop()
+	}
+	if c.keep != nil {
+		c.keep.Stop()
+	}
+	c.mu.Unlock()
+	if code != 0 {
+		_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, truncate(reason, 120)), time.Now().Add(time.Second))
+	}
+	_ = c.ws.Close()
+	for _, s := range subs {
+		if s.retry != nil {
+			s.retry.Stop()
+		}
+		s.cancel()
+		if s.stream != nil {
+			s.stream.Close()
+		}
+	}
+	c.cancel()
+	c.t.remove(c)
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only values this package builds are encoded
+	}
+	return b
+}
+
+// writeString writes s as a JSON string.
+func writeString(buf *bytes.Buffer, s string) {
+	b, _ := json.Marshal(s)
+	buf.Write(b)
+}
+
+// truncate cuts s to at most n bytes, at a character boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,210 @@
+// Package graphqlws serves GraphQL over websockets with both subprotocols clients speak:
+// graphql-transport-ws (the graphql-ws library, Apollo's GraphQLWsLink) and the legacy
+// graphql-ws (subscriptions-transport-ws). It is a gqlgen transport on gorilla/websocket,
+// written for many long, mostly idle subscriptions:
+//
+//   - An open connection costs one goroutine, the one reading it; a subscription costs no
+//     goroutine at all. When a subscription's session has new events, its stream notifies
+//     the connection, and a short-lived goroutine renders and writes what is new, then
+//     ends (see graph.Stream).
+//   - Keep-alives run on timers: a websocket ping frame and the protocol's own keep-alive
+//     ("ping" or "ka") every KeepAlive. A connection from which nothing at all was read for
+//     twice that long (pongs included) is dead, and is closed.
+//   - Buffers are small and shared: reads go through a small buffer, writes borrow one
+//     from a pool for the length of a message.
+//
+// Endings follow what clients expect. A subscription is completed only when it really ends
+// (the client stops it, or its session is deleted). A server that shuts down closes the
+// socket with 1001, a connection that stopped answering or reading is closed with 1001 too,
+// so that clients reconnect and resume with their cursor; protocol errors close with the
+// graphql-transport-ws codes: 4400 (a bad message), 4401 (not authorised), 4408 (no
+// connection_init in time), 4409 (a subscription ID in use), 4429 (a second
+// connection_init), 1009 (a message over ReadLimit).
+package graphqlws
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/gorilla/websocket"
+)
+
+// Close codes.
+const (
+	CloseGoingAway      = websocket.CloseGoingAway     // 1001: shutdown, dead or stuck connection
+	CloseTooBig         = websocket.CloseMessageTooBig // 1009
+	CloseBadRequest     = 4400                         // a message the protocol does not allow
+	CloseUnauthorized   = 4401                         // no or bad token, or it expired
+	CloseInitTimeout    = 4408                         // no connection_init in time
+	CloseSubscriberUsed = 4409                         // a subscription ID already in use
+	CloseTooManyInits   = 4429                         // a second connection_init
+	closeNormal         = websocket.CloseNormalClosure // 1000: the client said goodbye
+)
+
+// Transport is the websocket transport. Set its fields before its first use.
+type Transport struct {
+	// Authenticate checks the connection_init payload (and the upgrade request) and
+	// returns the context operations on the connection run in, and when the connection's
+	// authorisation ends (zero: never). An error closes the socket with 4401 and the
+	// error's message.
+	Authenticate func(ctx context.Context, r *http.Request, payload map[string]any) (context.Context, time.Time, error)
+	// CheckOrigin allows or refuses an upgrade by its request's origin.
+	CheckOrigin func(r *http.Request) bool
+	// KeepAlive is the interval of keep-alives; default 15s.
+	KeepAlive time.Duration
+	// InitTimeout is how long a client has to send connection_init; default 10s.
+	InitTimeout time.Duration
+	// WriteTimeout is how long one write may take before the connection is taken for stuck
+	// and closed; default 10s.
+	WriteTimeout time.Duration
+	// ReadLimit is the largest message a client may send; default 1 MiB.
+	ReadLimit int64
+	// MaxSubscriptions is how many subscriptions one connection may hold; default 100.
+	MaxSubscriptions int
+	Log              *slog.Logger
+
+	once     sync.Once
+	upgrader websocket.Upgrader
+
+	mu       sync.Mutex
+	conns    map[*conn]struct{}
+	shutting bool
+	gone     chan struct{} // signalled when a connection ends while shutting down
+}
+
+var _ graphql.Transport = (*Transport)(nil)
+
+func (t *Transport) init() {
+	t.once.Do(func() {
+		if t.KeepAlive <= 0 {
+			t.KeepAlive = 15 * time.Second
+		}
+		if t.InitTimeout <= 0 {
+			t.InitTimeout = 10 * time.Second
+		}
+		if t.WriteTimeout <= 0 {
+			t.WriteTimeout = 10 * time.Second
+		}
+		if t.ReadLimit <= 0 {
+			t.ReadLimit = 1 << 20
+		}
+		if t.MaxSubscriptions <= 0 {
+			t.MaxSubscriptions = 100
+		}
+		if t.Log == nil {
+			t.Log = slog.Default()
+		}
+		t.upgrader = websocket.Upgrader{
+			ReadBufferSize:  1024,
+			WriteBufferSize: 4096,
+			WriteBufferPool: &sync.Pool{},
+			Subprotocols:    []string{transportWS.name, legacyWS.name},
+			CheckOrigin:     t.CheckOrigin,
+			Error: func(w http.ResponseWriter, r *http.Request, status int, reason error) {
+				http.Error(w, http.StatusText(status)+": "+reason.Error(), status)
+			},
+		}
+		t.conns = map[*conn]struct{}{}
+		t.gone = make(chan struct{}, 1)
+	})
+}
+
+// Supports reports whether r asks for a websocket.
+func (t *Transport) Supports(r *http.Request) bool {
+	return r.Method == http.MethodGet && strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}
+
+// Do upgrades the request and serves the connection on a goroutine of its own; the
+// request's handler returns at once.
+func (t *Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
+	t.init()
+	t.mu.Lock()
+	shutting := t.shutting
+	t.mu.Unlock()
+	if shutting {
+		http.Error(w, "the server is shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	ws, err := t.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader answered
+	}
+	proto := legacyWS // clients that name no subprotocol speak the legacy one
+	if ws.Subprotocol() == transportWS.name {
+		proto = transportWS
+	}
+	ws.SetReadLimit(t.ReadLimit)
+	// The connection outlives the request: its context keeps the request's values, not its
+	// cancellation.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	c := &conn{t: t, ws: ws, proto: proto, exec: exec, req: r, ctx: ctx, cancel: cancel, subs: map[string]*sub{}}
+	t.mu.Lock()
+	t.conns[c] = struct{}{}
+	t.mu.Unlock()
+	go c.run()
+}
+
+// Count returns the number of open connections.
+func (t *Transport) Count() int {
+	t.init()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.conns)
+}
+
+// Shutdown refuses new connections and closes the open ones with 1001 once each has
+// delivered what its subscriptions have left (the service ends them, see Stream), or when
+// ctx ends.
+func (t *Transport) Shutdown(ctx context.Context) {
+	t.init()
+	t.mu.Lock()
+	t.shutting = true
+	conns := make([]*conn, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		c.shutdownIfIdle()
+	}
+	for {
+		t.mu.Lock()
+		n := len(t.conns)
+		t.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-t.gone:
+		case <-ctx.Done():
+			t.mu.Lock()
+			conns = conns[:0]
+			for c := range t.conns {
+				conns = append(conns, c)
+			}
+			t.mu.Unlock()
+			for _, c := range conns {
+				c.closeWith(CloseGoingAway, "server shutting down")
+			}
+			return
+		}
+	}
+}
+
+func (t *Transport) remove(c *conn) {
+	t.mu.Lock()
+	delete(t.conns, c)
+	shutting := t.shutting
+	t.mu.Unlock()
+	if shutting {
+		select {
+		case t.gone <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -1,0 +1,130 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/talkgraph/talkgraph/graph"
+	"github.com/talkgraph/talkgraph/jwtauth"
+	"github.com/talkgraph/talkgraph/service"
+)
+
+// sse is the server-sent events transport (POST /query with Accept: text/event-stream),
+// for clients that cannot open a websocket. Each result is an event "next" whose data is
+// the GraphQL response; "complete" follows only when the operation really ended (a query
+// or mutation answered, a subscription's session deleted). When the server shuts down, the
+// client goes away or the token expires (then after a last "next" with an UNAUTHENTICATED
+// error), the stream just ends, so that a client reconnects and resumes with its cursor.
+// A comment line every keepAlive keeps proxies from closing a quiet stream.
+type sse struct {
+	keepAlive time.Duration
+}
+
+var _ graphql.Transport = sse{}
+
+func (sse) Supports(r *http.Request) bool {
+	if r.Method != http.MethodPost || !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		return false
+	}
+	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return err == nil && mediaType == "application/json"
+}
+
+func (t sse) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
+	ctx := r.Context()
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, service.Errorf(service.EINTERNAL, "streaming is not supported here"))
+		return
+	}
+	start := graphql.Now()
+	params := &graphql.RawParams{}
+	dec := json.NewDecoder(r.Body)
+	dec.UseNumber()
+	if err := dec.Decode(params); err != nil {
+		writeError(w, http.StatusBadRequest, service.Errorf(service.EINVALID, "the body is not a GraphQL request: %v", err))
+		return
+	}
+	params.Headers = r.Header
+	params.ReadTime = graphql.TraceTiming{Start: start, End: graphql.Now()}
+	expires := time.Time{}
+	if id, ok := ctx.Value(identityKey{}).(jwtauth.Identity); ok {
+		expires = id.Expires
+	}
+	if !expires.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, expires)
+		defer cancel()
+	}
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	var mu sync.Mutex
+	write := func(b []byte) {
+		mu.Lock()
+		_, _ = w.Write(b)
+		flusher.Flush()
+		mu.Unlock()
+	}
+	write([]byte(":\n\n"))
+	if t.keepAlive > 0 {
+		tick := time.NewTicker(t.keepAlive)
+		defer tick.Stop()
+		go func() {
+			for {
+				select {
+				case <-tick.C:
+					write([]byte(": ping\n\n"))
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+
+	rc, errs := exec.CreateOperationContext(ctx, params)
+	if errs != nil {
+		write(nextEvent(exec.DispatchError(graphql.WithOperationContext(ctx, rc), errs)))
+		write([]byte("event: complete\n\n"))
+		return
+	}
+	responses, rctx := exec.DispatchOperation(graphql.WithOperationContext(ctx, rc), rc)
+	for {
+		resp := responses(rctx)
+		if resp == nil {
+			break
+		}
+		write(nextEvent(resp))
+	}
+	switch {
+	case r.Context().Err() != nil: // the client left or the server shuts down
+	case ctx.Err() != nil: // the token expired
+		write(nextEvent(&graphql.Response{Errors: gqlerror.List{graph.Error(service.Errorf(service.EUNAUTHORIZED, "token expired"))}}))
+	default:
+		write([]byte("event: complete\n\n"))
+	}
+}
+
+// nextEvent renders a response as an event "next".
+func nextEvent(resp *graphql.Response) []byte {
+	var buf bytes.Buffer
+	buf.WriteString("event: next\ndata: ")
+	b, err := json.Marshal(resp)
+	if err != nil {
+		b = []byte(`{"errors":[{"message":"internal error","extensions":{"code":"INTERNAL"}}]}`)
+	}
+	buf.Write(b)
+	buf.WriteString("\n\n")
+	return buf.Bytes()
+}

@@ -1,0 +1,74 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/talkgraph/talkgraph/jwtauth"
+	"github.com/talkgraph/talkgraph/service"
+)
+
+// originChecker allows upgrades with no Origin (not a browser), from the server's own
+// origin, and from the listed origins ("*" allows any).
+func originChecker(allowed []string) func(*http.Request) bool {
+	return func(r *http.Request) bool {
+		origin := r.Header.Get("Origin")
+		if origin == "" {
+			return true
+		}
+		u, err := url.Parse(origin)
+		if err != nil {
+			return false
+		}
+		if strings.EqualFold(u.Host, r.Host) {
+			return true
+		}
+		for _, a := range allowed {
+			if a == "*" || strings.EqualFold(strings.TrimRight(a, "/"), origin) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// wsAuthenticate authorises a websocket with the token of connection_init's payload
+// (Authorization, key matched without regard to case, "Bearer <token>" or the bare token),
+// or else the upgrade request's Authorization header. The socket's authorisation ends at
+// the token's expiry. A token past its expiry is refused here even within the clock skew
+// that Verify tolerates for single requests: a socket would be acknowledged only to be
+// closed at once.
+func wsAuthenticate(auth *jwtauth.Auth) func(ctx context.Context, r *http.Request, payload map[string]any) (context.Context, time.Time, error) {
+	return func(ctx context.Context, r *http.Request, payload map[string]any) (context.Context, time.Time, error) {
+		var value string
+		for k, v := range payload {
+			if strings.EqualFold(k, "authorization") {
+				value, _ = v.(string)
+			}
+		}
+		var id jwtauth.Identity
+		switch {
+		case value != "":
+			tok, ok := jwtauth.Bearer(value)
+			if !ok {
+				tok = strings.TrimSpace(value) // a bare token is accepted too
+			}
+			var err error
+			if id, err = auth.Verify(tok); err != nil {
+				return nil, time.Time{}, err
+			}
+		default:
+			var ok bool
+			if id, ok = ctx.Value(identityKey{}).(jwtauth.Identity); !ok {
+				return nil, time.Time{}, service.Errorf(service.EUNAUTHORIZED, `connection_init needs {"Authorization": "Bearer <token>"}`)
+			}
+		}
+		if !id.Expires.IsZero() && !time.Now().Before(id.Expires) {
+			return nil, time.Time{}, service.Errorf(service.EUNAUTHORIZED, "token expired")
+		}
+		return service.WithUser(ctx, id.UserID), id.Expires, nil
+	}
+}
