@@ -454,8 +454,8 @@ func TestOpenAIAskUserRoundTrip(t *testing.T) {
 		if len(reqs) != 2 {
 			t.Fatalf("provider received %d requests, want 2", len(reqs))
 		}
-		// The call goes by the ID the service gave it (ToolCallStarted), with the model too.
-		id := started.ToolCall.ID
+		// The model gets back the ID it gave the call, not the service's.
+		id := "call_ask1"
 		equalLines(t, "request after the answer", reqs[1].Transcript(), []string{
 			"user: Plan a trip",
 			"assistant: [" + id + " ask_user " + askArgs + "]",
@@ -526,7 +526,7 @@ func TestOpenAIAnswerAfterRestart(t *testing.T) {
 	if len(reqs) != 2 {
 		t.Fatalf("provider received %d requests, want 2", len(reqs))
 	}
-	id := started.ToolCall.ID
+	id := "call_ask1" // the model's own, after a restart too
 	equalLines(t, "request after the restart", reqs[1].Transcript(), []string{
 		"user: Plan a trip",
 		"assistant: [" + id + " ask_user " + askArgs + "]",
@@ -549,9 +549,9 @@ func TestOpenAIAnswerAfterRestart(t *testing.T) {
 	// The ask_user call was answered: the history shows it completed with the answer, not
 	// running forever.
 	calls := toolCallsInHistory(c2, sid)
-	if len(calls) != 1 || calls[0].ID != id || calls[0].Name != "ask_user" || calls[0].Status != "COMPLETED" ||
+	if len(calls) != 1 || calls[0].ID != started.ToolCall.ID || calls[0].Name != "ask_user" || calls[0].Status != "COMPLETED" ||
 		calls[0].Result == nil || *calls[0].Result != "Rome" {
-		t.Errorf("tool calls in the history = %+v, want the ask_user call %s COMPLETED with result Rome", calls, id)
+		t.Errorf("tool calls in the history = %+v, want the ask_user call %s COMPLETED with result Rome", calls, started.ToolCall.ID)
 	}
 }
 

@@ -209,6 +209,7 @@ type ComplexityRoot struct {
 
 	ToolCall struct {
 		Arguments  func(childComplexity int) int
+		CallID     func(childComplexity int) int
 		Error      func(childComplexity int) int
 		FinishedAt func(childComplexity int) int
 		ID         func(childComplexity int) int
@@ -975,6 +976,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ToolCall.Arguments(childComplexity), true
+	case "ToolCall.callId":
+		if e.ComplexityRoot.ToolCall.CallID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolCall.CallID(childComplexity), true
 	case "ToolCall.error":
 		if e.ComplexityRoot.ToolCall.Error == nil {
 			break
@@ -1481,6 +1488,8 @@ type Question {
 
 type ToolCall {
   id: ID!
+  "The agent's own ID for the call (a model's tool_call_id), when it gave one."
+  callId: String
   runId: ID!
   messageId: ID!
   name: String!
@@ -1814,6 +1823,8 @@ func (ec *executionContext) childFields_ToolCall(ctx context.Context, field grap
 	switch field.Name {
 	case "id":
 		return ec.fieldContext_ToolCall_id(ctx, field)
+	case "callId":
+		return ec.fieldContext_ToolCall_callId(ctx, field)
 	case "runId":
 		return ec.fieldContext_ToolCall_runId(ctx, field)
 	case "messageId":
@@ -5052,6 +5063,29 @@ func (ec *executionContext) _ToolCall_id(ctx context.Context, field graphql.Coll
 }
 func (ec *executionContext) fieldContext_ToolCall_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("ToolCall", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _ToolCall_callId(ctx context.Context, field graphql.CollectedField, obj *service.ToolCall) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolCall_callId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CallID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalOString2string(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ToolCall_callId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ToolCall", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) _ToolCall_runId(ctx context.Context, field graphql.CollectedField, obj *service.ToolCall) (ret graphql.Marshaler) {
@@ -8539,6 +8573,11 @@ func (ec *executionContext) _ToolCall(ctx context.Context, sel ast.SelectionSet,
 		case "id":
 			out.Values[i] = ec._ToolCall_id(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "callId":
+			out.Values[i] = ec._ToolCall_callId(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
 		case "runId":

@@ -104,7 +104,7 @@ func assistantTurn(pos int, h service.HistoryMessage, qa *answers, ids *callIDs)
 		if !ok {
 			continue
 		}
-		id := ids.unique(tc.ID)
+		id := ids.unique(tc.CallID)
 		asst.calls = append(asst.calls, wireCall{id: id, name: tc.Name, args: validArgs(tc.Arguments)})
 		results = append(results, wireMsg{role: "tool", callID: id, content: result})
 	}
@@ -221,17 +221,16 @@ func normalize(msgs []wireMsg) []wireMsg {
 	return out
 }
 
-// callIDs hands out the tool call IDs of a rebuilt history: the stored ones, unless empty
-// or already used (a server that numbers its calls call_0, call_1, … in every response).
+// callIDs hands out the tool call IDs of a rebuilt history: the model's own (the calls'
+// CallID), unless empty or already used (a server that numbers its calls call_0, call_1, …
+// in every response), and otherwise IDs of the shape every provider accepts (newCallID).
 type callIDs struct {
 	seen map[string]bool
-	n    int
 }
 
 func (c *callIDs) unique(id string) string {
 	for id == "" || c.seen[id] {
-		c.n++
-		id = fmt.Sprintf("call_h%d", c.n)
+		id = newCallID()
 	}
 	c.seen[id] = true
 	return id

@@ -1,6 +1,8 @@
 package openai_test
 
 import (
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,7 +47,7 @@ func (h *history) question(id, prompt string, answer *string) {
 }
 
 func toolCall(id, name, args string, status service.ToolCallStatus) *service.ToolCall {
-	return &service.ToolCall{ID: id, RunID: "r1", SessionID: "s1", Name: name, Arguments: args, Status: status}
+	return &service.ToolCall{ID: "stored-" + id, CallID: id, RunID: "r1", SessionID: "s1", Name: name, Arguments: args, Status: status}
 }
 
 func completed(tc *service.ToolCall, result string) *service.ToolCall {
@@ -69,7 +71,15 @@ func TestAnswerAfterRestart(t *testing.T) {
 	if err := run(t, a, h.msgs, out); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	equal(t, "request", srv.Request(0).Transcript(), []string{
+	// A repeated call ID is replaced by one of nine letters and digits (any provider takes it).
+	got := srv.Request(0).Transcript()
+	generated := regexp.MustCompile(`(\[|^tool )[a-zA-Z0-9]{9}( |:)`)
+	for i := range got {
+		if strings.HasPrefix(got[i], "assistant: a3 ") || strings.HasPrefix(got[i], "tool ") && strings.HasSuffix(got[i], ": r3") {
+			got[i] = generated.ReplaceAllString(got[i], "${1}<generated>${2}")
+		}
+	}
+	equal(t, "request", got, []string{
 		"system: You book tables.",
 		"user: Book a table for tonight",
 		`assistant: Sure. [call_ask1 ask_user {"question":"For how many people?","choices":["2","4"]}]`,
@@ -124,7 +134,15 @@ func TestHistoryRebuild(t *testing.T) {
 	if err := run(t, a, h.msgs, newRecorder()); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	equal(t, "request", srv.Request(0).Transcript(), []string{
+	// A repeated call ID is replaced by one of nine letters and digits (any provider takes it).
+	got := srv.Request(0).Transcript()
+	generated := regexp.MustCompile(`(\[|^tool )[a-zA-Z0-9]{9}( |:)`)
+	for i := range got {
+		if strings.HasPrefix(got[i], "assistant: a3 ") || strings.HasPrefix(got[i], "tool ") && strings.HasSuffix(got[i], ": r3") {
+			got[i] = generated.ReplaceAllString(got[i], "${1}<generated>${2}")
+		}
+	}
+	equal(t, "request", got, []string{
 		"system: sys",
 		"user: u1",
 		`assistant: a1 [c1 get_weather {"city":"A"}] [c2 get_weather {"city":"B"}] [c4 shell {"command":"make"}]`,
@@ -140,8 +158,8 @@ func TestHistoryRebuild(t *testing.T) {
 		"tool c7: yes",
 		"assistant: Going.",
 		"user: u4",
-		"assistant: a3 [call_h1 get_weather {}]",
-		"tool call_h1: r3",
+		"assistant: a3 [<generated> get_weather {}]",
+		"tool <generated>: r3",
 		"assistant: a4\n\nProceed?",
 		"user: u5",
 	})

@@ -209,7 +209,7 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 	for _, h := range req.History {
 		for _, tc := range h.ToolCalls {
 			if tc != nil {
-				used[tc.ID] = true
+				used[tc.CallID] = true
 			}
 		}
 	}

@@ -249,11 +249,12 @@ func TestParallelToolCalls(t *testing.T) {
 			t.Errorf("call %s: finished=%v err=%v", c.id, c.finished, c.err)
 		}
 	}
+	// The model gets its own call IDs back, not the service's.
 	equal(t, "second request", srv.Request(1).Transcript(), []string{
 		"user: Rome and Nice?",
-		`assistant: Checking both. [svc-tool1 get_weather {"city":"Rome"}] [svc-tool2 get_weather {"city":"Nice"}]`,
-		`tool svc-tool1: {"city":"Rome","sky":"clear"}`,
-		`tool svc-tool2: {"city":"Nice","sky":"clear"}`,
+		`assistant: Checking both. [call_A get_weather {"city":"Rome"}] [call_B get_weather {"city":"Nice"}]`,
+		`tool call_A: {"city":"Rome","sky":"clear"}`,
+		`tool call_B: {"city":"Nice","sky":"clear"}`,
 	})
 	if got := out.text(); got != "Checking both.Both clear." {
 		t.Errorf("text = %q", got)

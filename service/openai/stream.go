@@ -242,9 +242,10 @@ func (t *turn) addDelta(d oai.ChatCompletionChunkChoiceDeltaToolCall) {
 // otherwise those whose arguments already form a JSON value (nothing can follow it) or that
 // another call has followed.
 //
-// The model's call ID is offered to the service unless the session used it already (some
-// servers number their calls afresh in every response); the service then makes one. From
-// here on the call goes by the handle's ID, with the model too.
+// A call keeps the model's own ID, which goes to the service as the call's CallID and back
+// to the model with the results and the history, unless the model gave none or the session
+// used it already (some servers number their calls afresh in every response): then the
+// call gets an ID of the shape every provider accepts (newCallID).
 func (t *turn) start(out service.Output, final bool, emitted *bool, used map[string]bool) error {
 	for i, c := range t.calls {
 		if c.handle != nil || c.name == "" {
@@ -254,18 +255,29 @@ func (t *turn) start(out service.Output, final bool, emitted *bool, used map[str
 			continue
 		}
 		id := c.modelID
-		if used[id] {
-			id = ""
+		for used[id] {
+			id = newCallID()
 		}
 		*emitted = true
 		h, err := out.StartTool(id, c.name, c.args.String())
 		if err != nil {
 			return err
 		}
-		c.handle, c.id = h, h.ID()
-		used[c.modelID], used[c.id] = true, true
+		c.handle, c.id = h, id
+		used[c.modelID], used[id] = true, true
 	}
 	return nil
+}
+
+// newCallID returns a random tool call ID of nine letters and digits: the strictest shape
+// providers ask for (Mistral's), and plenty for the calls of one session.
+func newCallID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	b := make([]byte, 9)
+	for i := range b {
+		b[i] = alphabet[rand.IntN(len(alphabet))]
+	}
+	return string(b)
 }
 
 func completeJSON(s string) bool {
