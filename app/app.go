@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/talkgraph/talkgraph/httpapi"
@@ -121,6 +122,9 @@ func (a *App) ListenAndServe(ctx context.Context) error {
 		return err
 	}
 	a.Log.Info("talkgraph listening", "addr", ln.Addr().String(), "store", a.Config.RedactedDatabaseURL(), "agents", len(a.Service.Agents()))
+	if a.Config.PprofAddr != "" {
+		go a.servePprof(a.Config.PprofAddr)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- a.Serve(ln) }()
 	select {
@@ -150,6 +154,22 @@ func (a *App) Close(ctx context.Context) {
 	}
 	if err := a.Store.Close(); err != nil {
 		a.Log.Warn("store close", "err", err)
+	}
+}
+
+// servePprof serves Go's profiler (CPU, heap, goroutines) on addr, apart from the API: for
+// the operator measuring a load run, never to be exposed.
+func (a *App) servePprof(addr string) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	a.Log.Info("profiler listening", "addr", addr)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if err := srv.ListenAndServe(); err != nil {
+		a.Log.Warn("profiler", "err", err)
 	}
 }
 

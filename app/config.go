@@ -16,8 +16,11 @@ import (
 	"time"
 
 	"github.com/talkgraph/talkgraph/httpapi"
+	"github.com/talkgraph/talkgraph/jwtauth"
 	"github.com/talkgraph/talkgraph/service"
+	"github.com/talkgraph/talkgraph/service/demo"
 	"github.com/talkgraph/talkgraph/service/openai"
+	"github.com/talkgraph/talkgraph/service/sqlite"
 )
 
 // Config is everything the server can be told. Each setting is a flag and an
@@ -37,6 +40,8 @@ type Config struct {
 	LogLevel        slog.Level
 	LogFormat       string
 	DemoChunkDelay  time.Duration
+	// PprofAddr, when set, serves Go's profiler on that address.
+	PprofAddr string
 
 	SQLiteBusyTimeout time.Duration
 	SQLiteFullSync    bool
@@ -73,36 +78,41 @@ type Setting struct {
 	set                      func(c *Config, v string) error
 }
 
-// Settings lists every setting: flag, environment variable, default and meaning.
+// Settings lists every setting: flag, environment variable, default and meaning. The
+// defaults come from the packages that use them (service.DefaultConfig,
+// httpapi.DefaultHandlerConfig, …), so that each is written once.
 func Settings() []Setting {
+	svc, web := service.DefaultConfig(), httpapi.DefaultHandlerConfig()
 	str := func(p func(*Config) *string) func(*Config, string) error {
 		return func(c *Config, v string) error { *p(c) = v; return nil }
 	}
-	num := func(p func(*Config) *int) func(*Config, string) error {
+	// num takes a whole number of at least least.
+	num := func(least int, p func(*Config) *int) func(*Config, string) error {
 		return func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return fmt.Errorf("want a whole number ≥ 0, got %q", v)
+			if err != nil || n < least {
+				return fmt.Errorf("want a whole number ≥ %d, got %q", least, v)
 			}
 			*p(c) = n
 			return nil
 		}
 	}
-	num64 := func(p func(*Config) *int64) func(*Config, string) error {
+	num64 := func(least int64, p func(*Config) *int64) func(*Config, string) error {
 		return func(c *Config, v string) error {
 			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 {
-				return fmt.Errorf("want a whole number ≥ 0, got %q", v)
+			if err != nil || n < least {
+				return fmt.Errorf("want a whole number ≥ %d, got %q", least, v)
 			}
 			*p(c) = n
 			return nil
 		}
 	}
-	dur := func(p func(*Config) *time.Duration) func(*Config, string) error {
+	// dur takes a duration of at least least.
+	dur := func(least time.Duration, p func(*Config) *time.Duration) func(*Config, string) error {
 		return func(c *Config, v string) error {
 			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 {
-				return fmt.Errorf("want a duration like 500ms or 2s, got %q", v)
+			if err != nil || d < least {
+				return fmt.Errorf("want a duration ≥ %s like 500ms or 2s, got %q", fmtDur(least), v)
 			}
 			*p(c) = d
 			return nil
@@ -118,10 +128,11 @@ func Settings() []Setting {
 			return nil
 		}
 	}
+	itoa := strconv.Itoa
 	return []Setting{
 		{"port", "PORT", "8080", "TCP port to listen on", func(c *Config, v string) error {
 			if _, err := strconv.ParseUint(v, 10, 16); err != nil {
-				return fmt.Errorf("want a port number, got %q", v)
+				return fmt.Errorf("want a port number from 0 to 65535, got %q", v)
 			}
 			c.Addr = ":" + v
 			return nil
@@ -131,11 +142,23 @@ func Settings() []Setting {
 			return nil
 		}},
 		{"data-dir", "DATA_DIR", "./data", "directory for the default SQLite file (and the auth secret with memory: storage)", str(func(c *Config) *string { return &c.DataDir })},
-		{"database-url", "DATABASE_URL", "", "storage: sqlite:///path/to/file.db (default: talkgraph.db in DATA_DIR) or memory: (nothing kept)", str(func(c *Config) *string { return &c.DatabaseURL })},
-		{"sqlite-busy-timeout", "SQLITE_BUSY_TIMEOUT", "5s", "how long a write waits for a locked database before failing", dur(func(c *Config) *time.Duration { return &c.SQLiteBusyTimeout })},
+		{"database-url", "DATABASE_URL", "", "storage: sqlite:///path/to/file.db (default: talkgraph.db in DATA_DIR) or memory: (nothing kept)", func(c *Config, v string) error {
+			if err := checkDatabaseURL(v); err != nil {
+				return err
+			}
+			c.DatabaseURL = v
+			return nil
+		}},
+		{"sqlite-busy-timeout", "SQLITE_BUSY_TIMEOUT", fmtDur(sqlite.DefaultBusyTimeout), "how long a write waits for a locked database before failing", dur(time.Millisecond, func(c *Config) *time.Duration { return &c.SQLiteBusyTimeout })},
 		{"sqlite-full-sync", "SQLITE_FULL_SYNC", "false", "wait for the disk on every commit (survives power loss, not only crashes)", boolean(func(c *Config) *bool { return &c.SQLiteFullSync })},
-		{"sqlite-max-bytes", "SQLITE_MAX_BYTES", "0", "cap on the database size; writes beyond it fail as on a full disk (0: none)", num64(func(c *Config) *int64 { return &c.SQLiteMaxBytes })},
-		{"auth-secret", "AUTH_SECRET", "", "HS256 secret for tokens, at least 16 characters (default: generated once, kept in the SQLite file or DATA_DIR/auth_secret)", str(func(c *Config) *string { return &c.AuthSecret })},
+		{"sqlite-max-bytes", "SQLITE_MAX_BYTES", "0", "cap on the database size; writes beyond it fail as on a full disk (0: none)", num64(0, func(c *Config) *int64 { return &c.SQLiteMaxBytes })},
+		{"auth-secret", "AUTH_SECRET", "", "HS256 secret for tokens, at least 16 characters (default: generated once, kept in the SQLite file or DATA_DIR/auth_secret)", func(c *Config, v string) error {
+			if len(v) < 16 {
+				return fmt.Errorf("want at least 16 characters, got %d", len(v))
+			}
+			c.AuthSecret = v
+			return nil
+		}},
 		{"auth-issuer", "AUTH_ISSUER", "", "required iss claim (and set on issued tokens)", str(func(c *Config) *string { return &c.AuthIssuer })},
 		{"auth-audience", "AUTH_AUDIENCE", "", "required aud claim (and set on issued tokens)", str(func(c *Config) *string { return &c.AuthAudience })},
 		{"auth-jwks-url", "AUTH_JWKS_URL", "", "identity provider's JSON Web Key Set: accept its RS256/384/512, PS256, ES256 and ES384 tokens (HS256 and guest sign-in then only with AUTH_SECRET)", func(c *Config, v string) error {
@@ -146,22 +169,22 @@ func Settings() []Setting {
 			c.AuthJWKSURL = v
 			return nil
 		}},
-		{"auth-jwks-refresh", "AUTH_JWKS_REFRESH", "15m", "how long the identity provider's keys are used before they are fetched again", func(c *Config, v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return fmt.Errorf("want a duration > 0 like 15m, got %q", v)
-			}
-			c.AuthJWKSRefresh = d
-			return nil
-		}},
-		{"token-ttl", "TOKEN_TTL", "720h", "lifetime of tokens issued by /auth/guest", dur(func(c *Config) *time.Duration { return &c.TokenTTL })},
+		{"auth-jwks-refresh", "AUTH_JWKS_REFRESH", fmtDur(jwtauth.DefaultJWKSRefresh), "how long the identity provider's keys are used before they are fetched again", dur(time.Second, func(c *Config) *time.Duration { return &c.AuthJWKSRefresh })},
+		{"token-ttl", "TOKEN_TTL", fmtDur(jwtauth.DefaultTokenTTL), "lifetime of tokens issued by /auth/guest", dur(time.Second, func(c *Config) *time.Duration { return &c.TokenTTL })},
 		{"guest-signin", "GUEST_SIGNIN", "true", "allow POST /auth/guest", boolean(func(c *Config) *bool { return &c.GuestSignIn })},
 		{"allowed-origins", "ALLOWED_ORIGINS", "", "comma-separated origins allowed to open websockets besides the server's own (* for any)", func(c *Config, v string) error {
 			c.HTTP.AllowedOrigins = nil
 			for _, o := range strings.Split(v, ",") {
-				if o = strings.TrimSpace(o); o != "" {
-					c.HTTP.AllowedOrigins = append(c.HTTP.AllowedOrigins, o)
+				if o = strings.TrimSpace(o); o == "" {
+					continue
 				}
+				if o != "*" {
+					u, err := url.Parse(o)
+					if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+						return fmt.Errorf("want origins like https://app.example.com (scheme and host, no path) or *, got %q", o)
+					}
+				}
+				c.HTTP.AllowedOrigins = append(c.HTTP.AllowedOrigins, o)
 			}
 			return nil
 		}},
@@ -173,12 +196,12 @@ func Settings() []Setting {
 			c.HTTP.DisableIntrospection = !on
 			return nil
 		}},
-		{"max-message-bytes", "MAX_MESSAGE_BYTES", "32768", "largest user message or answer", num(func(c *Config) *int { return &c.Service.MaxMessageBytes })},
-		{"max-reply-bytes", "MAX_REPLY_BYTES", "1048576", "largest assistant message or tool output", num(func(c *Config) *int { return &c.Service.MaxReplyBytes })},
-		{"max-body-bytes", "MAX_BODY_BYTES", "1048576", "largest HTTP request body and websocket message", num64(func(c *Config) *int64 { return &c.HTTP.MaxBodyBytes })},
-		{"max-complexity", "MAX_QUERY_COMPLEXITY", "1000", "highest query complexity", num(func(c *Config) *int { return &c.HTTP.MaxComplexity })},
-		{"max-depth", "MAX_QUERY_DEPTH", "12", "deepest query nesting", num(func(c *Config) *int { return &c.HTTP.MaxDepth })},
-		{"rate-limit", "RATE_LIMIT", "20", "operations per user per second", func(c *Config, v string) error {
+		{"max-message-bytes", "MAX_MESSAGE_BYTES", itoa(svc.MaxMessageBytes), "largest user message or answer", num(1, func(c *Config) *int { return &c.Service.MaxMessageBytes })},
+		{"max-reply-bytes", "MAX_REPLY_BYTES", itoa(svc.MaxReplyBytes), "largest assistant message or tool output", num(1, func(c *Config) *int { return &c.Service.MaxReplyBytes })},
+		{"max-body-bytes", "MAX_BODY_BYTES", strconv.FormatInt(web.MaxBodyBytes, 10), "largest HTTP request body and websocket message", num64(1, func(c *Config) *int64 { return &c.HTTP.MaxBodyBytes })},
+		{"max-complexity", "MAX_QUERY_COMPLEXITY", itoa(web.MaxComplexity), "highest query complexity", num(1, func(c *Config) *int { return &c.HTTP.MaxComplexity })},
+		{"max-depth", "MAX_QUERY_DEPTH", itoa(web.MaxDepth), "deepest query nesting", num(1, func(c *Config) *int { return &c.HTTP.MaxDepth })},
+		{"rate-limit", "RATE_LIMIT", strconv.FormatFloat(web.OpsPerSecond, 'f', -1, 64), "operations per user per second", func(c *Config, v string) error {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || f <= 0 {
 				return fmt.Errorf("want a number > 0, got %q", v)
@@ -186,18 +209,24 @@ func Settings() []Setting {
 			c.HTTP.OpsPerSecond = f
 			return nil
 		}},
-		{"rate-burst", "RATE_BURST", "40", "operations a user may make at once above the rate", num(func(c *Config) *int { return &c.HTTP.OpsBurst })},
-		{"max-subscriptions-per-connection", "MAX_SUBSCRIPTIONS_PER_CONNECTION", "100", "subscriptions on one websocket", num(func(c *Config) *int { return &c.HTTP.SubsPerConnection })},
-		{"max-subscriptions", "MAX_SUBSCRIPTIONS", "100000", "subscriptions on the whole server", num(func(c *Config) *int { return &c.Service.MaxSubscriptions })},
-		{"ws-keepalive", "WS_KEEPALIVE", "15s", "websocket keep-alive interval (both protocols)", dur(func(c *Config) *time.Duration { return &c.HTTP.KeepAlive })},
-		{"ws-init-timeout", "WS_INIT_TIMEOUT", "10s", "time a websocket has to send connection_init", dur(func(c *Config) *time.Duration { return &c.HTTP.InitTimeout })},
-		{"workers", "WORKERS", "16", "runs executing at once", num(func(c *Config) *int { return &c.Service.Workers })},
-		{"runs-per-user", "RUNS_PER_USER", "2", "runs executing at once for one user", num(func(c *Config) *int { return &c.Service.RunsPerUser })},
-		{"max-queued-runs", "MAX_QUEUED_RUNS", "20", "messages waiting in one session (busy policy ENQUEUE)", num(func(c *Config) *int { return &c.Service.MaxQueuedRuns })},
-		{"flush-interval", "FLUSH_INTERVAL", "0s", "least time between two writes of one reply's streamed text (0: as soon as the writer is free; under load the writer batches anyway)", dur(func(c *Config) *time.Duration { return &c.Service.FlushInterval })},
-		{"demo-chunk-delay", "DEMO_CHUNK_DELAY", "40ms", "pause before each word the demo agent streams", dur(func(c *Config) *time.Duration { return &c.DemoChunkDelay })},
-		{"shutdown-timeout", "SHUTDOWN_TIMEOUT", "5s", "longest graceful shutdown", dur(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
-		{"log-level", "LOG_LEVEL", "info", "debug, info, warn or error", func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
+		{"rate-burst", "RATE_BURST", itoa(web.OpsBurst), "operations a user may make at once above the rate", num(1, func(c *Config) *int { return &c.HTTP.OpsBurst })},
+		{"max-subscriptions-per-connection", "MAX_SUBSCRIPTIONS_PER_CONNECTION", itoa(web.SubsPerConnection), "subscriptions on one websocket", num(1, func(c *Config) *int { return &c.HTTP.SubsPerConnection })},
+		{"max-subscriptions", "MAX_SUBSCRIPTIONS", itoa(svc.MaxSubscriptions), "subscriptions on the whole server", num(1, func(c *Config) *int { return &c.Service.MaxSubscriptions })},
+		{"ws-keepalive", "WS_KEEPALIVE", fmtDur(web.KeepAlive), "websocket keep-alive interval (both protocols); a socket silent for twice as long is closed", dur(10*time.Millisecond, func(c *Config) *time.Duration { return &c.HTTP.KeepAlive })},
+		{"ws-init-timeout", "WS_INIT_TIMEOUT", fmtDur(web.InitTimeout), "time a websocket has to send connection_init", dur(10*time.Millisecond, func(c *Config) *time.Duration { return &c.HTTP.InitTimeout })},
+		{"workers", "WORKERS", itoa(svc.Workers), "runs executing at once", num(1, func(c *Config) *int { return &c.Service.Workers })},
+		{"runs-per-user", "RUNS_PER_USER", itoa(svc.RunsPerUser), "runs executing at once for one user", num(1, func(c *Config) *int { return &c.Service.RunsPerUser })},
+		{"max-queued-runs", "MAX_QUEUED_RUNS", itoa(svc.MaxQueuedRuns), "messages waiting in one session (busy policy ENQUEUE)", num(1, func(c *Config) *int { return &c.Service.MaxQueuedRuns })},
+		{"flush-interval", "FLUSH_INTERVAL", fmtDur(svc.FlushInterval), "least time between two writes of one reply's streamed text (0: as soon as the writer is free; under load the writer batches anyway)", dur(0, func(c *Config) *time.Duration { return &c.Service.FlushInterval })},
+		{"demo-chunk-delay", "DEMO_CHUNK_DELAY", fmtDur(demo.DefaultChunkDelay), "pause before each word the demo agent streams", dur(0, func(c *Config) *time.Duration { return &c.DemoChunkDelay })},
+		{"shutdown-timeout", "SHUTDOWN_TIMEOUT", "5s", "longest graceful shutdown", dur(time.Millisecond, func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
+		{"log-level", "LOG_LEVEL", "info", "debug, info, warn or error", func(c *Config, v string) error {
+			switch strings.ToLower(v) {
+			case "debug", "info", "warn", "error":
+				return c.LogLevel.UnmarshalText([]byte(v))
+			}
+			return fmt.Errorf("want debug, info, warn or error, got %q", v)
+		}},
 		{"log-format", "LOG_FORMAT", "json", "json or text", func(c *Config, v string) error {
 			if v != "json" && v != "text" {
 				return fmt.Errorf("want json or text, got %q", v)
@@ -205,15 +234,60 @@ func Settings() []Setting {
 			c.LogFormat = v
 			return nil
 		}},
-		{"openai-base-url", "OPENAI_BASE_URL", "", "OpenAI-compatible endpoint, e.g. https://api.openai.com/v1 or http://localhost:11434/v1 (enables the openai agent)", str(func(c *Config) *string { return &c.OpenAI.BaseURL })},
+		{"pprof-addr", "PPROF_ADDR", "", "address for Go's profiler (net/http/pprof), e.g. 127.0.0.1:6060 (empty: off; never expose it publicly)", str(func(c *Config) *string { return &c.PprofAddr })},
+		{"openai-base-url", "OPENAI_BASE_URL", "", "OpenAI-compatible endpoint, e.g. https://api.openai.com/v1 or http://localhost:11434/v1 (enables the openai agent)", func(c *Config, v string) error {
+			u, err := url.Parse(v)
+			if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+				return fmt.Errorf("want an http(s) URL, got %q", v)
+			}
+			c.OpenAI.BaseURL = v
+			return nil
+		}},
 		{"openai-api-key", "OPENAI_API_KEY", "", "API key for the endpoint (enables the openai agent; never shown)", str(func(c *Config) *string { return &c.OpenAI.APIKey })},
-		{"openai-model", "OPENAI_MODEL", "gpt-4o-mini", "default model; a session's settings can override it", str(func(c *Config) *string { return &c.OpenAI.Model })},
+		{"openai-model", "OPENAI_MODEL", openai.DefaultModel, "default model; a session's settings can override it", str(func(c *Config) *string { return &c.OpenAI.Model })},
 		{"openai-temperature", "OPENAI_TEMPERATURE", "", "default temperature (empty: the provider's)", str(func(c *Config) *string { return &c.OpenAI.Temperature })},
 		{"openai-system-prompt", "OPENAI_SYSTEM_PROMPT", "", "default system prompt", str(func(c *Config) *string { return &c.OpenAI.SystemPrompt })},
 		{"shell-tool", "SHELL_TOOL", "false", "offer the openai agent a shell tool (runs commands on this machine!)", boolean(func(c *Config) *bool { return &c.OpenAI.Shell })},
 		{"shell-dir", "SHELL_DIR", ".", "working directory of the shell tool", str(func(c *Config) *string { return &c.OpenAI.ShellDir })},
-		{"shell-timeout", "SHELL_TIMEOUT", "60s", "longest shell tool command", dur(func(c *Config) *time.Duration { return &c.OpenAI.ShellTimeout })},
+		{"shell-timeout", "SHELL_TIMEOUT", fmtDur(openai.DefaultShellTimeout), "longest shell tool command", dur(time.Second, func(c *Config) *time.Duration { return &c.OpenAI.ShellTimeout })},
 	}
+}
+
+// fmtDur writes a duration the short way: 720h, 15m, 5s, 0s.
+func fmtDur(d time.Duration) string {
+	s := d.String()
+	for _, zero := range []string{"0s", "0m"} {
+		if strings.HasSuffix(s, "m"+zero) || strings.HasSuffix(s, "h"+zero) {
+			s = strings.TrimSuffix(s, zero)
+		}
+	}
+	return s
+}
+
+// checkDatabaseURL checks a DATABASE_URL: its scheme, and for SQLite that the file's
+// directory exists (the default one under DATA_DIR is created; a path given here must
+// point somewhere real).
+func checkDatabaseURL(v string) error {
+	switch {
+	case v == "memory:" || v == "memory://":
+		return nil
+	case strings.HasPrefix(v, "sqlite:"):
+		path := strings.TrimPrefix(strings.TrimPrefix(v, "sqlite:"), "//")
+		if path == "" {
+			return fmt.Errorf("want sqlite:///path/to/file.db, got %q (no file path)", v)
+		}
+		dir := filepath.Dir(path)
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("the directory %s of %q does not exist; create it first", dir, v)
+		}
+		return nil
+	}
+	u, _ := url.Parse(v)
+	scheme := ""
+	if u != nil {
+		scheme = u.Scheme
+	}
+	return fmt.Errorf("want sqlite:///path/to/file.db or memory:, got a URL with scheme %q", scheme)
 }
 
 func joinHost(host, addr string) string {

@@ -9,19 +9,15 @@ import (
 )
 
 // TestReadmeListsEverySetting keeps the README's configuration table true: every setting
-// appears with its flag, environment variable and default.
+// has its row, with its flag, environment variable, default and meaning.
 func TestReadmeListsEverySetting(t *testing.T) {
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range app.Settings() {
-		row := "| `" + s.Env + "` | `-" + s.Flag + "` | "
-		if s.Default != "" {
-			row += "`" + s.Default + "`"
-		}
-		if !strings.Contains(string(readme), row) {
-			t.Errorf("README lacks the row for %s; want a line starting %q\n%s", s.Env, row, tableRow(s))
+		if row := tableRow(s); !strings.Contains(string(readme), row+"\n") {
+			t.Errorf("README lacks the row for %s; want the line\n%s", s.Env, row)
 		}
 	}
 }
@@ -35,15 +31,33 @@ func tableRow(s app.Setting) string {
 }
 
 func TestConfigRejectsBadValuesClearly(t *testing.T) {
-	for env, val := range map[string]string{"PORT": "eighty", "WORKERS": "-1", "FLUSH_INTERVAL": "soon", "LOG_FORMAT": "xml", "GUEST_SIGNIN": "maybe"} {
+	// Each bad value stops the server at start with a message that names the setting and
+	// says what it takes.
+	for _, tt := range []struct{ env, val, want string }{
+		{"PORT", "eighty", "port number"},
+		{"WORKERS", "-1", "≥ 1"},
+		{"WORKERS", "0", "≥ 1"},
+		{"RUNS_PER_USER", "0", "≥ 1"},
+		{"FLUSH_INTERVAL", "soon", "duration"},
+		{"LOG_FORMAT", "xml", "json or text"},
+		{"LOG_LEVEL", "loud", "debug, info, warn or error"},
+		{"GUEST_SIGNIN", "maybe", "true or false"},
+		{"ALLOWED_ORIGINS", "notaurl", "https://app.example.com"},
+		{"ALLOWED_ORIGINS", "https://ok.example.com,ftp://x", "https://app.example.com"},
+		{"DATABASE_URL", "sqlite:///nonexistent/dir/x.db", "does not exist"},
+		{"DATABASE_URL", "mysql://db", "sqlite:///path/to/file.db or memory:"},
+		{"AUTH_SECRET", "short", "at least 16"},
+		{"OPENAI_BASE_URL", "localhost:11434", "http(s) URL"},
+		{"TOKEN_TTL", "0s", "duration"},
+	} {
 		_, err := app.LoadConfig(nil, func(k string) string {
-			if k == env {
-				return val
+			if k == tt.env {
+				return tt.val
 			}
 			return ""
 		})
-		if err == nil || !strings.Contains(err.Error(), env) {
-			t.Errorf("%s=%s: error %v, want one naming the variable", env, val, err)
+		if err == nil || !strings.Contains(err.Error(), tt.env) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s=%s: error %v, want one naming the variable and saying %q", tt.env, tt.val, err, tt.want)
 		}
 	}
 	c, err := app.LoadConfig([]string{"-port", "9999"}, func(k string) string {

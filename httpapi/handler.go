@@ -33,7 +33,8 @@ import (
 	"github.com/talkgraph/talkgraph/service"
 )
 
-// HandlerConfig holds the HTTP layer's settings. Zero values take the defaults in the comments.
+// HandlerConfig holds the HTTP layer's settings. A zero limit takes its value from
+// DefaultHandlerConfig, the one place the defaults are written.
 type HandlerConfig struct {
 	Auth *jwtauth.Auth
 	// GuestSignIn enables POST /auth/guest (with an HS256 secret to sign its tokens).
@@ -42,43 +43,55 @@ type HandlerConfig struct {
 	AllowedOrigins []string
 	// Introspection stays on for the playground unless switched off.
 	DisableIntrospection bool
-	MaxComplexity        int           // default 1000
-	MaxDepth             int           // default 12
-	MaxBodyBytes         int64         // default 1 MiB
-	OpsPerSecond         float64       // per user; default 20
-	OpsBurst             int           // per user; default 40
-	SubsPerConnection    int           // per websocket; default 100
-	KeepAlive            time.Duration // websocket keep-alive interval; default 15s
-	InitTimeout          time.Duration // time to send connection_init; default 10s
+	MaxComplexity        int           // highest query complexity
+	MaxDepth             int           // deepest query nesting
+	MaxBodyBytes         int64         // largest request body and websocket message
+	OpsPerSecond         float64       // operations per user per second
+	OpsBurst             int           // operations a user may make at once above the rate
+	SubsPerConnection    int           // subscriptions on one websocket
+	KeepAlive            time.Duration // websocket keep-alive interval
+	InitTimeout          time.Duration // time a websocket has to send connection_init
 	// Web is the browser app served at /; without it / leads to the playground.
 	Web fs.FS
 	Log *slog.Logger
 }
 
+// DefaultHandlerConfig returns the defaults.
+func DefaultHandlerConfig() HandlerConfig {
+	return HandlerConfig{
+		MaxComplexity:     1000,
+		MaxDepth:          12,
+		MaxBodyBytes:      1 << 20,
+		OpsPerSecond:      20,
+		OpsBurst:          40,
+		SubsPerConnection: 100,
+		KeepAlive:         15 * time.Second,
+		InitTimeout:       10 * time.Second,
+	}
+}
+
 func (c *HandlerConfig) fill() {
-	if c.MaxComplexity <= 0 {
-		c.MaxComplexity = 1000
+	d := DefaultHandlerConfig()
+	pick := func(v *int, def int) {
+		if *v <= 0 {
+			*v = def
+		}
 	}
-	if c.MaxDepth <= 0 {
-		c.MaxDepth = 12
-	}
+	pick(&c.MaxComplexity, d.MaxComplexity)
+	pick(&c.MaxDepth, d.MaxDepth)
+	pick(&c.OpsBurst, d.OpsBurst)
+	pick(&c.SubsPerConnection, d.SubsPerConnection)
 	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = 1 << 20
+		c.MaxBodyBytes = d.MaxBodyBytes
 	}
 	if c.OpsPerSecond <= 0 {
-		c.OpsPerSecond = 20
-	}
-	if c.OpsBurst <= 0 {
-		c.OpsBurst = 40
-	}
-	if c.SubsPerConnection <= 0 {
-		c.SubsPerConnection = 100
+		c.OpsPerSecond = d.OpsPerSecond
 	}
 	if c.KeepAlive <= 0 {
-		c.KeepAlive = 15 * time.Second
+		c.KeepAlive = d.KeepAlive
 	}
 	if c.InitTimeout <= 0 {
-		c.InitTimeout = 10 * time.Second
+		c.InitTimeout = d.InitTimeout
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()

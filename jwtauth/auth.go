@@ -27,11 +27,17 @@ type Auth struct {
 	// provider sets them); tokens issued here carry them.
 	Issuer   string
 	Audience string
-	// TokenTTL is how long issued tokens last; default 30 days.
+	// TokenTTL is how long issued tokens last; default DefaultTokenTTL.
 	TokenTTL time.Duration
 	// Leeway tolerates clock skew when checking exp and nbf.
 	Leeway time.Duration
 }
+
+// Defaults for the zero values of Auth and JWKS.
+const (
+	DefaultTokenTTL    = 30 * 24 * time.Hour
+	DefaultJWKSRefresh = 15 * time.Minute
+)
 
 // Identity is a verified token's user and expiry.
 type Identity struct {
@@ -46,7 +52,7 @@ func (a *Auth) Issue(userID string) (string, time.Time, error) {
 	}
 	ttl := a.TokenTTL
 	if ttl <= 0 {
-		ttl = 30 * 24 * time.Hour
+		ttl = DefaultTokenTTL
 	}
 	now := time.Now()
 	exp := now.Add(ttl)

@@ -49,7 +49,8 @@ var errUnknownKey = errors.New("unknown signing key")
 // use.
 type JWKS struct {
 	URL string
-	// Refresh is how long fetched keys are used before they are fetched again; default 15m.
+	// Refresh is how long fetched keys are used before they are fetched again; default
+	// DefaultJWKSRefresh.
 	Refresh time.Duration
 	// Client fetches the set; default: a client with a 5s timeout.
 	Client *http.Client
@@ -86,7 +87,7 @@ func (k *JWKS) refresh() time.Duration {
 	if k.Refresh > 0 {
 		return k.Refresh
 	}
-	return 15 * time.Minute
+	return DefaultJWKSRefresh
 }
 
 func (k *JWKS) log() *slog.Logger {

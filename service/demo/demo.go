@@ -26,6 +26,10 @@ type Agent struct {
 	SlowDelay  time.Duration
 }
 
+// DefaultChunkDelay is the pause per word the server gives the demo agent unless told
+// otherwise: slow enough to watch a reply stream.
+const DefaultChunkDelay = 40 * time.Millisecond
+
 // Description is shown in the list of agents.
 const Description = "Built-in demo: echoes you word by word; try /ask, /slow 50, /tool, /fail."
 

@@ -31,6 +31,7 @@ import (
 
 // Defaults for the zero values of Config and ShellConfig.
 const (
+	DefaultModel          = "gpt-4o-mini"
 	DefaultBaseURL        = "https://api.openai.com/v1"
 	DefaultIdleTimeout    = 60 * time.Second
 	DefaultMaxRetries     = 2

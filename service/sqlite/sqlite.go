@@ -47,7 +47,7 @@ var migrations embed.FS
 // Options tune a Store. The zero value is a good default.
 type Options struct {
 	// BusyTimeout is how long a statement waits for a lock held by another connection or
-	// process before failing with EUNAVAILABLE. Default 5s.
+	// process before failing with EUNAVAILABLE. Default DefaultBusyTimeout.
 	BusyTimeout time.Duration
 	// ReadConns is the size of the read pool. Default: GOMAXPROCS, at least 4.
 	ReadConns int
@@ -59,6 +59,9 @@ type Options struct {
 	// EUNAVAILABLE ("storage is full"), as on a full disk. 0 means no cap.
 	MaxBytes int64
 }
+
+// DefaultBusyTimeout is Options.BusyTimeout's default.
+const DefaultBusyTimeout = 5 * time.Second
 
 // Store is a service.Store in an SQLite file. It is safe for concurrent use.
 type Store struct {
@@ -92,7 +95,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, errors.New("sqlite: open: empty path")
 	}
 	if opts.BusyTimeout <= 0 {
-		opts.BusyTimeout = 5 * time.Second
+		opts.BusyTimeout = DefaultBusyTimeout
 	}
 	if opts.ReadConns <= 0 {
 		opts.ReadConns = max(4, runtime.GOMAXPROCS(0))
