@@ -130,7 +130,7 @@ func (b *Batch) Check() error {
 		return fmt.Errorf("batch: batch without a session ID")
 	}
 	if b.Delete {
-		if b.Create != nil || len(b.Events) > 0 || b.Idempotency != nil {
+		if b.Create != nil || len(b.Events) > 0 || b.Idempotency != nil || b.Admit != nil {
 			return fmt.Errorf("batch: a batch that deletes session %s must write nothing else", b.SessionID)
 		}
 		return nil
@@ -163,6 +163,9 @@ func (b *Batch) Check() error {
 	if b.Create == nil && len(b.Events) == 0 && b.Idempotency != nil {
 		return fmt.Errorf("batch: an idempotency record without events")
 	}
+	if a := b.Admit; a != nil && (a.UserID == "" || a.RunID == "" || a.Limit < 1) {
+		return fmt.Errorf("batch: an admission needs a user, a run and a limit ≥ 1")
+	}
 	ch := Derive(b.Events)
 	rows := make([][2]string, 0, len(ch.Messages)+len(ch.Runs)+len(ch.Questions)+len(ch.ToolCalls))
 	for _, m := range ch.Messages {
@@ -190,7 +193,7 @@ func (b *Batch) Check() error {
 
 // Empty reports whether the batch writes nothing.
 func (b *Batch) Empty() bool {
-	return b.Create == nil && !b.Delete && len(b.Events) == 0 && b.Idempotency == nil
+	return b.Create == nil && !b.Delete && len(b.Events) == 0 && b.Idempotency == nil && b.Admit == nil
 }
 
 // PrevSeq is the Seq the batch's events follow (0 for a batch without events).

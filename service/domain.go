@@ -143,6 +143,8 @@ type Run struct {
 	Error string
 	// Agent is the agent the run uses, fixed when the run is created.
 	Agent string
+	// Owner is the replica that runs it (see Coordinator); empty on a single server.
+	Owner string
 	// Usage is what the agent reported its model read and wrote; nil when it reported
 	// nothing.
 	Usage      *Usage

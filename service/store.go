@@ -95,6 +95,36 @@ type Batch struct {
 	// Idempotency is stored with the events; the batch fails with ECONFLICT when
 	// (UserID, Key) already exists.
 	Idempotency *IdempotencyRecord
+	// Admit, when set, admits a run that the events make RUNNING only while its user has
+	// fewer than Admit.Limit other RUNNING runs (across every replica sharing the store);
+	// the batch fails with ERATELIMIT, writing nothing, otherwise.
+	Admit *Admission
+}
+
+// Admission bounds the runs a user has RUNNING at once.
+type Admission struct {
+	UserID string
+	RunID  string
+	Limit  int
+}
+
+// Coordinator is what a Store shared by several replicas (PostgreSQL) offers to
+// coordinate them: which replicas live, and which runs each owns (Run.Owner). A replica
+// heartbeats while it lives; the active runs of a replica whose heartbeat lapsed are taken
+// over by a live one. Single-process stores do not implement it.
+type Coordinator interface {
+	// Heartbeat records that replica id lives until until (later heartbeats move it), and
+	// returns the IDs of every replica alive at now, id included.
+	Heartbeat(ctx context.Context, id string, now, until time.Time) (live []string, err error)
+	// Leave ends replica id's life at once, so that others take its runs over without
+	// waiting for its heartbeat to lapse.
+	Leave(ctx context.Context, id string) error
+	// ClaimRuns makes id the owner of every active run (QUEUED, RUNNING,
+	// WAITING_FOR_INPUT) whose owner is not alive at now, and returns those runs, oldest
+	// first. Two replicas claiming at once never both get a run.
+	ClaimRuns(ctx context.Context, id string, now time.Time) ([]*Run, error)
+	// ActiveRun returns the session's oldest active run; ENOTFOUND when it has none.
+	ActiveRun(ctx context.Context, sessionID string) (*Run, error)
 }
 
 // SessionPosition is a place in a user's session list.

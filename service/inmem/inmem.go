@@ -114,6 +114,17 @@ func (s *Store) append(b *service.Batch) error {
 			return service.Errorf(service.ECONFLICT, "idempotency key %q was already used", r.Key)
 		}
 	}
+	if a := b.Admit; a != nil {
+		running := 0
+		for _, r := range s.runs {
+			if r.UserID == a.UserID && r.Status == service.RunRunning && r.ID != a.RunID {
+				running++
+			}
+		}
+		if running >= a.Limit {
+			return service.Errorf(service.ERATELIMIT, "the user has %d runs running, at most %d", running, a.Limit)
+		}
+	}
 
 	// Everything below succeeds: the batch was checked against the current state.
 	if sd == nil {

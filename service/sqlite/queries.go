@@ -83,17 +83,20 @@ func scanMessage(sc scanner) (*service.Message, error) {
 
 // Runs.
 
-const runCols = `id, session_id, user_id, status, error, agent, created_at, started_at, finished_at, usage`
+const runCols = `id, session_id, user_id, status, error, agent, created_at, started_at, finished_at, usage, owner`
 
 const (
 	qRun = `SELECT ` + runCols + ` FROM runs WHERE id = ?`
+	// qRunningOfUser counts a user's RUNNING runs other than one.
+	qRunningOfUser = `SELECT count(*) FROM runs WHERE user_id = ? AND status = 'RUNNING' AND id <> ?`
 	// The statuses come as one JSON array.
 	qRunsByStatus = `SELECT ` + runCols + ` FROM runs WHERE status IN (SELECT value FROM json_each(?))
 		ORDER BY created_at, id`
-	qUpsertRun = `INSERT INTO runs (` + runCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	qUpsertRun = `INSERT INTO runs (` + runCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id, status = excluded.status,
 		error = excluded.error, agent = excluded.agent, created_at = excluded.created_at,
-		started_at = excluded.started_at, finished_at = excluded.finished_at, usage = excluded.usage
+		started_at = excluded.started_at, finished_at = excluded.finished_at, usage = excluded.usage,
+		owner = excluded.owner
 		WHERE runs.session_id = excluded.session_id`
 )
 
@@ -104,13 +107,13 @@ func runArgs(r *service.Run) []any {
 		usage = string(b)
 	}
 	return []any{r.ID, r.SessionID, r.UserID, string(r.Status), r.Error, r.Agent, dbTime(r.CreatedAt),
-		dbNullTime(r.StartedAt), dbNullTime(r.FinishedAt), usage}
+		dbNullTime(r.StartedAt), dbNullTime(r.FinishedAt), usage, r.Owner}
 }
 
 func scanRun(sc scanner) (*service.Run, error) {
 	var r service.Run
 	err := sc.Scan(&r.ID, &r.SessionID, &r.UserID, &r.Status, &r.Error, &r.Agent, timeCol{&r.CreatedAt},
-		nullTimeCol{&r.StartedAt}, nullTimeCol{&r.FinishedAt}, jsonCol{&r.Usage})
+		nullTimeCol{&r.StartedAt}, nullTimeCol{&r.FinishedAt}, jsonCol{&r.Usage}, &r.Owner)
 	return &r, err
 }
 

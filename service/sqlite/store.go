@@ -161,17 +161,10 @@ func (w *txWriter) batch(b *service.Batch) (refused, err error) {
 		return nil, err
 	}
 	if b.Create != nil {
-		args, err := sessionArgs(b.Create)
-		if err != nil {
-			return nil, err
-		}
 		if ok, err := w.exists(id); err != nil {
 			return nil, err
 		} else if ok {
 			return service.Errorf(service.ECONFLICT, "session %s already exists", id), nil
-		}
-		if _, err := w.exec(qInsertSession, args...); err != nil {
-			return nil, err
 		}
 	}
 	if r := b.Idempotency; r != nil {
@@ -180,6 +173,25 @@ func (w *txWriter) batch(b *service.Batch) (refused, err error) {
 		if err == nil {
 			return service.Errorf(service.ECONFLICT, "idempotency key %q was already used", r.Key), nil
 		} else if !errors.Is(err, sql.ErrNoRows) {
+			return nil, err
+		}
+	}
+	if a := b.Admit; a != nil {
+		var running int
+		if err := w.tx.QueryRowContext(w.ctx, qRunningOfUser, a.UserID, a.RunID).Scan(&running); err != nil {
+			return nil, err
+		}
+		if running >= a.Limit {
+			return service.Errorf(service.ERATELIMIT, "the user has %d runs running, at most %d", running, a.Limit), nil
+		}
+	}
+	// Checked: from here on the batch is written.
+	if b.Create != nil {
+		args, err := sessionArgs(b.Create)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := w.exec(qInsertSession, args...); err != nil {
 			return nil, err
 		}
 	}

@@ -39,6 +39,7 @@ func Run(t *testing.T, open func(t *testing.T) service.Store) {
 		{"Append/an ended run withdraws its unanswered questions", testAppendWithdraws},
 		{"Append/user messages move the session's activity time", testAppendActivity},
 		{"Append/deletes a session with everything in it", testAppendDelete},
+		{"Append/ERATELIMIT for an admission beyond the user's running runs, writing nothing", testAppendAdmit},
 		{"Append/safe for concurrent use across sessions", testAppendConcurrent},
 		{"Compact/folds unbroken runs of one stream's chunks", testCompact},
 		{"Compact/ENOTFOUND for a missing session", testCompactMissing},
@@ -618,6 +619,45 @@ func testAppendDelete(t *testing.T, s service.Store) {
 	}
 	if _, err := s.Message(ctx, "m2"); err != nil {
 		t.Errorf("another session's message: %v", err)
+	}
+}
+
+func testAppendAdmit(t *testing.T, s service.Store) {
+	ctx := t.Context()
+	l1 := create(t, s, newSession("s1", "u1", t0))
+	l2 := create(t, s, newSession("s2", "u1", t0))
+	l3 := create(t, s, newSession("s3", "u2", t0))
+	running := func(id, session, user string) *service.Run {
+		r := newRun(id, session, service.RunRunning, t0)
+		r.UserID = user
+		r.Owner = "replica-a"
+		return r
+	}
+	l1.append(runChanged(running("r1", "s1", "u1")))
+	l3.append(runChanged(running("r3", "s3", "u2"))) // another user's run does not count
+	b := l2.batch(runChanged(running("r2", "s2", "u1")))
+	b.Admit = &service.Admission{UserID: "u1", RunID: "r2", Limit: 1}
+	wantCode(t, "a second run of u1 with a limit of 1", appendOne(s, b), service.ERATELIMIT)
+	if _, err := s.Run(ctx, "r2"); service.ErrorCode(err) != service.ENOTFOUND {
+		t.Errorf("the refused admission wrote its run: %v", err)
+	}
+	b.Admit.Limit = 2
+	if err := appendOne(s, b); err != nil {
+		t.Fatalf("a second run of u1 with a limit of 2: %v", err)
+	}
+	l2.last++
+	// A run that is already RUNNING is not counted against itself.
+	again := l2.batch(runChanged(running("r2", "s2", "u1")))
+	again.Admit = &service.Admission{UserID: "u1", RunID: "r2", Limit: 2}
+	if err := appendOne(s, again); err != nil {
+		t.Errorf("admitting r2 again: %v", err)
+	}
+	got, err := s.Run(ctx, "r2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Owner != "replica-a" {
+		t.Errorf("Owner = %q, want it kept", got.Owner)
 	}
 }
 
