@@ -1,4 +1,4 @@
-import { ApolloClient, ApolloLink, CombinedGraphQLErrors, HttpLink, ServerError } from '@apollo/client';
+import { ApolloClient, ApolloLink, HttpLink } from '@apollo/client';
 import { SetContextLink } from '@apollo/client/link/context';
 import { ErrorLink } from '@apollo/client/link/error';
 import { RetryLink } from '@apollo/client/link/retry';
@@ -9,7 +9,7 @@ import { Observable, from, mergeMap } from 'rxjs';
 import { getToken, renewToken } from './auth';
 import { createCache } from './cache';
 import { setConnectionState } from './connection';
-import { isNetworkError } from './errors';
+import { isNetworkError, isRetriable, isUnauthenticated } from './errors';
 import { withResume } from './resume';
 
 export interface Api {
@@ -20,26 +20,6 @@ export interface Api {
 function wsUrl(): string {
   const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
   return `${scheme}//${location.host}/query`;
-}
-
-/** True when the error says the token was refused (a GraphQL error or HTTP 401). */
-export function isUnauthenticated(error: unknown): boolean {
-  if (CombinedGraphQLErrors.is(error)) {
-    return error.errors.some((e) => e.extensions?.code === 'UNAUTHENTICATED');
-  }
-  if (ServerError.is(error)) return error.statusCode === 401;
-  if (error instanceof Error) return /\b4401\b/.test(error.message);
-  return false;
-}
-
-/**
- * Whether an operation may be sent again after a network failure: queries, and mutations
- * that carry an idempotency key (the server answers a repeat with the first answer).
- */
-export function isRetriable(operation: Pick<ApolloLink.Operation, 'operationType' | 'variables'>): boolean {
-  if (operation.operationType === 'query') return true;
-  const input = (operation.variables as { input?: { idempotencyKey?: unknown } } | undefined)?.input;
-  return operation.operationType === 'mutation' && typeof input?.idempotencyKey === 'string';
 }
 
 /**

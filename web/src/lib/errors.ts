@@ -1,4 +1,4 @@
-import { CombinedGraphQLErrors, ServerError } from '@apollo/client';
+import { CombinedGraphQLErrors, ServerError, type ApolloLink } from '@apollo/client';
 
 /** The extensions.code of the first GraphQL error that has one. */
 export function errorCode(error: unknown): string | undefined {
@@ -14,6 +14,26 @@ export function isNetworkError(error: unknown): boolean {
   if (CombinedGraphQLErrors.is(error)) return false;
   if (ServerError.is(error)) return error.statusCode >= 502;
   return error instanceof TypeError || (error instanceof Error && /fetch|network/i.test(error.message));
+}
+
+/** True when the error says the token was refused (a GraphQL error or HTTP 401). */
+export function isUnauthenticated(error: unknown): boolean {
+  if (CombinedGraphQLErrors.is(error)) {
+    return error.errors.some((e) => e.extensions?.code === 'UNAUTHENTICATED');
+  }
+  if (ServerError.is(error)) return error.statusCode === 401;
+  if (error instanceof Error) return /\b4401\b/.test(error.message);
+  return false;
+}
+
+/**
+ * Whether an operation may be sent again after a network failure: queries, and mutations
+ * that carry an idempotency key (the server answers a repeat with the first answer).
+ */
+export function isRetriable(operation: Pick<ApolloLink.Operation, 'operationType' | 'variables'>): boolean {
+  if (operation.operationType === 'query') return true;
+  const input = (operation.variables as { input?: { idempotencyKey?: unknown } } | undefined)?.input;
+  return operation.operationType === 'mutation' && typeof input?.idempotencyKey === 'string';
 }
 
 export const NETWORK_TROUBLE = 'Cannot reach the server. Check your connection and try again.';

@@ -10,9 +10,8 @@ import {
   SessionDocument,
   type SessionQuery,
 } from '../gql/graphql';
-import { isUnauthenticated } from './apollo';
 import { getToken, renewToken } from './auth';
-import { describeError, randomId } from './errors';
+import { describeError, isUnauthenticated, randomId } from './errors';
 import { applyEvent, messageAccepted, questionAnswered, runAnswered } from './events';
 
 export const HISTORY_PAGE = 200;
