@@ -20,7 +20,6 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
-	"github.com/99designs/gqlgen/graphql/playground"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -137,7 +136,7 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 
 	mux := http.NewServeMux()
 	mux.Handle("/query", authenticate(cfg.Auth, withWSHolder(limitBody(cfg.MaxBodyBytes, gql))))
-	mux.Handle("/playground", playground.Handler("talkgraph", "/query"))
+	mux.Handle("/playground", playgroundPage(cfg.Web))
 	mux.Handle("/auth/guest", guestHandler(cfg.Auth, cfg.GuestSignIn))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
@@ -219,6 +218,19 @@ func spa(files fs.FS) http.Handler {
 			w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
 		}
 		fileServer.ServeHTTP(w, r)
+	})
+}
+
+// playgroundPage serves the GraphQL playground built into the web app (playground.html;
+// its assets go through spa like the app's).
+func playgroundPage(files fs.FS) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if files == nil {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-cache")
+		http.ServeFileFS(w, r, files, "playground.html")
 	})
 }
 
