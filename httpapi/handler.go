@@ -14,13 +14,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
-	"github.com/99designs/gqlgen/graphql/playground"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -143,7 +143,7 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 
 	mux := http.NewServeMux()
 	mux.Handle("/query", authenticate(cfg.Auth, limitBody(cfg.MaxBodyBytes, gql)))
-	mux.Handle("/playground", playground.Handler("talkgraph", "/query"))
+	mux.Handle("/playground", playgroundPage(cfg.Web))
 	mux.Handle("/auth/guest", guestHandler(cfg.Auth, cfg.GuestSignIn))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
@@ -193,12 +193,25 @@ func spa(files fs.FS) http.Handler {
 				r = r2
 			}
 		}
-		if p == "/" {
-			w.Header().Set("Cache-Control", "no-cache")
+		if p == "/" || strings.HasSuffix(p, ".html") {
+			w.Header().Set("Cache-Control", "no-cache") // pages change with each build; assets are named by content
 		} else {
 			w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
 		}
 		fileServer.ServeHTTP(w, r)
+	})
+}
+
+// playgroundPage serves the GraphQL playground built into the web app (playground.html;
+// its assets go through spa like the app's).
+func playgroundPage(files fs.FS) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if files == nil {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-cache")
+		http.ServeFileFS(w, r, files, "playground.html")
 	})
 }
 

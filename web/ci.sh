@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CI for the chat app in web/: install what it needs, check that the committed build and
-# generated types are current, then run the browser tests against the real server.
+# generated types are current, lint, run the unit tests, then the browser tests against the
+# real server.
 # Runs from anywhere, e.g. `bash web/ci.sh` at the repo root.
 set -euo pipefail
 
@@ -39,6 +40,12 @@ if [ -n "$changes" ]; then
   exit 1
 fi
 echo "ok"
+
+log "lint"
+npm run --silent lint
+
+log "unit tests"
+npm run --silent test:unit
 
 log "browser tests"
 npm run --silent test:e2e

@@ -3,7 +3,7 @@ import type { CodegenConfig } from '@graphql-codegen/cli';
 // Types for the operations in src/graphql/*.graphql, generated from the server's schema.
 // The output under src/gql/ is committed; `npm run codegen` refreshes it.
 const config: CodegenConfig = {
-  schema: '../schema.graphqls',
+  schema: ['../schema.graphqls', 'src/client-schema.graphql'],
   documents: ['src/graphql/**/*.graphql'],
   ignoreNoDocuments: false,
   generates: {

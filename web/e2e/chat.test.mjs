@@ -321,12 +321,45 @@ if (!SKIP) describe('chat app', { timeout: 600_000 }, () => {
     await call.locator('.tool-status', { hasText: 'done' }).waitFor();
   });
 
-  test('a failed run is marked and the chat stays usable', async () => {
-    await newChat();
+  const FAIL_REASON = 'The demo agent failed, as you asked.';
+
+  /** Waits for the last assistant message to be FAILED and show why. */
+  async function failedWithReason(p = page) {
+    const failed = p.locator(sel.assistant).last();
+    await until(p, 'a failed reply', (s) => {
+      const all = document.querySelectorAll(s);
+      return all[all.length - 1]?.dataset.status === 'FAILED';
+    }, sel.assistant);
+    await failed.locator('.badge.error', { hasText: 'failed' }).waitFor();
+    await failed.locator('.run-error', { hasText: FAIL_REASON }).waitFor();
+  }
+
+  test('a failure started from the start page says why, also after a reload', async () => {
+    await page.goto(server.url);
+    await page.getByRole('heading', { name: 'What would you like to talk about?' }).waitFor();
     await send(page, '/fail');
-    await page.locator('.run-error', { hasText: 'failed' }).waitFor();
+    await currentSessionId(page);
+    await failedWithReason();
+    await screenshot(page, 'failed');
+    await page.reload();
+    await failedWithReason();
+    assert.equal(await page.locator(sel.assistant).count(), 1);
+  });
+
+  test('a failure in an existing chat says why, also after a reload, and the chat goes on', async () => {
+    await newChat();
+    await send(page, 'before the failure');
+    await waitForReply(page, { contains: 'before the failure' });
+    await send(page, '/fail');
+    await failedWithReason();
+    // Only the failed message carries a reason.
+    assert.equal(await page.locator('.run-error').count(), 1);
+    await page.reload();
+    await failedWithReason();
+    assert.equal(await page.locator(sel.assistant).first().getAttribute('data-status'), 'COMPLETE');
     await send(page, 'still there?');
     await waitForReply(page, { contains: 'still there?' });
+    await page.locator('.run-error', { hasText: FAIL_REASON }).waitFor();
   });
 
   test('renames, configures and deletes chats', async () => {

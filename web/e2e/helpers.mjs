@@ -227,7 +227,7 @@ export async function until(page, what, fn, arg, timeout = 15_000) {
   try {
     return await page.waitForFunction(fn, arg, { timeout, polling: 'raf' });
   } catch (e) {
-    throw new Error(`timed out after ${timeout} ms waiting for ${what}: ${e.message.split('\n')[0]}`);
+    throw new Error(`timed out after ${timeout} ms waiting for ${what}: ${e.message.split('\n')[0]}`, { cause: e });
   }
 }
 

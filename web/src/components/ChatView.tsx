@@ -1,9 +1,8 @@
-import { useApolloClient, useFragment } from '@apollo/client/react';
-import { SessionListFieldsFragmentDoc } from '../gql/graphql';
-import { useCallback, useEffect, useState } from 'react';
-import type { StreamEvent } from '../lib/chat';
+import { useFragment } from '@apollo/client/react';
+import { useEffect, useState } from 'react';
+import { SessionStateFieldsFragmentDoc } from '../gql/graphql';
+import { isFinishedRun } from '../lib/cache';
 import { describeError } from '../lib/errors';
-import { refreshSessions } from '../lib/sessions';
 import { useChat } from '../lib/useChat';
 import { Composer } from './Composer';
 import { GearIcon, StopIcon } from './icons';
@@ -14,41 +13,22 @@ import type { TopBarProps } from './Shell';
 import { TopBar } from './TopBar';
 
 export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarProps }) {
-  const client = useApolloClient();
-  const onEvent = useCallback(
-    (ev: StreamEvent) => {
-      // The sidebar shows titles, order and status: refresh it on the events that change them.
-      if (ev.__typename === 'SessionUpdated') {
-        // The stream bypasses the cache; put the new title where the sidebar and header read it.
-        client.cache.writeFragment({ fragment: SessionListFieldsFragmentDoc, data: ev.session });
-      }
-      if (
-        ev.__typename === 'SessionUpdated' ||
-        ev.__typename === 'RunStatusChanged' ||
-        ev.__typename === 'QuestionAsked' ||
-        ev.__typename === 'QuestionAnswered' ||
-        (ev.__typename === 'MessageAdded' && ev.message.role === 'USER')
-      ) {
-        refreshSessions(client);
-      }
-    },
-    [client],
-  );
-  const chat = useChat(sessionId, onEvent);
-  // The title as the sidebar knows it: the server may name an untitled chat after its first message.
-  const listed = useFragment({
-    fragment: SessionListFieldsFragmentDoc,
+  const chat = useChat(sessionId);
+  const { session, phase } = chat;
+  // Runs queued behind the active one (busy policy ENQUEUE), a field the cache keeps.
+  const state = useFragment({
+    fragment: SessionStateFieldsFragmentDoc,
     from: { __typename: 'TalkSession', id: sessionId },
   });
-  const { state, phase } = chat;
   const [settingsOpen, setSettingsOpen] = useState(false);
   const [stopError, setStopError] = useState<string | null>(null);
   const [stopping, setStopping] = useState(false);
 
-  const title = (listed.complete ? listed.data.title : '') || state?.title || '';
+  const title = session?.title ?? '';
+  const loaded = session !== null;
   useEffect(() => {
-    document.title = state ? `${title || 'Chat'} · talkgraph` : 'talkgraph';
-  }, [title, state === null]); // eslint-disable-line react-hooks/exhaustive-deps
+    document.title = loaded ? `${title || 'Chat'} · talkgraph` : 'talkgraph';
+  }, [title, loaded]);
 
   if (phase.kind === 'missing') {
     return (
@@ -64,7 +44,7 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
     );
   }
 
-  if (!state) {
+  if (!session) {
     return (
       <>
         <TopBar bar={bar} title="Loading…" />
@@ -75,12 +55,13 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
     );
   }
 
-  const running = state.activeRun !== null && ['RUNNING', 'WAITING_FOR_INPUT', 'QUEUED'].includes(state.activeRun.status);
-  // Runs waiting behind the active one (busy policy ENQUEUE).
-  const queued = state.activeRun ? state.queuedRunIds.filter((id) => id !== state.activeRun?.id).length : 0;
+  const activeRun = session.activeRun;
+  const running = activeRun !== null && !isFinishedRun(activeRun.status);
+  const queuedRunIds = state.complete ? state.data.queuedRunIds : [];
+  const queued = activeRun ? queuedRunIds.filter((id) => id !== activeRun.id).length : 0;
   let statusText = '';
-  if (state.status === 'WAITING_FOR_INPUT') statusText = 'Waiting for your answer';
-  else if (state.status === 'RUNNING') statusText = 'Agent is working…';
+  if (session.status === 'WAITING_FOR_INPUT') statusText = 'Waiting for your answer';
+  else if (session.status === 'RUNNING') statusText = 'Agent is working…';
   if (queued > 0) statusText += ` (${queued} message${queued > 1 ? 's' : ''} queued)`;
 
   async function stop() {
@@ -95,13 +76,13 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
     }
   }
 
-  const demo = state.settings.agent === 'demo';
+  const demo = session.settings.agent === 'demo';
   return (
     <>
       <TopBar bar={bar} title={title || 'Untitled chat'}>
         <span className="agent-chip" title="Agent and model">
-          {state.settings.agent}
-          {state.settings.model ? ` · ${state.settings.model}` : ''}
+          {session.settings.agent}
+          {session.settings.model ? ` · ${session.settings.model}` : ''}
         </span>
         <button
           type="button"
@@ -115,7 +96,9 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
         </button>
       </TopBar>
       <MessageList
-        state={state}
+        messages={session.messages.edges.map((e) => e.node)}
+        hasEarlier={session.messages.pageInfo.hasPreviousPage}
+        pendingQuestionId={session.pendingQuestion?.id ?? null}
         onLoadEarlier={chat.loadEarlier}
         emptyHint={
           demo
@@ -141,18 +124,14 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
             {stopError}
           </p>
         )}
-        {state.pendingQuestion && (
-          <QuestionForm key={state.pendingQuestion.id} question={state.pendingQuestion} onAnswer={chat.answer} />
+        {session.pendingQuestion && !session.pendingQuestion.answeredAt && (
+          <QuestionForm key={session.pendingQuestion.id} question={session.pendingQuestion} onAnswer={chat.answer} />
         )}
         <Composer onSend={chat.send} autoFocus />
       </div>
-      <SettingsDialog
-        open={settingsOpen}
-        sessionId={sessionId}
-        settings={state.settings}
-        onClose={() => setSettingsOpen(false)}
-        onSaved={chat.settingsSaved}
-      />
+      {settingsOpen && (
+        <SettingsDialog sessionId={sessionId} settings={session.settings} onClose={() => setSettingsOpen(false)} />
+      )}
     </>
   );
 }

@@ -1,5 +1,5 @@
 import { useLayoutEffect, useRef, useState } from 'react';
-import type { ChatState } from '../lib/chat';
+import type { MessageFieldsFragment } from '../gql/graphql';
 import { MessageView } from './MessageView';
 
 /**
@@ -7,11 +7,15 @@ import { MessageView } from './MessageView';
  * bottom, and leaves the scroll position alone when they have scrolled up to read.
  */
 export function MessageList({
-  state,
+  messages,
+  hasEarlier,
+  pendingQuestionId,
   onLoadEarlier,
   emptyHint,
 }: {
-  state: ChatState;
+  messages: MessageFieldsFragment[];
+  hasEarlier: boolean;
+  pendingQuestionId: string | null;
   onLoadEarlier: () => Promise<void>;
   emptyHint?: string;
 }) {
@@ -19,13 +23,15 @@ export function MessageList({
   const pinned = useRef(true);
   const [loadingEarlier, setLoadingEarlier] = useState(false);
 
-  const last = state.messages[state.messages.length - 1];
-  const lastSize = last ? last.content.length + last.toolCalls.reduce((n, t) => n + t.output.length + 1, 0) : 0;
+  const last = messages[messages.length - 1];
+  const lastSize = last
+    ? last.content.length + (last.error?.length ?? 0) + last.toolCalls.reduce((n, t) => n + t.output.length + 1, 0)
+    : 0;
 
   useLayoutEffect(() => {
     const el = scroller.current;
     if (el && pinned.current) el.scrollTop = el.scrollHeight;
-  }, [state.messages.length, lastSize, state.pendingQuestion, state.runErrors]);
+  }, [messages.length, lastSize, last?.status, pendingQuestionId]);
 
   function onScroll() {
     const el = scroller.current;
@@ -48,31 +54,17 @@ export function MessageList({
     }
   }
 
-  // A failed run's reason goes under its last message, or at the end when it wrote nothing.
-  const lastOfRun = new Map<string, string>();
-  for (const m of state.messages) if (m.runId) lastOfRun.set(m.runId, m.id);
-  const orphanErrors = Object.entries(state.runErrors).filter(([runId]) => !lastOfRun.has(runId));
-
   return (
     <div className="messages" ref={scroller} onScroll={onScroll}>
       <div className="messages-inner" role="log" aria-label="Conversation" aria-live="polite" aria-relevant="additions">
-        {state.hasEarlier && (
+        {hasEarlier && (
           <button type="button" className="btn subtle load-earlier" onClick={loadEarlier} disabled={loadingEarlier}>
             {loadingEarlier ? 'Loading…' : 'Show earlier messages'}
           </button>
         )}
-        {state.messages.length === 0 && emptyHint && <p className="empty-hint">{emptyHint}</p>}
-        {state.messages.map((m) => (
-          <MessageView
-            key={m.id}
-            message={m}
-            runError={m.runId && lastOfRun.get(m.runId) === m.id ? state.runErrors[m.runId] : undefined}
-          />
-        ))}
-        {orphanErrors.map(([runId, err]) => (
-          <p key={runId} className="run-error standalone" role="note">
-            {err}
-          </p>
+        {messages.length === 0 && emptyHint && <p className="empty-hint">{emptyHint}</p>}
+        {messages.map((m) => (
+          <MessageView key={m.id} message={m} />
         ))}
       </div>
     </div>

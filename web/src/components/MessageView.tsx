@@ -1,6 +1,9 @@
+import { useQuery } from '@apollo/client/react';
 import { memo, type ReactNode } from 'react';
-import type { Message } from '../lib/chat';
+import { RunDocument, type MessageFieldsFragment } from '../gql/graphql';
 import { ToolCallView } from './ToolCallView';
+
+type Message = MessageFieldsFragment;
 
 /** Plain text with ``` fenced blocks shown as code; nothing is parsed as HTML. */
 function RichText({ text }: { text: string }) {
@@ -33,13 +36,41 @@ function roleLabel(m: Message): string {
   return m.role === 'USER' ? 'You' : 'Agent';
 }
 
-export const MessageView = memo(function MessageView({
-  message: m,
-  runError,
-}: {
-  message: Message;
-  runError?: string;
-}) {
+/**
+ * Why a message failed, from the message itself (the server stores it, so it survives a
+ * reload), else from its run; a run already in the cache answers without a request.
+ */
+function FailureReason({ message: m }: { message: Message }) {
+  const run = useQuery(RunDocument, {
+    variables: { id: m.runId ?? '' },
+    skip: Boolean(m.error) || !m.runId,
+    fetchPolicy: 'cache-first',
+  });
+  const reason = m.error || run.data?.run?.error || (run.loading ? '' : 'The agent could not finish this reply.');
+  if (!reason) return null;
+  return (
+    <p className="run-error" role="note">
+      {reason}
+    </p>
+  );
+}
+
+const tokens = new Intl.NumberFormat();
+
+/** The run's token usage, when the cache knows the run (it followed it live, or was asked). */
+function Usage({ runId }: { runId: string }) {
+  const run = useQuery(RunDocument, { variables: { id: runId }, fetchPolicy: 'cache-only' });
+  const usage = run.data?.run?.usage;
+  if (!usage) return null;
+  const cached = usage.cachedInputTokens ? `, ${tokens.format(usage.cachedInputTokens)} of them cached` : '';
+  return (
+    <p className="msg-usage" title={`Agent ${run.data?.run?.agent ?? ''}: ${usage.inputTokens} input tokens${cached}, ${usage.outputTokens} output tokens`}>
+      {tokens.format(usage.inputTokens)} in · {tokens.format(usage.outputTokens)} out
+    </p>
+  );
+}
+
+export const MessageView = memo(function MessageView({ message: m }: { message: Message }) {
   const streaming = m.status === 'STREAMING';
   const content = m.kind === 'QUESTION' && !m.content && m.question ? m.question.prompt : m.content;
   return (
@@ -77,11 +108,8 @@ export const MessageView = memo(function MessageView({
           ))}
         </ul>
       )}
-      {runError && (
-        <p className="run-error" role="note">
-          {runError}
-        </p>
-      )}
+      {m.status === 'FAILED' && <FailureReason message={m} />}
+      {m.role === 'ASSISTANT' && m.kind === 'TEXT' && m.status !== 'STREAMING' && m.runId && <Usage runId={m.runId} />}
     </article>
   );
 });

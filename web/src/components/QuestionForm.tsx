@@ -1,5 +1,5 @@
 import { useState, type FormEvent } from 'react';
-import type { Question } from '../lib/chat';
+import type { QuestionFieldsFragment as Question } from '../gql/graphql';
 import { describeError } from '../lib/errors';
 
 /** The agent's question: its choices as buttons, or an answer in the person's own words. */

@@ -14,38 +14,29 @@ const POLICIES: { value: BusyPolicy; label: string; help: string }[] = [
   { value: 'REJECT', label: 'Reject', help: 'New messages are refused while the agent works.' },
 ];
 
-/** Per-chat settings: agent, model, system prompt, temperature and the busy policy. */
+/** Per-chat settings: agent, model, system prompt, temperature and the busy policy. Render it to open it. */
 export function SettingsDialog({
-  open,
   sessionId,
   settings,
   onClose,
-  onSaved,
 }: {
-  open: boolean;
   sessionId: string;
   settings: SettingsFieldsFragment;
   onClose: () => void;
-  onSaved: (settings: SettingsFieldsFragment) => void;
 }) {
   const ref = useRef<HTMLDialogElement>(null);
-  const agents = useQuery(AgentsDocument, { skip: !open, fetchPolicy: 'cache-first' });
+  const agents = useQuery(AgentsDocument, { fetchPolicy: 'cache-first' });
   const [save, { loading }] = useMutation(UpdateTalkSessionSettingsDocument);
   const [form, setForm] = useState(() => toForm(settings));
   const [error, setError] = useState<string | null>(null);
 
+  // Mounted when opened: the form starts from the settings of that moment, and live
+  // updates do not overwrite edits in progress.
   useEffect(() => {
     const d = ref.current;
-    if (!d) return;
-    if (open && !d.open) {
-      setForm(toForm(settings));
-      setError(null);
-      d.showModal();
-    }
-    if (!open && d.open) d.close();
-    // Only on opening: edits in progress are not overwritten by live updates.
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [open]);
+    if (d && !d.open) d.showModal();
+    return () => d?.close();
+  }, []);
 
   async function submit(e: FormEvent) {
     e.preventDefault();
@@ -56,7 +47,8 @@ export function SettingsDialog({
       return;
     }
     try {
-      const res = await save({
+      // The answer normalises into the cached session: the chat shows the new settings.
+      await save({
         variables: {
           input: {
             id: sessionId,
@@ -70,8 +62,6 @@ export function SettingsDialog({
           },
         },
       });
-      const saved = res.data?.updateTalkSessionSettings.settings;
-      if (saved) onSaved(saved);
       onClose();
     } catch (err) {
       setError(describeError(err));

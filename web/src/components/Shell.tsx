@@ -13,14 +13,15 @@ export interface TopBarProps {
 /** The page: the chat list beside the open chat (behind a menu button on narrow screens). */
 export function Shell() {
   const sessionId = useSessionRoute();
-  const [menuOpen, setMenuOpen] = useState(false);
+  // The drawer (narrow screens) remembers the chat it was opened on: choosing another
+  // chat closes it.
+  const [openedOn, setOpenedOn] = useState<{ route: string | null } | null>(null);
+  const menuOpen = openedOn !== null && openedOn.route === sessionId;
+  const setMenuOpen = useCallback((open: boolean) => setOpenedOn(open ? { route: sessionId } : null), [sessionId]);
   const connection = useConnectionState();
 
-  const closeMenu = useCallback(() => setMenuOpen(false), []);
-  const toggleMenu = useCallback(() => setMenuOpen((o) => !o), []);
-
-  // Choosing a chat closes the drawer on narrow screens.
-  useEffect(() => closeMenu(), [sessionId, closeMenu]);
+  const closeMenu = useCallback(() => setMenuOpen(false), [setMenuOpen]);
+  const toggleMenu = useCallback(() => setMenuOpen(!menuOpen), [setMenuOpen, menuOpen]);
 
   useEffect(() => {
     if (!menuOpen) return;
@@ -32,7 +33,7 @@ export function Shell() {
     };
     window.addEventListener('keydown', onKey);
     return () => window.removeEventListener('keydown', onKey);
-  }, [menuOpen]);
+  }, [menuOpen, setMenuOpen]);
 
   const bar: TopBarProps = { onMenu: toggleMenu, menuOpen };
 

@@ -1,7 +1,6 @@
 import { useApolloClient, useMutation, useQuery } from '@apollo/client/react';
 import { useEffect, useRef, useState, type FormEvent } from 'react';
 import {
-  CreateTalkSessionDocument,
   DeleteTalkSessionDocument,
   RenameTalkSessionDocument,
   SessionsDocument,
@@ -9,7 +8,8 @@ import {
 } from '../gql/graphql';
 import { describeError } from '../lib/errors';
 import { chatHref, openChat, openHome } from '../lib/route';
-import { relativeTime, SESSIONS_PAGE } from '../lib/sessions';
+import { createSession, forgetSession, SESSIONS_PAGE } from '../lib/sessions';
+import { relativeTime } from '../lib/time';
 import { ConfirmDialog } from './ConfirmDialog';
 import { PencilIcon, PlusIcon, TrashIcon } from './icons';
 
@@ -25,12 +25,13 @@ export function Sidebar({
   onClose: () => void;
 }) {
   const client = useApolloClient();
-  const { data, error, loading } = useQuery(SessionsDocument, {
+  // In the server's order (most recent activity first); the cache moves a chat that gets a
+  // message to the top, and "Show more" appends the next page.
+  const { data, error, loading, fetchMore } = useQuery(SessionsDocument, {
     variables: { first: SESSIONS_PAGE },
-    pollInterval: 30_000,
-    notifyOnNetworkStatusChange: false,
   });
-  const [createSession, { loading: creating }] = useMutation(CreateTalkSessionDocument);
+  const [creating, setCreating] = useState(false);
+  const [loadingMore, setLoadingMore] = useState(false);
   const [deleteSession] = useMutation(DeleteTalkSessionDocument);
   const [renaming, setRenaming] = useState<string | null>(null);
   const [deleting, setDeleting] = useState<Item | null>(null);
@@ -49,21 +50,33 @@ export function Sidebar({
     return () => clearInterval(t);
   }, []);
 
-  const sessions = [...(data?.sessions.edges.map((e) => e.node) ?? [])].sort(
-    (a, b) => Date.parse(b.updatedAt) - Date.parse(a.updatedAt),
-  );
+  const sessions = data?.sessions.edges.map((e) => e.node) ?? [];
+  const more = data?.sessions.pageInfo.hasNextPage ? data.sessions.pageInfo.endCursor : null;
 
   async function newChat() {
     setProblem(null);
+    setCreating(true);
     try {
-      const res = await createSession({ variables: { input: {} } });
-      const id = res.data?.createTalkSession.id;
-      await client.refetchQueries({ include: [SessionsDocument] });
-      if (id) openChat(id);
+      const id = await createSession(client);
+      openChat(id);
       onClose();
       setTimeout(() => document.getElementById('composer-input')?.focus(), 0);
     } catch (e) {
       setProblem(describeError(e));
+    } finally {
+      setCreating(false);
+    }
+  }
+
+  async function showMore() {
+    if (!more) return;
+    setLoadingMore(true);
+    try {
+      await fetchMore({ variables: { after: more } });
+    } catch (e) {
+      setProblem(describeError(e));
+    } finally {
+      setLoadingMore(false);
     }
   }
 
@@ -71,10 +84,8 @@ export function Sidebar({
     setProblem(null);
     try {
       await deleteSession({ variables: { id: item.id } });
-      client.cache.evict({ id: client.cache.identify({ __typename: 'TalkSession', id: item.id }) });
-      client.cache.gc();
       if (currentId === item.id) openHome();
-      client.refetchQueries({ include: [SessionsDocument] }).catch(() => {});
+      forgetSession(client, item.id);
     } catch (e) {
       setProblem(describeError(e));
     }
@@ -160,6 +171,11 @@ export function Sidebar({
           ),
         )}
       </ul>
+      {more && (
+        <button type="button" className="btn subtle show-more" onClick={showMore} disabled={loadingMore}>
+          {loadingMore ? 'Loading…' : 'Show more chats'}
+        </button>
+      )}
       <ConfirmDialog
         open={deleting !== null}
         title="Delete this chat?"

@@ -1,5 +1,5 @@
 import { useId, useState } from 'react';
-import type { ToolCall } from '../lib/chat';
+import type { ToolCallFieldsFragment as ToolCall } from '../gql/graphql';
 import { ChevronIcon, ToolIcon } from './icons';
 
 const STATUS_LABEL: Record<ToolCall['status'], string> = {

@@ -1,10 +1,9 @@
 import { useApolloClient } from '@apollo/client/react';
 import { useEffect, useState } from 'react';
-import { CreateTalkSessionDocument, SessionsDocument } from '../gql/graphql';
 import { describeError } from '../lib/errors';
+import { createSession } from '../lib/sessions';
 import { addMessage } from '../lib/useChat';
 import { openChat } from '../lib/route';
-import { refreshSessions } from '../lib/sessions';
 import { Composer } from './Composer';
 import type { TopBarProps } from './Shell';
 import { TopBar } from './TopBar';
@@ -25,15 +24,9 @@ export function Welcome({ bar }: { bar: TopBarProps }) {
   }, []);
 
   async function start(content: string) {
-    const created = await client.mutate({
-      mutation: CreateTalkSessionDocument,
-      // The server names an untitled chat after its first message.
-      variables: { input: {} },
-    });
-    const id = created.data?.createTalkSession.id;
-    if (!id) throw new Error('The chat could not be created.');
+    // The server names an untitled chat after its first message.
+    const id = await createSession(client);
     await addMessage(client, id, content);
-    client.refetchQueries({ include: [SessionsDocument] }).catch(() => refreshSessions(client));
     openChat(id);
   }
 

@@ -1,12 +1,15 @@
-import { ApolloClient, ApolloLink, CombinedGraphQLErrors, HttpLink, InMemoryCache, ServerError } from '@apollo/client';
+import { ApolloClient, ApolloLink, HttpLink } from '@apollo/client';
 import { SetContextLink } from '@apollo/client/link/context';
 import { ErrorLink } from '@apollo/client/link/error';
+import { RetryLink } from '@apollo/client/link/retry';
 import { GraphQLWsLink } from '@apollo/client/link/subscriptions';
 import { isSubscriptionOperation } from '@apollo/client/utilities';
 import { createClient, type Client } from 'graphql-ws';
 import { Observable, from, mergeMap } from 'rxjs';
 import { getToken, renewToken } from './auth';
+import { createCache } from './cache';
 import { setConnectionState } from './connection';
+import { isNetworkError, isRetriable, isUnauthenticated } from './errors';
 import { withResume } from './resume';
 
 export interface Api {
@@ -17,20 +20,6 @@ export interface Api {
 function wsUrl(): string {
   const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
   return `${scheme}//${location.host}/query`;
-}
-
-function sleep(ms: number) {
-  return new Promise<void>((resolve) => setTimeout(resolve, ms));
-}
-
-/** True when the error says the token was refused (a GraphQL error or HTTP 401). */
-export function isUnauthenticated(error: unknown): boolean {
-  if (CombinedGraphQLErrors.is(error)) {
-    return error.errors.some((e) => e.extensions?.code === 'UNAUTHENTICATED');
-  }
-  if (ServerError.is(error)) return error.statusCode === 401;
-  if (error instanceof Error) return /\b4401\b/.test(error.message);
-  return false;
 }
 
 /**
@@ -48,7 +37,8 @@ export function createApi(): Api {
     keepAlive: 20_000,
     retryAttempts: Infinity,
     // Exponential backoff capped at 5 s, with jitter so that many tabs do not return at once.
-    retryWait: (retries) => sleep(Math.min(250 * 2 ** retries, 5_000) + Math.random() * 250),
+    retryWait: (retries) =>
+      new Promise((resolve) => setTimeout(resolve, Math.min(250 * 2 ** retries, 5_000) + Math.random() * 250)),
     shouldRetry: () => true,
     on: {
       // A socket that stops answering pings (a laptop waking up, a dead NAT entry) is
@@ -95,21 +85,24 @@ export function createApi(): Api {
     ) as Observable<ApolloLink.Result>;
   });
 
+  // A network failure may hide a request the server handled: queries and idempotent
+  // mutations (addMessage sends its key) are sent again, a few times with backoff.
+  const retryLink = new RetryLink({
+    delay: { initial: 400, max: 5_000, jitter: true },
+    attempts: (count, operation, error) => count <= 5 && isNetworkError(error) && isRetriable(operation),
+  });
+
   const httpLink = new HttpLink({ uri: '/query' });
 
   const link = ApolloLink.split(
     (op) => isSubscriptionOperation(op.query),
     wsLink,
-    ApolloLink.from([retryAuthLink, authLink, httpLink]),
+    ApolloLink.from([retryAuthLink, retryLink, authLink, httpLink]),
   );
 
   const client = new ApolloClient({
     link,
-    cache: new InMemoryCache({
-      typePolicies: {
-        TalkSession: { fields: { settings: { merge: true } } },
-      },
-    }),
+    cache: createCache(),
     defaultOptions: {
       watchQuery: { fetchPolicy: 'cache-and-network' },
     },

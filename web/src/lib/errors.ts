@@ -1,5 +1,6 @@
-import { CombinedGraphQLErrors, ServerError } from '@apollo/client';
+import { CombinedGraphQLErrors, ServerError, type ApolloLink } from '@apollo/client';
 
+/** The extensions.code of the first GraphQL error that has one. */
 export function errorCode(error: unknown): string | undefined {
   if (CombinedGraphQLErrors.is(error)) {
     const code = error.errors.find((e) => e.extensions?.code)?.extensions?.code;
@@ -15,28 +16,46 @@ export function isNetworkError(error: unknown): boolean {
   return error instanceof TypeError || (error instanceof Error && /fetch|network/i.test(error.message));
 }
 
-/** A sentence fit to show a person. */
-export function describeError(error: unknown): string {
-  switch (errorCode(error)) {
-    case 'CONFLICT':
-      return 'The agent is still working and this chat does not take new messages until it finishes. Wait, or press Stop.';
-    case 'RATE_LIMITED':
-      return 'Too many requests at once. Try again in a moment.';
-    case 'NOT_FOUND':
-      return 'This chat no longer exists.';
-    case 'UNAUTHENTICATED':
-      return 'Your sign-in expired. Reload the page to continue.';
-    case 'INTERNAL':
-      return 'The server ran into a problem. Try again.';
+/** True when the error says the token was refused (a GraphQL error or HTTP 401). */
+export function isUnauthenticated(error: unknown): boolean {
+  if (CombinedGraphQLErrors.is(error)) {
+    return error.errors.some((e) => e.extensions?.code === 'UNAUTHENTICATED');
   }
-  if (CombinedGraphQLErrors.is(error) && error.errors[0]?.message) return error.errors[0].message;
-  if (isNetworkError(error)) return 'Cannot reach the server. Check your connection and try again.';
-  if (error instanceof Error && error.message) return error.message;
+  if (ServerError.is(error)) return error.statusCode === 401;
+  if (error instanceof Error) return /\b4401\b/.test(error.message);
+  return false;
+}
+
+/**
+ * Whether an operation may be sent again after a network failure: queries, and mutations
+ * that carry an idempotency key (the server answers a repeat with the first answer).
+ */
+export function isRetriable(operation: Pick<ApolloLink.Operation, 'operationType' | 'variables'>): boolean {
+  if (operation.operationType === 'query') return true;
+  const input = (operation.variables as { input?: { idempotencyKey?: unknown } } | undefined)?.input;
+  return operation.operationType === 'mutation' && typeof input?.idempotencyKey === 'string';
+}
+
+export const NETWORK_TROUBLE = 'Cannot reach the server. Check your connection and try again.';
+
+/**
+ * A sentence fit to show a person. The server's GraphQL error messages are written for
+ * users and shown as they come (with a capital first letter); only failures that have no
+ * such message get a sentence of ours.
+ */
+export function describeError(error: unknown): string {
+  if (CombinedGraphQLErrors.is(error)) {
+    const message = error.errors.find((e) => e.message)?.message;
+    if (message) return sentence(message);
+  }
+  if (isNetworkError(error)) return NETWORK_TROUBLE;
+  if (ServerError.is(error)) return `The server answered HTTP ${error.statusCode}. Try again.`;
+  if (error instanceof Error && error.message) return sentence(error.message);
   return 'Something went wrong.';
 }
 
-export function sleep(ms: number) {
-  return new Promise<void>((resolve) => setTimeout(resolve, ms));
+function sentence(s: string): string {
+  return s.charAt(0).toUpperCase() + s.slice(1);
 }
 
 /** A random ID, also where crypto.randomUUID is missing (plain http on a LAN address). */

@@ -1,35 +1,25 @@
 import type { ApolloClient } from '@apollo/client';
-import { SessionsDocument } from '../gql/graphql';
+import { CreateTalkSessionDocument } from '../gql/graphql';
+import { moveSessionToTop } from './events';
 
 export const SESSIONS_PAGE = 50;
 
-const pending = new WeakMap<ApolloClient, ReturnType<typeof setTimeout>>();
-
-/** Refreshes the sidebar soon; calls within 400 ms share one request. */
-export function refreshSessions(client: ApolloClient) {
-  if (pending.has(client)) return;
-  pending.set(
-    client,
-    setTimeout(() => {
-      pending.delete(client);
-      client.refetchQueries({ include: [SessionsDocument] }).catch(() => {
-        // The next refresh or poll tries again.
-      });
-    }, 400),
-  );
+/** Creates an untitled chat and puts it first in the cached session list. */
+export async function createSession(client: ApolloClient): Promise<string> {
+  const res = await client.mutate({
+    mutation: CreateTalkSessionDocument,
+    variables: { input: {} },
+    update(cache, { data }) {
+      if (data) moveSessionToTop(cache, data.createTalkSession.id);
+    },
+  });
+  const id = res.data?.createTalkSession.id;
+  if (!id) throw new Error('The chat could not be created.');
+  return id;
 }
 
-
-export function relativeTime(iso: string, now = Date.now()): string {
-  const t = Date.parse(iso);
-  if (Number.isNaN(t)) return '';
-  const s = Math.max(0, Math.round((now - t) / 1000));
-  if (s < 45) return 'just now';
-  const m = Math.round(s / 60);
-  if (m < 60) return `${m} min ago`;
-  const h = Math.round(m / 60);
-  if (h < 24) return `${h} h ago`;
-  const d = Math.round(h / 24);
-  if (d < 7) return `${d} d ago`;
-  return new Date(t).toLocaleDateString();
+/** Removes a deleted chat from the cache: the list and anything that showed it. */
+export function forgetSession(client: ApolloClient, id: string) {
+  client.cache.evict({ id: client.cache.identify({ __typename: 'TalkSession', id }) });
+  client.cache.gc();
 }

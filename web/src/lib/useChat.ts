@@ -1,6 +1,6 @@
 import type { ApolloClient } from '@apollo/client';
-import { useApolloClient } from '@apollo/client/react';
-import { useCallback, useEffect, useRef, useState } from 'react';
+import { useApolloClient, useQuery } from '@apollo/client/react';
+import { useCallback, useEffect, useState } from 'react';
 import {
   AddMessageDocument,
   CancelRunDocument,
@@ -8,44 +8,30 @@ import {
   MessageStreamDocument,
   RespondToQuestionDocument,
   SessionDocument,
+  type SessionQuery,
 } from '../gql/graphql';
-import { isUnauthenticated } from './apollo';
 import { getToken, renewToken } from './auth';
-import {
-  applyEvent,
-  fromSession,
-  messageAccepted,
-  prependEarlier,
-  questionAnswered,
-  type ChatState,
-  type StreamEvent,
-} from './chat';
-import { describeError, isNetworkError, randomId, sleep } from './errors';
+import { describeError, isUnauthenticated, randomId } from './errors';
+import { applyEvent, messageAccepted, questionAnswered, runAnswered } from './events';
 
 export const HISTORY_PAGE = 200;
 
+export type LoadedSession = NonNullable<SessionQuery['session']>;
+
 /**
- * Sends a message. A network failure may hide a message the server accepted, so it is
- * sent again (a few times, with backoff) under the same idempotency key, which cannot
- * create a second one.
+ * Sends a message under a new idempotency key. The HTTP link's RetryLink sends it again
+ * on network errors under the same key, which cannot create a second message. Once
+ * accepted, the message and its run go into the cache at once.
  */
 export async function addMessage(client: ApolloClient, sessionId: string, content: string) {
-  const idempotencyKey = randomId();
-  for (let attempt = 0; ; attempt++) {
-    try {
-      const res = await client.mutate({
-        mutation: AddMessageDocument,
-        variables: { input: { sessionId, content, idempotencyKey } },
-      });
-      return res.data?.addMessage ?? null;
-    } catch (error) {
-      if (attempt < 4 && isNetworkError(error)) {
-        await sleep(400 * 2 ** attempt);
-        continue;
-      }
-      throw error;
-    }
-  }
+  const res = await client.mutate({
+    mutation: AddMessageDocument,
+    variables: { input: { sessionId, content, idempotencyKey: randomId() } },
+    update(cache, { data }) {
+      if (data) messageAccepted(cache, data.addMessage.message, data.addMessage.run.id);
+    },
+  });
+  return res.data?.addMessage ?? null;
 }
 
 export type ChatPhase =
@@ -56,38 +42,27 @@ export type ChatPhase =
 
 export interface Chat {
   phase: ChatPhase;
-  state: ChatState | null;
+  /** The session as the cache holds it, once loaded. */
+  session: LoadedSession | null;
   send(content: string): Promise<void>;
   answer(questionId: string, answer: string): Promise<void>;
   stop(): Promise<void>;
   loadEarlier(): Promise<void>;
-  /** Shows new settings at once, before their SessionUpdated event arrives. */
-  settingsSaved(settings: ChatState['settings']): void;
 }
 
 /**
- * Loads a session's history and follows its event stream from the cursor that came with
- * it. A stream that ends or fails is started over from a fresh load (with backoff); a
- * dropped socket is resumed by the websocket client itself, after the last event seen.
+ * Loads a session's history into the cache and follows its event stream from the cursor
+ * that came with it, applying each event to the cache. A stream that ends or fails is
+ * started over from a fresh load (with backoff); a dropped socket is resumed by the
+ * websocket client itself, after the last event applied (see resume.ts).
  */
-export function useChat(
-  sessionId: string,
-  onEvent?: (ev: StreamEvent) => void,
-): Chat {
+export function useChat(sessionId: string): Chat {
+  // One chat per mount: the view is keyed by session, so the phase starts at 'loading'.
   const client = useApolloClient();
-  const [state, setState] = useState<ChatState | null>(null);
+  const variables = { id: sessionId, last: HISTORY_PAGE };
+  // What the page shows: the cache's copy, which the loader below and the events fill.
+  const query = useQuery(SessionDocument, { variables, fetchPolicy: 'cache-first' });
   const [phase, setPhase] = useState<ChatPhase>({ kind: 'loading' });
-  const stateRef = useRef<ChatState | null>(null);
-  const onEventRef = useRef(onEvent);
-  onEventRef.current = onEvent;
-
-  const update = useCallback((fn: (s: ChatState) => ChatState) => {
-    setState((s) => {
-      const next = s ? fn(s) : s;
-      stateRef.current = next;
-      return next;
-    });
-  }, []);
 
   useEffect(() => {
     let cancelled = false;
@@ -95,10 +70,6 @@ export function useChat(
     let timer: ReturnType<typeof setTimeout> | undefined;
     let stream: { unsubscribe(): void } | undefined;
     let restartPending = false;
-
-    setState(null);
-    stateRef.current = null;
-    setPhase({ kind: 'loading' });
 
     const fail = (error: unknown) => {
       stream?.unsubscribe();
@@ -128,26 +99,19 @@ export function useChat(
     async function start() {
       restartPending = false;
       try {
-        const res = await client.query({
-          query: SessionDocument,
-          variables: { id: sessionId, last: HISTORY_PAGE },
-          fetchPolicy: 'network-only',
-        });
+        const res = await client.query({ query: SessionDocument, variables: { id: sessionId, last: HISTORY_PAGE }, fetchPolicy: 'network-only' });
         if (cancelled) return;
         const session = res.data?.session;
         if (!session) {
           setPhase({ kind: 'missing' });
           return;
         }
-        const initial = fromSession(session);
-        stateRef.current = initial;
-        setState(initial);
         setPhase({ kind: 'ready' });
-
         stream = client
           .subscribe({
             query: MessageStreamDocument,
-            variables: { sessionId, after: initial.cursor },
+            variables: { sessionId, after: session.streamCursor },
+            // Events are written to the cache by applyEvent, in one batch each.
             fetchPolicy: 'no-cache',
           })
           .subscribe({
@@ -156,8 +120,7 @@ export function useChat(
               const ev = result.data?.messageStream;
               if (!ev || cancelled) return;
               attempt = 0;
-              update((s) => applyEvent(s, ev));
-              onEventRef.current?.(ev);
+              applyEvent(client.cache, sessionId, ev);
             },
             error: fail,
             complete: () => fail(new Error('The live updates stopped; reconnecting.')),
@@ -173,14 +136,13 @@ export function useChat(
       clearTimeout(timer);
       stream?.unsubscribe();
     };
-  }, [client, sessionId, update]);
+  }, [client, sessionId]);
 
   const send = useCallback(
     async (content: string) => {
-      const payload = await addMessage(client, sessionId, content);
-      if (payload) update((s) => messageAccepted(s, payload.message, payload.run));
+      await addMessage(client, sessionId, content);
     },
-    [client, sessionId, update],
+    [client, sessionId],
   );
 
   const answer = useCallback(
@@ -188,40 +150,35 @@ export function useChat(
       await client.mutate({
         mutation: RespondToQuestionDocument,
         variables: { input: { questionId, answer: text } },
+        update(cache, { data }) {
+          questionAnswered(cache, sessionId, questionId);
+          if (data) runAnswered(cache, sessionId, data.respondToQuestion.run.id);
+        },
       });
-      update((s) => questionAnswered(s, questionId));
     },
-    [client, update],
+    [client, sessionId],
   );
 
   const stop = useCallback(async () => {
-    await client.mutate({ mutation: CancelRunDocument, variables: { sessionId } });
+    await client.mutate({
+      mutation: CancelRunDocument,
+      variables: { sessionId },
+      update(cache, { data }) {
+        if (data?.cancelRun) runAnswered(cache, sessionId, data.cancelRun.id);
+      },
+    });
   }, [client, sessionId]);
 
+  const session = query.data?.session ?? null;
+  const before = session?.messages.pageInfo.startCursor;
+  const { fetchMore } = query;
   const loadEarlier = useCallback(async () => {
-    const before = stateRef.current?.earlierCursor;
     if (!before) return;
-    const res = await client.query({
-      query: EarlierMessagesDocument,
-      variables: { id: sessionId, last: HISTORY_PAGE, before },
-      fetchPolicy: 'network-only',
-    });
-    const conn = res.data?.session?.messages;
-    if (!conn) return;
-    update((s) =>
-      prependEarlier(
-        s,
-        conn.edges.map((e) => e.node),
-        conn.pageInfo.hasPreviousPage,
-        conn.pageInfo.startCursor ?? null,
-      ),
-    );
-  }, [client, sessionId, update]);
+    // relayStylePagination puts the older page in front of the loaded history.
+    await fetchMore({ query: EarlierMessagesDocument, variables: { id: sessionId, last: HISTORY_PAGE, before } });
+  }, [fetchMore, sessionId, before]);
 
-  const settingsSaved = useCallback(
-    (settings: ChatState['settings']) => update((s) => ({ ...s, settings })),
-    [update],
-  );
-
-  return { phase, state, send, answer, stop, loadEarlier, settingsSaved };
+  // A session deleted meanwhile reads as null once the cache learns it.
+  const shownPhase: ChatPhase = query.data && query.data.session === null ? { kind: 'missing' } : phase;
+  return { phase: shownPhase, session, send, answer, stop, loadEarlier };
 }

@@ -1,0 +1,92 @@
+// The Apollo cache is the page's one store: queries, mutation answers and every event of a
+// session's stream are written into it, and the components read from it.
+//
+// Objects with an id (TalkSession, Message, Run, Question, ToolCall) are normalised by
+// `__typename:id`. The field policies below say how lists grow (relay-style connections)
+// and keep a late answer from undoing newer knowledge (a run or a message never goes back
+// to an earlier status, an error once known stays known).
+
+import { InMemoryCache, type FieldMergeFunction, type Reference } from '@apollo/client';
+import { relayStylePagination } from '@apollo/client/utilities';
+import type { MessageStatus, RunStatus } from '../gql/graphql';
+
+/** How far a run has come: a run never goes back to a lower rank. */
+export const RUN_RANK: Record<RunStatus, number> = {
+  QUEUED: 0,
+  RUNNING: 1,
+  WAITING_FOR_INPUT: 1,
+  COMPLETED: 2,
+  CANCELLED: 2,
+  INTERRUPTED: 2,
+  FAILED: 2,
+};
+
+export const MESSAGE_RANK: Record<MessageStatus, number> = {
+  STREAMING: 0,
+  COMPLETE: 1,
+  INTERRUPTED: 1,
+  FAILED: 1,
+};
+
+export const isFinishedRun = (status: RunStatus) => RUN_RANK[status] === 2;
+
+/** A merge that keeps the existing status when the incoming one is of a lower rank. */
+export function monotonic<T extends string>(rank: Record<T, number>): FieldMergeFunction<T, T> {
+  return (existing, incoming) => (existing !== undefined && rank[existing] > rank[incoming] ? existing : incoming);
+}
+
+/** A merge that keeps a known value when the incoming one is null (a stale answer). */
+const keepKnown: FieldMergeFunction = (existing, incoming) => incoming ?? existing ?? null;
+
+/** Tool calls of a message: the incoming list, then any known call it lacks. */
+const unionOfRefs: FieldMergeFunction<Reference[], Reference[]> = (existing, incoming) => {
+  if (!existing?.length) return incoming;
+  const seen = new Set(incoming.map((r) => r.__ref));
+  return [...incoming, ...existing.filter((r) => !seen.has(r.__ref))];
+};
+
+export function createCache(): InMemoryCache {
+  return new InMemoryCache({
+    typePolicies: {
+      Query: {
+        fields: {
+          // The server orders the list (most recent activity first); pages are appended.
+          sessions: relayStylePagination(),
+          // run(id) answers from a Run already in the cache when it has every field asked for.
+          run: {
+            read(existing, { args, toReference }) {
+              return existing ?? (args?.id ? toReference({ __typename: 'Run', id: args.id }) : undefined);
+            },
+          },
+        },
+      },
+      Subscription: {
+        // Each event replaces the previous one here; what it carries is normalised elsewhere.
+        fields: { messageStream: { keyArgs: ['sessionId'], merge: (_, incoming) => incoming } },
+      },
+      TalkSession: {
+        fields: {
+          settings: { merge: true },
+          // History pages: messages(last) replaces, messages(last, before) goes in front.
+          messages: relayStylePagination(),
+          queuedRunIds: { read: (existing: string[] | undefined) => existing ?? [] },
+        },
+      },
+      Run: {
+        fields: {
+          status: { merge: monotonic(RUN_RANK) },
+          error: { merge: keepKnown },
+          finishedAt: { merge: keepKnown },
+          usage: { merge: keepKnown },
+        },
+      },
+      Message: {
+        fields: {
+          status: { merge: monotonic(MESSAGE_RANK) },
+          error: { merge: keepKnown },
+          toolCalls: { merge: unionOfRefs },
+        },
+      },
+    },
+  });
+}

@@ -1,0 +1,340 @@
+import type { ApolloCache, DocumentNode } from '@apollo/client';
+import { describe, expect, it } from 'vitest';
+import {
+  EarlierMessagesDocument,
+  MessageFieldsFragmentDoc,
+  RunDocument,
+  SessionDocument,
+  SessionListFieldsFragmentDoc,
+  SessionsDocument,
+  SessionStateFieldsFragmentDoc,
+  type MessageFieldsFragment,
+  type RunFieldsFragment,
+  type RunStatus,
+} from '../gql/graphql';
+import { createCache } from './cache';
+import {
+  applyEvent,
+  messageAccepted,
+  moveSessionToTop,
+  questionAnswered,
+  sessionAfterRun,
+  sessionAnswered,
+  sessionAsked,
+  type SessionState,
+  type StreamEvent,
+} from './events';
+
+const AT = '2025-06-15T12:00:00Z';
+
+/** writeQuery without the generated result types, which leave out __typename. */
+function write(cache: ApolloCache, options: { query: DocumentNode; variables: object; data: unknown }) {
+  cache.writeQuery(options as Parameters<ApolloCache['writeQuery']>[0]);
+}
+const LATER = '2025-06-15T12:05:00.5Z';
+
+function message(id: string, over: Partial<MessageFieldsFragment> = {}) {
+  return {
+    __typename: 'Message' as const,
+    id,
+    sessionId: 's1',
+    role: 'ASSISTANT' as const,
+    kind: 'TEXT' as const,
+    content: '',
+    status: 'STREAMING' as const,
+    error: null,
+    runId: 'r1',
+    createdAt: AT,
+    question: null,
+    toolCalls: [],
+    ...over,
+  };
+}
+
+function run(id: string, status: RunStatus, over: Partial<RunFieldsFragment> = {}) {
+  return {
+    __typename: 'Run' as const,
+    id,
+    sessionId: 's1',
+    status,
+    error: null,
+    agent: 'demo',
+    usage: null,
+    createdAt: AT,
+    startedAt: null,
+    finishedAt: null,
+    ...over,
+  };
+}
+
+function listed(id: string, updatedAt = AT) {
+  return { __typename: 'TalkSession' as const, id, title: id, updatedAt, status: 'IDLE' as const };
+}
+
+/** A cache holding session s1 as the chat loads it, with the given messages, and the list. */
+function loaded(messages: ReturnType<typeof message>[] = [], activeRun: ReturnType<typeof run> | null = null) {
+  const cache = createCache();
+  write(cache, {
+    query: SessionsDocument,
+    variables: { first: 50 },
+    data: {
+      sessions: {
+        __typename: 'TalkSessionConnection',
+        edges: ['s3', 's2', 's1'].map((id) => ({ __typename: 'TalkSessionEdge', cursor: `l:${id}`, node: listed(id) })),
+        pageInfo: { __typename: 'PageInfo', hasNextPage: false, endCursor: 'l:s1' },
+      },
+    },
+  });
+  write(cache, {
+    query: SessionDocument,
+    variables: { id: 's1', last: 200 },
+    data: {
+      session: {
+        ...listed('s1'),
+        status: activeRun ? 'RUNNING' : 'IDLE',
+        createdAt: AT,
+        settings: { __typename: 'SessionSettings', agent: 'demo', model: null, systemPrompt: null, temperature: null, busyPolicy: 'INTERRUPT' },
+        activeRun,
+        pendingQuestion: null,
+        streamCursor: 'c0',
+        messages: {
+          __typename: 'MessageConnection',
+          edges: messages.map((m, i) => ({ __typename: 'MessageEdge', cursor: `m:${i + 10}`, node: m })),
+          pageInfo: { __typename: 'PageInfo', hasPreviousPage: messages.length > 0, startCursor: messages.length ? 'm:10' : null },
+        },
+      },
+    },
+  });
+  const read = () => cache.readQuery({ query: SessionDocument, variables: { id: 's1', last: 200 } })!.session!;
+  const list = () => cache.readQuery({ query: SessionsDocument, variables: { first: 50 } })!.sessions.edges.map((e) => e.node.id);
+  const apply = (ev: Record<string, unknown>) => applyEvent(cache, 's1', { cursor: 'c', at: AT, ...ev } as StreamEvent);
+  return { cache, read, list, apply };
+}
+
+describe('stream events in the cache', () => {
+  it('MessageAdded adds the message to the history and the chat to the top of the list', () => {
+    const { read, list, apply } = loaded();
+    apply({ __typename: 'MessageAdded', at: LATER, message: message('m1', { role: 'USER', content: 'hi', status: 'COMPLETE' }) });
+    expect(read().messages.edges.map((e) => e.node.content)).toEqual(['hi']);
+    expect(list()).toEqual(['s1', 's3', 's2']);
+    expect(read().updatedAt).toBe(LATER);
+    // The same event again (or the mutation's answer) adds no second edge.
+    apply({ __typename: 'MessageAdded', message: message('m1', { role: 'USER', content: 'hi', status: 'COMPLETE' }) });
+    expect(read().messages.edges).toHaveLength(1);
+  });
+
+  it('MessageChunk places text at its code-point offset; a replayed chunk changes nothing', () => {
+    const { read, apply } = loaded([message('m1')]);
+    apply({ __typename: 'MessageChunk', messageId: 'm1', offset: 0, delta: 'Emoji 😀' });
+    apply({ __typename: 'MessageChunk', messageId: 'm1', offset: 7, delta: ' and 𝄞' });
+    apply({ __typename: 'MessageChunk', messageId: 'm1', offset: 7, delta: ' and 𝄞' });
+    expect(read().messages.edges[0].node.content).toBe('Emoji 😀 and 𝄞');
+  });
+
+  it('a chunk of a message not seen begin starts an empty streaming reply', () => {
+    const { read, apply } = loaded();
+    apply({ __typename: 'MessageChunk', messageId: 'm9', offset: 0, delta: 'late' });
+    const node = read().messages.edges[0].node;
+    expect(node).toMatchObject({ id: 'm9', role: 'ASSISTANT', status: 'STREAMING', content: 'late' });
+  });
+
+  it('MessageCompleted brings full content, status and the failure reason', () => {
+    const { read, apply } = loaded([message('m1', { content: 'par' })]);
+    apply({
+      __typename: 'MessageCompleted',
+      message: message('m1', { content: 'partial', status: 'FAILED', error: 'The demo agent failed, as you asked.' }),
+    });
+    expect(read().messages.edges[0].node).toMatchObject({
+      content: 'partial',
+      status: 'FAILED',
+      error: 'The demo agent failed, as you asked.',
+    });
+  });
+
+  it('a message never goes back to STREAMING and keeps a known error', () => {
+    const { read, apply } = loaded([message('m1')]);
+    apply({ __typename: 'MessageCompleted', message: message('m1', { status: 'FAILED', error: 'why' }) });
+    apply({ __typename: 'MessageAdded', message: message('m1') });
+    expect(read().messages.edges[0].node).toMatchObject({ status: 'FAILED', error: 'why' });
+  });
+
+  it('RunStatusChanged sets and clears the active run and the session status', () => {
+    const { read, list, apply } = loaded();
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'RUNNING') });
+    expect(read()).toMatchObject({ status: 'RUNNING', activeRun: { id: 'r1', status: 'RUNNING' } });
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'FAILED', { error: 'boom' }) });
+    expect(read()).toMatchObject({ status: 'IDLE', activeRun: null });
+    // Status changes do not reorder the list.
+    expect(list()).toEqual(['s3', 's2', 's1']);
+  });
+
+  it('queued runs are counted and the next one becomes active', () => {
+    const { cache, read, apply } = loaded([], run('r1', 'RUNNING'));
+    apply({ __typename: 'RunStatusChanged', run: run('r2', 'QUEUED') });
+    const state = () => cache.readFragment({ id: 'TalkSession:s1', fragment: SessionStateFieldsFragmentDoc })!;
+    expect(state().queuedRunIds).toEqual(['r2']);
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'COMPLETED') });
+    expect(read()).toMatchObject({ status: 'RUNNING', activeRun: null });
+    apply({ __typename: 'RunStatusChanged', run: run('r2', 'RUNNING') });
+    expect(state().queuedRunIds).toEqual([]);
+    expect(read().activeRun?.id).toBe('r2');
+  });
+
+  it("a late mutation answer does not undo the stream's newer news", () => {
+    const { cache, read, apply } = loaded();
+    apply({ __typename: 'MessageAdded', message: message('u1', { role: 'USER', status: 'COMPLETE', runId: 'r1' }) });
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'FAILED', { error: 'boom' }) });
+    // addMessage's answer arrives now, saying the run is RUNNING.
+    write(cache, { query: RunDocument, variables: { id: 'r1' }, data: { run: run('r1', 'RUNNING') } });
+    messageAccepted(cache, { id: 'u1', sessionId: 's1', createdAt: AT }, 'r1');
+    expect(read()).toMatchObject({ status: 'IDLE', activeRun: null });
+    expect(cache.readQuery({ query: RunDocument, variables: { id: 'r1' } })?.run).toMatchObject({ status: 'FAILED', error: 'boom' });
+    expect(read().messages.edges).toHaveLength(1);
+  });
+
+  it('an accepted message shows at once with its run', () => {
+    const { cache, read, list } = loaded();
+    // What addMessage's answer writes, before any event of the stream.
+    const user = message('u1', { role: 'USER', content: 'hello', status: 'COMPLETE', createdAt: LATER });
+    cache.writeFragment({ id: 'Message:u1', fragment: MessageFieldsFragmentDoc, fragmentName: 'MessageFields', data: user });
+    write(cache, { query: RunDocument, variables: { id: 'r1' }, data: { run: run('r1', 'RUNNING') } });
+    messageAccepted(cache, user, 'r1');
+    expect(read().messages.edges.map((e) => e.node.content)).toEqual(['hello']);
+    expect(read()).toMatchObject({ status: 'RUNNING', activeRun: { id: 'r1' }, updatedAt: LATER });
+    expect(list()).toEqual(['s1', 's3', 's2']);
+  });
+
+  it('questions: asked waits for input, answered goes on', () => {
+    const { cache, read, apply } = loaded([], run('r1', 'RUNNING'));
+    const question = {
+      __typename: 'Question',
+      id: 'q1',
+      runId: 'r1',
+      sessionId: 's1',
+      prompt: 'Colour?',
+      choices: ['red', 'blue'],
+      answer: null,
+      askedAt: AT,
+      answeredAt: null,
+    };
+    apply({ __typename: 'MessageAdded', message: message('mq', { kind: 'QUESTION', status: 'COMPLETE', question }) });
+    apply({ __typename: 'QuestionAsked', question });
+    expect(read()).toMatchObject({ status: 'WAITING_FOR_INPUT', pendingQuestion: { id: 'q1', prompt: 'Colour?' } });
+    // Answered here: the form goes before the event comes.
+    questionAnswered(cache, 's1', 'q1');
+    expect(read()).toMatchObject({ status: 'RUNNING', pendingQuestion: null });
+    apply({ __typename: 'QuestionAnswered', question: { ...question, answer: 'blue', answeredAt: LATER } });
+    // The question message shows the answer: one Question object in the cache.
+    expect(read().messages.edges[0].node.question?.answer).toBe('blue');
+  });
+
+  it('a finished run withdraws its pending question', () => {
+    const { read, apply } = loaded([], run('r1', 'RUNNING'));
+    const question = { __typename: 'Question', id: 'q1', runId: 'r1', sessionId: 's1', prompt: 'P?', choices: null, answer: null, askedAt: AT, answeredAt: null };
+    apply({ __typename: 'QuestionAsked', question });
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'INTERRUPTED') });
+    expect(read()).toMatchObject({ status: 'IDLE', pendingQuestion: null });
+  });
+
+  it('tool calls join their message and their output grows at its offset', () => {
+    const { read, apply } = loaded([message('m1')]);
+    const call = {
+      __typename: 'ToolCall',
+      id: 't1',
+      runId: 'r1',
+      messageId: 'm1',
+      name: 'echo',
+      arguments: '{}',
+      output: '',
+      result: null,
+      error: null,
+      status: 'RUNNING',
+      startedAt: AT,
+      finishedAt: null,
+    };
+    apply({ __typename: 'ToolCallStarted', toolCall: call });
+    apply({ __typename: 'ToolCallOutput', toolCallId: 't1', messageId: 'm1', offset: 0, delta: 'alpha ' });
+    apply({ __typename: 'ToolCallOutput', toolCallId: 't1', messageId: 'm1', offset: 0, delta: 'alpha ' });
+    apply({ __typename: 'ToolCallOutput', toolCallId: 't1', messageId: 'm1', offset: 6, delta: 'beta' });
+    apply({ __typename: 'ToolCallFinished', toolCall: { ...call, output: 'alpha beta', result: '"ok"', status: 'COMPLETED' } });
+    const calls = read().messages.edges[0].node.toolCalls;
+    expect(calls).toHaveLength(1);
+    expect(calls[0]).toMatchObject({ output: 'alpha beta', status: 'COMPLETED', result: '"ok"' });
+    // A later copy of the message without the call keeps it.
+    apply({ __typename: 'MessageCompleted', message: message('m1', { status: 'COMPLETE' }) });
+    expect(read().messages.edges[0].node.toolCalls).toHaveLength(1);
+  });
+
+  it('SessionUpdated renames the session everywhere it shows', () => {
+    const { cache, read, apply } = loaded();
+    apply({
+      __typename: 'SessionUpdated',
+      session: {
+        ...listed('s1'),
+        title: 'Renamed',
+        settings: { __typename: 'SessionSettings', agent: 'demo', model: 'm', systemPrompt: null, temperature: null, busyPolicy: 'ENQUEUE' },
+      },
+    });
+    expect(read()).toMatchObject({ title: 'Renamed', settings: { model: 'm', busyPolicy: 'ENQUEUE' } });
+    const list = cache.readQuery({ query: SessionsDocument, variables: { first: 50 } })!;
+    expect(list.sessions.edges.find((e) => e.node.id === 's1')?.node.title).toBe('Renamed');
+  });
+});
+
+describe('pagination', () => {
+  it('earlier messages go in front of the loaded history', () => {
+    const { cache, read } = loaded([message('m3', { status: 'COMPLETE' })]);
+    write(cache, {
+      query: EarlierMessagesDocument,
+      variables: { id: 's1', last: 200, before: 'm:10' },
+      data: {
+        session: {
+          __typename: 'TalkSession',
+          id: 's1',
+          messages: {
+            __typename: 'MessageConnection',
+            edges: ['m1', 'm2'].map((id, i) => ({ __typename: 'MessageEdge', cursor: `m:${i + 1}`, node: message(id, { status: 'COMPLETE' }) })),
+            pageInfo: { __typename: 'PageInfo', hasPreviousPage: false, startCursor: 'm:1' },
+          },
+        },
+      },
+    });
+    const conn = read().messages;
+    expect(conn.edges.map((e) => e.node.id)).toEqual(['m1', 'm2', 'm3']);
+    expect(conn.pageInfo).toMatchObject({ hasPreviousPage: false, startCursor: 'm:1' });
+  });
+
+  it('a new chat goes first in the list; a listed one moves there', () => {
+    const { cache, list } = loaded();
+    cache.writeFragment({ id: 'TalkSession:s4', fragment: SessionListFieldsFragmentDoc, data: listed('s4') });
+    moveSessionToTop(cache, 's4');
+    expect(list()).toEqual(['s4', 's3', 's2', 's1']);
+    moveSessionToTop(cache, 's2');
+    expect(list()).toEqual(['s2', 's4', 's3', 's1']);
+  });
+});
+
+describe('session state rules', () => {
+  const idle: SessionState = { id: 's', status: 'IDLE', activeRun: null, pendingQuestion: null, queuedRunIds: [] };
+
+  it('a running run becomes the active one', () => {
+    expect(sessionAfterRun(idle, { id: 'r1', status: 'RUNNING' })).toMatchObject({ status: 'RUNNING', activeRun: { id: 'r1' } });
+    expect(sessionAfterRun(idle, { id: 'r1', status: 'WAITING_FOR_INPUT' }).status).toBe('WAITING_FOR_INPUT');
+  });
+
+  it('a queued run behind an idle session counts as busy', () => {
+    expect(sessionAfterRun(idle, { id: 'r1', status: 'QUEUED' })).toMatchObject({ status: 'RUNNING', queuedRunIds: ['r1'], activeRun: null });
+  });
+
+  it('the end of another run leaves the active one alone', () => {
+    const busy = sessionAfterRun(idle, { id: 'r2', status: 'RUNNING' });
+    expect(sessionAfterRun(busy, { id: 'r1', status: 'CANCELLED' })).toMatchObject({ status: 'RUNNING', activeRun: { id: 'r2' } });
+  });
+
+  it('asked and answered', () => {
+    const asked = sessionAsked(sessionAfterRun(idle, { id: 'r1', status: 'RUNNING' }), { id: 'q', runId: 'r1' });
+    expect(asked).toMatchObject({ status: 'WAITING_FOR_INPUT', pendingQuestion: { id: 'q' } });
+    expect(sessionAnswered(asked, 'other')).toBe(asked);
+    expect(sessionAnswered(asked, 'q')).toMatchObject({ status: 'RUNNING', pendingQuestion: null });
+  });
+});

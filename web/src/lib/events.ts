@@ -1,0 +1,262 @@
+// How the things the server tells the page change the cache: each event of a session's
+// stream, and the answers of the mutations that start or end a run.
+//
+// Objects that come whole (a message, a run, a question, a tool call, a session) are simply
+// written and normalise over what the cache holds. What no object carries is updated here:
+// text chunks and tool output (placed at their offset), the edges of the session's
+// `messages` connection and of the session list, and the session's state (its active run,
+// pending question, queued runs and status).
+
+import { gql, type ApolloCache, type Reference } from '@apollo/client';
+import {
+  MessageFieldsFragmentDoc,
+  MessageStreamDocument,
+  SessionStateFieldsFragmentDoc,
+  type MessageFieldsFragment,
+  type MessageStreamSubscription,
+  type RunStatus,
+  type SessionStateFieldsFragment,
+  type SessionStatus,
+} from '../gql/graphql';
+import { isFinishedRun } from './cache';
+import { placeAt } from './text';
+
+export type StreamEvent = MessageStreamSubscription['messageStream'];
+export type SessionState = SessionStateFieldsFragment;
+
+interface Connection {
+  edges: { cursor?: string; node: Reference }[];
+  [key: string]: unknown;
+}
+
+// Small fragments of our own for existence and status checks.
+const MESSAGE_ID = gql`
+  fragment MessageId on Message {
+    id
+  }
+`;
+
+const RUN_STATUS = gql`
+  fragment RunStatusOnly on Run {
+    status
+  }
+`;
+
+const sessionKey = (id: string) => `TalkSession:${id}`;
+const messageKey = (id: string) => `Message:${id}`;
+
+// ---------- pure rules ----------
+
+function statusOfRun(status: RunStatus): SessionStatus {
+  if (status === 'WAITING_FOR_INPUT') return 'WAITING_FOR_INPUT';
+  if (status === 'RUNNING' || status === 'QUEUED') return 'RUNNING';
+  return 'IDLE';
+}
+
+/** The session's state once `run` has the given status. */
+export function sessionAfterRun(s: SessionState, run: { id: string; status: RunStatus }): SessionState {
+  const queuedRunIds = s.queuedRunIds.filter((id) => id !== run.id);
+  if (run.status === 'QUEUED') {
+    // A queued run behind an idle session is about to start: the agent counts as busy.
+    return { ...s, queuedRunIds: [...queuedRunIds, run.id], status: s.status === 'IDLE' ? 'RUNNING' : s.status };
+  }
+  if (isFinishedRun(run.status)) {
+    const wasActive = !s.activeRun || s.activeRun.id === run.id;
+    const activeRun = wasActive ? null : s.activeRun;
+    const pendingQuestion = s.pendingQuestion?.runId === run.id ? null : s.pendingQuestion;
+    const status: SessionStatus = activeRun
+      ? statusOfRun(activeRun.status)
+      : queuedRunIds.length > 0
+        ? 'RUNNING'
+        : 'IDLE';
+    return { ...s, activeRun, pendingQuestion, queuedRunIds, status };
+  }
+  return { ...s, activeRun: { __typename: 'Run', id: run.id, status: run.status }, queuedRunIds, status: statusOfRun(run.status) } as SessionState;
+}
+
+/** The session's state once the agent asks question `q`. */
+export function sessionAsked(s: SessionState, q: { id: string; runId: string }): SessionState {
+  return { ...s, pendingQuestion: { __typename: 'Question', id: q.id, runId: q.runId }, status: 'WAITING_FOR_INPUT' } as SessionState;
+}
+
+/** The session's state once question `questionId` is answered. */
+export function sessionAnswered(s: SessionState, questionId: string): SessionState {
+  if (s.pendingQuestion?.id !== questionId) return s;
+  return { ...s, pendingQuestion: null, status: s.status === 'WAITING_FOR_INPUT' ? 'RUNNING' : s.status };
+}
+
+// ---------- cache updates ----------
+
+function updateSessionState(cache: ApolloCache, sessionId: string, fn: (s: SessionState) => SessionState) {
+  const id = sessionKey(sessionId);
+  const s = cache.readFragment({ id, fragment: SessionStateFieldsFragmentDoc, returnPartialData: false });
+  // A session whose chat was never opened on this page has no such state to keep.
+  if (!s) return;
+  const next = fn(s);
+  if (next !== s) cache.writeFragment({ id, fragment: SessionStateFieldsFragmentDoc, data: next });
+}
+
+/** The session's state once the run (as the cache now knows it) has its status. */
+function applyRun(cache: ApolloCache, sessionId: string, runId: string) {
+  const status = cache.readFragment<{ status: RunStatus }>({ id: `Run:${runId}`, fragment: RUN_STATUS });
+  if (status) updateSessionState(cache, sessionId, (s) => sessionAfterRun(s, { id: runId, status: status.status }));
+}
+
+/** Adds an edge for the message at the end of the session's loaded history, unless it has one. */
+export function appendMessage(cache: ApolloCache, sessionId: string, messageId: string) {
+  cache.modify<{ messages: Connection }>({
+    id: sessionKey(sessionId),
+    fields: {
+      messages(conn, { readField, toReference }) {
+        const c = conn as unknown as Connection;
+        if (!c?.edges || c.edges.some((e) => readField('id', e.node) === messageId)) return conn;
+        const node = toReference(messageKey(messageId));
+        if (!node) return conn;
+        // Events carry no history cursor; the page's cursors for paging back are the first
+        // edge's, which the server gave.
+        return { ...c, edges: [...c.edges, { __typename: 'MessageEdge', cursor: '', node }] } as unknown as typeof conn;
+      },
+    },
+  });
+}
+
+/**
+ * Puts the session first in the session list (it has just had a message: the server lists
+ * by most recent activity) and moves its updatedAt to `at`. A session not listed yet (just
+ * created) is added in front.
+ */
+export function moveSessionToTop(cache: ApolloCache, sessionId: string, at?: string) {
+  if (at) {
+    cache.modify<{ updatedAt: string }>({
+      id: sessionKey(sessionId),
+      fields: { updatedAt: (prev) => (Date.parse(at) > Date.parse(prev as string) ? at : prev) },
+    });
+  }
+  cache.modify<{ sessions: Connection }>({
+    id: 'ROOT_QUERY',
+    fields: {
+      sessions(conn, { readField, toReference }) {
+        const c = conn as unknown as Connection;
+        if (!c?.edges) return conn;
+        const i = c.edges.findIndex((e) => readField('id', e.node) === sessionId);
+        if (i === 0) return conn;
+        const node = toReference(sessionKey(sessionId));
+        if (i < 0 && !node) return conn;
+        const edge = i >= 0 ? c.edges[i] : { __typename: 'TalkSessionEdge', cursor: '', node: node as Reference };
+        return { ...c, edges: [edge, ...c.edges.filter((_, j) => j !== i)] } as unknown as typeof conn;
+      },
+    },
+  });
+}
+
+/** An empty streaming reply, for text or a tool call of a message the page has not seen begin. */
+function ensureMessage(cache: ApolloCache, sessionId: string, messageId: string, at: string, runId: string | null) {
+  const id = messageKey(messageId);
+  if (cache.readFragment({ id, fragment: MESSAGE_ID })) return;
+  const placeholder: MessageFieldsFragment & { __typename: 'Message' } = {
+    __typename: 'Message',
+    id: messageId,
+    sessionId,
+    role: 'ASSISTANT',
+    kind: 'TEXT',
+    content: '',
+    status: 'STREAMING',
+    error: null,
+    runId,
+    createdAt: at,
+    question: null,
+    toolCalls: [],
+  };
+  cache.writeFragment({ id, fragment: MessageFieldsFragmentDoc, fragmentName: 'MessageFields', data: placeholder });
+  appendMessage(cache, sessionId, messageId);
+}
+
+function activeRunId(cache: ApolloCache, sessionId: string): string | null {
+  return cache.readFragment({ id: sessionKey(sessionId), fragment: SessionStateFieldsFragmentDoc })?.activeRun?.id ?? null;
+}
+
+/** Applies one event of the session's stream to the cache, in one batch (one re-render). */
+export function applyEvent(cache: ApolloCache, sessionId: string, ev: StreamEvent) {
+  cache.batch({
+    update: (c) => {
+      // The objects the event carries normalise over what the cache holds.
+      c.writeQuery({ query: MessageStreamDocument, variables: { sessionId }, data: { messageStream: ev } });
+      applyEventRelations(c, sessionId, ev);
+    },
+  });
+}
+
+function applyEventRelations(c: ApolloCache, sessionId: string, ev: StreamEvent) {
+  switch (ev.__typename) {
+    case 'MessageAdded':
+      appendMessage(c, sessionId, ev.message.id);
+      moveSessionToTop(c, sessionId, ev.at);
+      return;
+    case 'MessageCompleted':
+      appendMessage(c, sessionId, ev.message.id);
+      return;
+    case 'MessageChunk':
+      ensureMessage(c, sessionId, ev.messageId, ev.at, activeRunId(c, sessionId));
+      c.modify<{ content: string }>({
+        id: messageKey(ev.messageId),
+        fields: { content: (text) => placeAt(text as string, ev.offset, ev.delta) },
+      });
+      return;
+    case 'RunStatusChanged':
+      applyRun(c, sessionId, ev.run.id);
+      return;
+    case 'QuestionAsked':
+      updateSessionState(c, sessionId, (s) => sessionAsked(s, ev.question));
+      return;
+    case 'QuestionAnswered':
+      updateSessionState(c, sessionId, (s) => sessionAnswered(s, ev.question.id));
+      return;
+    case 'ToolCallStarted':
+    case 'ToolCallFinished': {
+      const call = ev.toolCall;
+      ensureMessage(c, sessionId, call.messageId, ev.at, call.runId);
+      c.modify<{ toolCalls: Reference[] }>({
+        id: messageKey(call.messageId),
+        fields: {
+          toolCalls: (refs, { toReference }) => {
+            const list = refs as unknown as Reference[];
+            const ref = toReference(`ToolCall:${call.id}`);
+            if (!ref || list.some((r) => r.__ref === ref.__ref)) return refs;
+            return [...list, ref] as unknown as typeof refs;
+          },
+        },
+      });
+      return;
+    }
+    case 'ToolCallOutput':
+      c.modify<{ output: string }>({
+        id: `ToolCall:${ev.toolCallId}`,
+        fields: { output: (text) => placeAt(text as string, ev.offset, ev.delta) },
+      });
+      return;
+    case 'SessionUpdated':
+      // Title and settings normalised with the session; nothing else to do.
+      return;
+  }
+}
+
+/**
+ * addMessage was accepted: the message goes into the history at once (before its event),
+ * the session to the top of the list, and the run it started or queued into the session's
+ * state, unless the stream has already told a later status of that run.
+ */
+export function messageAccepted(cache: ApolloCache, message: { id: string; sessionId: string; createdAt: string }, runId: string) {
+  appendMessage(cache, message.sessionId, message.id);
+  moveSessionToTop(cache, message.sessionId, message.createdAt);
+  applyRun(cache, message.sessionId, runId);
+}
+
+/** A run answered by a mutation (respondToQuestion, cancelRun) updates the session's state. */
+export function runAnswered(cache: ApolloCache, sessionId: string, runId: string) {
+  applyRun(cache, sessionId, runId);
+}
+
+/** The answer was accepted: the question form goes at once, before its event arrives. */
+export function questionAnswered(cache: ApolloCache, sessionId: string, questionId: string) {
+  updateSessionState(cache, sessionId, (s) => sessionAnswered(s, questionId));
+}
