@@ -205,9 +205,13 @@ func (r *report) add(scenario, name string, value float64, unit string) {
 	r.figures = append(r.figures, figure{Scenario: scenario, Name: name, Value: value, Unit: unit})
 }
 
-// latency adds the p50, p99 and max of a summary, in milliseconds.
+// latency adds the number of samples and, when there are some, their p50, p99 and max
+// in milliseconds.
 func (r *report) latency(scenario, name string, s summary) {
 	r.add(scenario, name+" samples", float64(s.N), "")
+	if s.N == 0 {
+		return
+	}
 	for _, f := range []struct {
 		q string
 		d time.Duration

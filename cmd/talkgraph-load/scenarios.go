@@ -307,6 +307,7 @@ func (r *runner) stopUnfinished(ctx context.Context, sessions []*session, res []
 type outcome struct {
 	completed  int
 	firstChunk []time.Duration // addMessage sent -> first chunk
+	reply      []time.Duration // addMessage sent -> reply and run done
 	firstSent  time.Time
 	lastEnd    time.Time
 }
@@ -333,7 +334,9 @@ func (r *runner) evaluate(sessions []*session, res []turnResult) outcome {
 		} else {
 			o.firstChunk = append(o.firstChunk, x.FirstChunk.Sub(x.Sent))
 		}
-		if e := x.End(); e.After(o.lastEnd) {
+		e := x.End()
+		o.reply = append(o.reply, e.Sub(x.Sent))
+		if e.After(o.lastEnd) {
 			o.lastEnd = e
 		}
 	}
@@ -437,6 +440,7 @@ func (r *runner) paced(ctx context.Context, n int) {
 		r.rep.add(scen, "server CPU per 1,000 words", m.serverCPU()*1e6/float64(delivered), "ms")
 	}
 	r.rep.latency(scen, "first chunk", summarize(o.firstChunk))
+	r.rep.latency(scen, "whole reply", summarize(o.reply))
 	r.rep.latency(scen, "addMessage", summarize(rtt))
 	r.addResources(scen, m)
 }
@@ -466,6 +470,7 @@ func (r *runner) burst(ctx context.Context, n int) {
 		r.rep.add(scen, "first send -> last reply", o.lastEnd.Sub(o.firstSent).Seconds(), "s")
 	}
 	r.rep.latency(scen, "first chunk", summarize(o.firstChunk))
+	r.rep.latency(scen, "whole reply", summarize(o.reply))
 	r.rep.latency(scen, "addMessage", summarize(rtt))
 	r.addResources(scen, m)
 }
