@@ -306,6 +306,7 @@ func (r *runner) stopUnfinished(ctx context.Context, sessions []*session, res []
 // outcome is what the results of turns that should complete add up to.
 type outcome struct {
 	completed  int
+	running    []time.Duration // addMessage sent -> run RUNNING
 	firstChunk []time.Duration // addMessage sent -> first chunk
 	reply      []time.Duration // addMessage sent -> reply and run done
 	firstSent  time.Time
@@ -329,6 +330,9 @@ func (r *runner) evaluate(sessions []*session, res []turnResult) outcome {
 			continue
 		}
 		o.completed++
+		if !x.Running.IsZero() {
+			o.running = append(o.running, x.Running.Sub(x.Sent))
+		}
 		if x.FirstChunk.IsZero() {
 			r.errs.add(s.scen, "reply completed without chunks", "session "+s.id)
 		} else {
@@ -439,6 +443,7 @@ func (r *runner) paced(ctx context.Context, n int) {
 	if m.ok && delivered > 0 {
 		r.rep.add(scen, "server CPU per 1,000 words", m.serverCPU()*1e6/float64(delivered), "ms")
 	}
+	r.rep.latency(scen, "run RUNNING seen", summarize(o.running))
 	r.rep.latency(scen, "first chunk", summarize(o.firstChunk))
 	r.rep.latency(scen, "whole reply", summarize(o.reply))
 	r.rep.latency(scen, "addMessage", summarize(rtt))
@@ -469,6 +474,7 @@ func (r *runner) burst(ctx context.Context, n int) {
 	if o.completed > 0 {
 		r.rep.add(scen, "first send -> last reply", o.lastEnd.Sub(o.firstSent).Seconds(), "s")
 	}
+	r.rep.latency(scen, "run RUNNING seen", summarize(o.running))
 	r.rep.latency(scen, "first chunk", summarize(o.firstChunk))
 	r.rep.latency(scen, "whole reply", summarize(o.reply))
 	r.rep.latency(scen, "addMessage", summarize(rtt))

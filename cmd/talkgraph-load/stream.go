@@ -111,6 +111,7 @@ type turn struct {
 	chunkWait int    // close reached after this many reply chunks
 
 	sent       time.Time // addMessage sent
+	running    time.Time // first RunStatusChanged to RUNNING
 	firstChunk time.Time // first chunk of an assistant message after sent
 	chunks     int
 	msgDone    time.Time // MessageCompleted of the assistant message
@@ -126,7 +127,7 @@ type turn struct {
 
 // turnResult is a copy of a turn's findings.
 type turnResult struct {
-	Sent, FirstChunk, MsgDone, RunDone time.Time
+	Sent, Running, FirstChunk, MsgDone, RunDone time.Time
 	Chunks                             int
 	Status, Failed                     string
 	Done                               bool
@@ -201,7 +202,7 @@ func (s *session) abandon(t *turn, why string) {
 func (s *session) result(t *turn) turnResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return turnResult{Sent: t.sent, FirstChunk: t.firstChunk, MsgDone: t.msgDone, RunDone: t.runDone,
+	return turnResult{Sent: t.sent, Running: t.running, FirstChunk: t.firstChunk, MsgDone: t.msgDone, RunDone: t.runDone,
 		Chunks: t.chunks, Status: t.status, Failed: t.failed, Done: t.ended}
 }
 
@@ -284,6 +285,9 @@ func (s *session) onEvent(ev *streamEvent, at time.Time) {
 			s.maybeEndLocked(t)
 		}
 	case "RunStatusChanged":
+		if ev.Run != nil && t != nil && ev.Run.Status == "RUNNING" && t.running.IsZero() && !t.sent.IsZero() {
+			t.running = at
+		}
 		if ev.Run != nil && t != nil && terminalRunStatus(ev.Run.Status) {
 			t.runDone = at
 			t.status = ev.Run.Status
