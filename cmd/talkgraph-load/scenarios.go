@@ -263,6 +263,17 @@ func (r *runner) sendAll(ctx context.Context, sessions []*session, content, expe
 func (r *runner) waitAll(ctx context.Context, sessions []*session, turns []*turn, grace time.Duration) []turnResult {
 	timer := time.NewTimer(grace)
 	defer timer.Stop()
+	if len(turns) > 1 {
+		defer r.every(ctx, 10*time.Second, func() {
+			done := 0
+			for i, t := range turns {
+				if sessions[i].result(t).Done {
+					done++
+				}
+			}
+			r.log("%s: %d of %d runs finished", sessions[0].scen, done, len(turns))
+		})()
+	}
 	expired := false
 	res := make([]turnResult, len(turns))
 	for i, t := range turns {
@@ -283,6 +294,31 @@ func (r *runner) waitAll(ctx context.Context, sessions []*session, turns []*turn
 		}
 	}
 	return res
+}
+
+// every calls fn every interval until the function it returns is called.
+func (r *runner) every(ctx context.Context, interval time.Duration, fn func()) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				fn()
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
 }
 
 // stopUnfinished presses stop on the sessions whose turn did not end, so their runs do
