@@ -128,9 +128,9 @@ type turn struct {
 // turnResult is a copy of a turn's findings.
 type turnResult struct {
 	Sent, Running, FirstChunk, MsgDone, RunDone time.Time
-	Chunks                             int
-	Status, Failed                     string
-	Done                               bool
+	Chunks                                      int
+	Status, Failed                              string
+	Done                                        bool
 }
 
 // End is when the turn's reply and run had both finished, as the subscriber saw it.
