@@ -438,6 +438,9 @@ func (r *runner) addResources(scen string, m *measure) {
 			r.rep.add(scen, "server peak goroutines", m.peaks.Goroutines, "")
 			r.rep.add(scen, "peak runs executing", m.peaks.RunsExecuting, "")
 			r.rep.add(scen, "peak runs waiting for a worker", m.peaks.RunsWaiting, "")
+			if m.peaks.RunsWaiting > 0 {
+				r.log("%s: up to %v runs waited for a worker slot: the server runs at most WORKERS runs at once, so this scenario measured its queue too", scen, m.peaks.RunsWaiting)
+			}
 		}
 	}
 	r.rep.add(scen, "load generator CPU", m.cpu.Seconds(), "s")
