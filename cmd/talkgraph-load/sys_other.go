@@ -1,0 +1,11 @@
+//go:build !linux
+
+package main
+
+import "time"
+
+// raiseFileLimit does nothing here: only Linux raises the open-file limit (0: unknown).
+func raiseFileLimit() (uint64, error) { return 0, nil }
+
+// processCPU is unknown here (0).
+func processCPU() time.Duration { return 0 }
