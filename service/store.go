@@ -24,7 +24,7 @@ type Store interface {
 	// written when errs[i] is nil (errs has one entry per batch). Batches fail alone:
 	// ENOTFOUND for a batch that writes to a session that does not exist (other than one
 	// that creates it), ECONFLICT for events that do not follow the stored log (the first
-	// event's Seq is not the session's LastSeq+1, or Seqs are not consecutive) and for an
+	// event's Seq is not the session's LastSeq+1, or Seqs are not consecutive: ErrNotNext) and for an
 	// idempotency record whose (UserID, Key) exists, EINVALID for a malformed batch (see
 	// Batch.Check). A failure of the storage itself (EUNAVAILABLE) fails every batch of
 	// the call. For each batch written, the rows change as Derive(b.Events) says. Append
@@ -77,6 +77,10 @@ type Store interface {
 	// method returns EUNAVAILABLE afterwards.
 	Close() error
 }
+
+// ErrNotNext is the ECONFLICT a Store returns (wrapped or not) for events that do not
+// follow the stored log: another writer appended to the session meanwhile.
+var ErrNotNext = Errorf(ECONFLICT, "the session changed meanwhile; try again")
 
 // Batch is what the service writes to one session at once: the session's creation or
 // deletion, events to append to its log, and an idempotency record. The rows that queries

@@ -103,7 +103,7 @@ func (s *Store) append(b *service.Batch) error {
 		last = sd.lastSeq()
 	}
 	if prev := b.PrevSeq(); len(b.Events) > 0 && prev != last {
-		return service.Errorf(service.ECONFLICT, "events follow %d, but the session's log ends at %d", prev, last)
+		return fmt.Errorf("inmem: events follow %d, but the session's log ends at %d: %w", prev, last, service.ErrNotNext)
 	}
 	ch := service.Derive(b.Events)
 	if err := s.owned(b.SessionID, ch); err != nil {

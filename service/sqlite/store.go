@@ -217,7 +217,7 @@ func (w *txWriter) batch(b *service.Batch) (refused, err error) {
 			} else if !ok {
 				return service.Errorf(service.ENOTFOUND, "session %s not found", id), nil
 			}
-			return service.Errorf(service.ECONFLICT, "events beginning at %d do not follow the session's log", e.Seq), nil
+			return fmt.Errorf("sqlite: events beginning at %d do not follow the session's log: %w", e.Seq, service.ErrNotNext), nil
 		}
 	}
 	if r := b.Idempotency; r != nil {

@@ -11,6 +11,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"sync"
@@ -377,7 +378,11 @@ func testAppendContinuity(t *testing.T, s service.Store) {
 	for name, first := range map[string]int64{"a gap": 4, "a repeat": 2, "from the start": 1} {
 		b := &service.Batch{SessionID: "s1", Events: []*service.Event{chunk("m", "x", 2), chunk("m", "y", 3)}}
 		b.Events[0].Seq, b.Events[1].Seq = first, first+1
-		wantCode(t, name, appendOne(s, b), service.ECONFLICT)
+		err := appendOne(s, b)
+		wantCode(t, name, err, service.ECONFLICT)
+		if !errors.Is(err, service.ErrNotNext) {
+			t.Errorf("%s: error %v is not ErrNotNext", name, err)
+		}
 	}
 	evs, err := s.Events(ctx, "s1", 0, 0)
 	if err != nil {
