@@ -7,6 +7,7 @@ package sqlite
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/talkgraph/talkgraph/service"
@@ -25,13 +26,14 @@ const (
 	qSessions    = `SELECT ` + sessionCols + `, ` + lastSeqOf + ` FROM sessions WHERE user_id = ? ORDER BY updated_at DESC, id DESC LIMIT ?`
 	qSessionsAft = `SELECT ` + sessionCols + `, ` + lastSeqOf + ` FROM sessions WHERE user_id = ? AND (updated_at, id) < (?, ?)
 		ORDER BY updated_at DESC, id DESC LIMIT ?`
-	qSessionExists = `SELECT 1 FROM sessions WHERE id = ?`
+	// qSessionLast reads the Seq of a session's last event; no row when it does not exist.
+	qSessionLast   = `SELECT ` + lastSeqOf + ` FROM sessions WHERE id = ?`
 	qInsertSession = `INSERT INTO sessions (` + sessionCols + `) VALUES (?, ?, ?, ?, ?, ?)`
 	// qUpdateSession applies a SessionUpdated snapshot.
 	qUpdateSession = `UPDATE sessions SET title = ?, settings = ?, updated_at = ? WHERE id = ?`
 	// qTouchSession moves a session's activity time forward.
 	qTouchSession  = `UPDATE sessions SET updated_at = max(updated_at, ?) WHERE id = ?`
-	qDeleteSession = `DELETE FROM sessions WHERE id = ?` // the rest goes by ON DELETE CASCADE
+	qDeleteSession = `DELETE FROM sessions WHERE id = ?`
 )
 
 func sessionArgs(s *service.TalkSession) ([]any, error) {
@@ -191,16 +193,28 @@ const eventCols = `session_id, seq, type, at, key, message_id, delta, delta_offs
 
 const (
 	qEvents = `SELECT ` + eventCols + ` FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`
-	// qAppendFirst inserts the first event of a batch only when the session's log ends
-	// just before it (the last argument is that Seq): 0 rows affected means it does not,
-	// or the session does not exist.
-	qAppendFirst = `INSERT INTO events (` + eventCols + `) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
-		WHERE (SELECT coalesce(max(seq), 0) FROM events WHERE session_id = ?1) = ?15`
-	qInsertEvent = `INSERT INTO events (` + eventCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	// qChunks reads what compaction needs of a session's events from a Seq on.
+	qChunks = `SELECT seq, type, key, delta, delta_offset, coalesced_from FROM events
+		WHERE session_id = ? AND seq >= ? ORDER BY seq`
+	// qDropEvents deletes the events of a session in a range of Seqs [from, to).
+	qDropEvents = `DELETE FROM events WHERE session_id = ? AND seq >= ? AND seq < ?`
 	// qRewriteEvent replaces the event at its Seq (for compaction).
 	qRewriteEvent = `UPDATE events SET delta = ?3, delta_offset = ?4, coalesced_from = ?5 WHERE session_id = ?1 AND seq = ?2`
-	qDropEvent    = `DELETE FROM events WHERE session_id = ? AND seq = ?`
 )
+
+// qInsertEvents inserts n events. Append has checked that none is there yet; OR IGNORE
+// spares SQLite a statement journal for each insert (Append checks the count inserted).
+func qInsertEvents(n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT OR IGNORE INTO events (` + eventCols + `) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	}
+	return b.String()
+}
 
 // eventArgs encodes e, an event of session sessionID, for qInsertEvent; payloads are
 // stored as JSON.
@@ -371,10 +385,34 @@ func utcPtr(t *time.Time) {
 	}
 }
 
+// Deleting a session deletes every row that belongs to it, table by table.
+const (
+	qDeleteMessages    = `DELETE FROM messages WHERE session_id = ?`
+	qDeleteRuns        = `DELETE FROM runs WHERE session_id = ?`
+	qDeleteQuestions   = `DELETE FROM questions WHERE session_id = ?`
+	qDeleteToolCalls   = `DELETE FROM tool_calls WHERE session_id = ?`
+	qDeleteEvents      = `DELETE FROM events WHERE session_id = ?`
+	qDeleteIdempotency = `DELETE FROM idempotency WHERE session_id = ?`
+)
+
 // writes are the statements Append and Compact run, prepared once on the writer
 // connection.
 var writes = []string{
 	qInsertSession, qUpdateSession, qTouchSession, qDeleteSession,
-	qAppendFirst, qInsertEvent, qRewriteEvent, qDropEvent, qInsertIdempotency,
+	qInsertEvents(1), qInsertEvents(8), qInsertEvents(64), qInsertEvents(512), qRewriteEvent, qDropEvents, qInsertIdempotency, qDeleteMessages, qDeleteRuns,
+	qDeleteQuestions, qDeleteToolCalls, qDeleteEvents, qDeleteIdempotency,
 	qUpsertMessage, qUpsertRun, qUpsertQuestion, qUpsertToolCall, qWithdrawQuestions,
+}
+
+// scanChunk scans qChunks: an event with what folding needs.
+func scanChunk(sc scanner) (*service.Event, error) {
+	var e service.Event
+	err := sc.Scan(&e.Seq, &e.Type, &e.Key, &e.Delta, &e.Offset, &e.CoalescedFrom)
+	return &e, err
+}
+
+// reads are the queries of the read pool, prepared once.
+var reads = []string{
+	qSession, qSessions, qSessionsAft, qMessage, qMessagesFirst, qMessagesLast, qRun, qRunsByStatus,
+	qQuestion, qQuestions, qToolCalls, qEvents, qChunks, qIdempotency,
 }

@@ -74,6 +74,8 @@ type Store struct {
 
 	wmu   sync.Mutex           // one transaction at a time on the writer connection
 	stmts map[string]*sql.Stmt // the writes, prepared on the writer connection
+	last  map[string]int64     // the Seq of sessions' last events, as committed (see appendTx)
+	reads map[string]*sql.Stmt // the reads, prepared on the read pool
 }
 
 var _ service.Store = (*Store)(nil)
@@ -136,7 +138,10 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 	wq := url.Values{}
 	wq.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", ms))
 	wq.Add("_pragma", "journal_mode(WAL)")
-	wq.Add("_pragma", "foreign_keys(1)")
+	// Foreign keys stay unenforced: the store keeps every row with its session itself
+	// (appends check the session, deletion deletes what belongs to it), and a checked key
+	// makes SQLite keep a statement journal for every insert of the streaming path.
+	wq.Add("_pragma", "foreign_keys(0)")
 	wq.Add("_pragma", "synchronous("+syncMode+")")
 	if opts.MaxBytes > 0 {
 		wq.Add("_pragma", fmt.Sprintf("max_page_count(%d)", max(1, opts.MaxBytes/pageSize)))
@@ -161,7 +166,7 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 	if err := migrate(ctx, w); err != nil {
 		return err
 	}
-	s.stmts = map[string]*sql.Stmt{}
+	s.stmts, s.last = map[string]*sql.Stmt{}, map[string]int64{}
 	for _, q := range writes {
 		st, err := w.PrepareContext(ctx, q)
 		if err != nil {
@@ -180,6 +185,16 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 	s.r = r
 	r.SetMaxOpenConns(opts.ReadConns)
 	r.SetMaxIdleConns(opts.ReadConns)
+	r.SetConnMaxIdleTime(0)
+	r.SetConnMaxLifetime(0)
+	s.reads = map[string]*sql.Stmt{}
+	for _, q := range reads {
+		st, err := r.PrepareContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("prepare %q: %w", q, err)
+		}
+		s.reads[q] = st
+	}
 	if err := r.PingContext(ctx); err != nil {
 		return err
 	}
@@ -229,6 +244,9 @@ func (s *Store) Close() error {
 func (s *Store) release() error {
 	var errs []error
 	for _, st := range s.stmts {
+		errs = append(errs, st.Close())
+	}
+	for _, st := range s.reads {
 		errs = append(errs, st.Close())
 	}
 	if s.r != nil {

@@ -76,6 +76,11 @@ func fill(errs []error, err error) []error {
 // appendTx writes the batches todo in one transaction. It returns the index of a batch
 // that failed halfway (its error set in errs, the transaction rolled back), or -1 when the
 // transaction committed; err when the storage itself failed.
+//
+// Every batch is checked first, against the stored state as the transaction sees it (with
+// the end of each session's log known from earlier appends: this store is its file's only
+// writer), then the accepted batches are written: all their events in a few multi-row
+// inserts, then the rows the events change.
 func (s *Store) appendTx(todo []int, batches []*service.Batch, errs []error) (bad int, err error) {
 	ctx := context.Background() // one caller's context must not cut the others' writes short
 	tx, err := s.w.BeginTx(ctx, nil)
@@ -83,20 +88,76 @@ func (s *Store) appendTx(todo []int, batches []*service.Batch, errs []error) (ba
 		return -1, err
 	}
 	defer tx.Rollback()
-	w := &txWriter{ctx: ctx, tx: tx, st: s.stmts, prepared: map[string]*sql.Stmt{}}
+	w := &txWriter{s: s, ctx: ctx, tx: tx, prepared: map[string]*sql.Stmt{}, last: map[string]int64{}}
+	accepted := make([]int, 0, len(todo))
 	for _, i := range todo {
-		refused, err := w.batch(batches[i])
+		refused, err := w.check(batches[i])
 		switch {
+		case err != nil:
+			return -1, err
 		case refused != nil:
 			errs[i] = refused
-		case err != nil && isStorageError(err):
-			return -1, err
-		case err != nil:
-			errs[i] = fmt.Errorf("sqlite: append to session %s: %w", batches[i].SessionID, err)
-			return i, nil
+		default:
+			accepted = append(accepted, i)
 		}
 	}
-	return -1, tx.Commit()
+	var events [][]any
+	for _, i := range accepted {
+		b := batches[i]
+		if err := w.create(b); err != nil {
+			return w.failed(i, batches, errs, err)
+		}
+		for _, e := range b.Events {
+			args, err := eventArgs(e, b.SessionID)
+			if err != nil {
+				return w.failed(i, batches, errs, err)
+			}
+			events = append(events, args)
+		}
+	}
+	if err := w.insertEvents(events); err != nil {
+		return -1, err // the checks rule out conflicts: anything else is the storage's
+	}
+	for _, i := range accepted {
+		b := batches[i]
+		if r := b.Idempotency; r != nil {
+			if _, err := w.exec(qInsertIdempotency, idempotencyArgs(r)...); err != nil {
+				return w.failed(i, batches, errs, err)
+			}
+		}
+		if len(b.Events) > 0 {
+			if err := w.changes(b.SessionID, service.Derive(b.Events)); err != nil {
+				return w.failed(i, batches, errs, err)
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return -1, err
+	}
+	for id, last := range w.last {
+		if last < 0 {
+			delete(s.last, id)
+		} else {
+			s.last[id] = last
+		}
+	}
+	if len(s.last) > maxKnownSessions {
+		clear(s.last) // read again as needed
+	}
+	return -1, nil
+}
+
+// maxKnownSessions bounds how many sessions' log ends the store keeps in memory.
+const maxKnownSessions = 100000
+
+// failed sorts out a batch's failure halfway through the transaction: the storage's own
+// failure fails every batch (err); any other is batch i's alone (bad).
+func (w *txWriter) failed(i int, batches []*service.Batch, errs []error, err error) (bad int, _ error) {
+	if isStorageError(err) {
+		return -1, err
+	}
+	errs[i] = fmt.Errorf("sqlite: append to session %s: %w", batches[i].SessionID, err)
+	return i, nil
 }
 
 // isStorageError reports whether err is the storage failing (full, locked, read-only, I/O)
@@ -121,17 +182,35 @@ func (e *rowError) Error() string {
 
 // txWriter writes batches inside one transaction with the store's prepared statements.
 type txWriter struct {
+	s        *Store
 	ctx      context.Context
 	tx       *sql.Tx
-	st       map[string]*sql.Stmt
 	prepared map[string]*sql.Stmt
+	// last is the end of each session's log as this transaction leaves it (-1: deleted).
+	last map[string]int64
+}
+
+func (w *txWriter) stmt(query string) *sql.Stmt {
+	st := w.prepared[query]
+	if st == nil {
+		prep := w.s.stmts[query]
+		if prep == nil { // a multi-row insert of a size not used before
+			var err error
+			if prep, err = w.s.w.PrepareContext(w.ctx, query); err != nil {
+				return nil
+			}
+			w.s.stmts[query] = prep
+		}
+		st = w.tx.StmtContext(w.ctx, prep)
+		w.prepared[query] = st
+	}
+	return st
 }
 
 func (w *txWriter) exec(query string, args ...any) (int64, error) {
-	st := w.prepared[query]
+	st := w.stmt(query)
 	if st == nil {
-		st = w.tx.StmtContext(w.ctx, w.st[query])
-		w.prepared[query] = st
+		return 0, fmt.Errorf("sqlite: cannot prepare %q", query)
 	}
 	res, err := st.ExecContext(w.ctx, args...)
 	if err != nil {
@@ -140,32 +219,44 @@ func (w *txWriter) exec(query string, args ...any) (int64, error) {
 	return res.RowsAffected()
 }
 
-func (w *txWriter) exists(sessionID string) (bool, error) {
-	var one int
-	err := w.tx.QueryRowContext(w.ctx, qSessionExists, sessionID).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
+// lastSeq returns the end of a session's log (-1 when the session does not exist), as the
+// transaction sees it.
+func (w *txWriter) lastSeq(id string) (int64, error) {
+	if last, ok := w.last[id]; ok {
+		return last, nil
 	}
-	return err == nil, err
+	if last, ok := w.s.last[id]; ok {
+		return last, nil
+	}
+	var last int64
+	err := w.tx.QueryRowContext(w.ctx, qSessionLast, id).Scan(&last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return -1, nil
+	}
+	return last, err
 }
 
-// batch writes one batch. refused is set, with nothing written, when the stored state
-// refuses the batch; err when a statement failed (the transaction must be abandoned).
-func (w *txWriter) batch(b *service.Batch) (refused, err error) {
+// check finds whether the stored state refuses b (refused), without writing; when it does
+// not, the end of b's session's log moves past b.
+func (w *txWriter) check(b *service.Batch) (refused, err error) {
 	id := b.SessionID
-	if b.Delete {
-		n, err := w.exec(qDeleteSession, id)
-		if err == nil && n == 0 {
-			return service.Errorf(service.ENOTFOUND, "session %s not found", id), nil
-		}
+	last, err := w.lastSeq(id)
+	if err != nil {
 		return nil, err
 	}
-	if b.Create != nil {
-		if ok, err := w.exists(id); err != nil {
-			return nil, err
-		} else if ok {
-			return service.Errorf(service.ECONFLICT, "session %s already exists", id), nil
-		}
+	switch {
+	case b.Create != nil && last >= 0:
+		return service.Errorf(service.ECONFLICT, "session %s already exists", id), nil
+	case b.Create == nil && last < 0:
+		return service.Errorf(service.ENOTFOUND, "session %s not found", id), nil
+	case b.Delete:
+		w.last[id] = -1
+		return nil, nil
+	}
+	last = max(last, 0)
+	if len(b.Events) > 0 && b.PrevSeq() != last {
+		return fmt.Errorf("sqlite: events beginning at %d do not follow the session's log, which ends at %d: %w",
+			b.Events[0].Seq, last, service.ErrNotNext), nil
 	}
 	if r := b.Idempotency; r != nil {
 		var taken int
@@ -185,48 +276,63 @@ func (w *txWriter) batch(b *service.Batch) (refused, err error) {
 			return service.Errorf(service.ERATELIMIT, "the user has %d runs running, at most %d", running, a.Limit), nil
 		}
 	}
-	// Checked: from here on the batch is written.
-	if b.Create != nil {
+	if n := len(b.Events); n > 0 {
+		last = b.Events[n-1].Seq
+	}
+	w.last[id] = last
+	return nil, nil
+}
+
+// create writes b's creation or deletion of its session.
+func (w *txWriter) create(b *service.Batch) error {
+	switch {
+	case b.Delete:
+		for _, q := range []string{qDeleteSession, qDeleteMessages, qDeleteRuns, qDeleteQuestions, qDeleteToolCalls, qDeleteEvents, qDeleteIdempotency} {
+			if _, err := w.exec(q, b.SessionID); err != nil {
+				return err
+			}
+		}
+	case b.Create != nil:
 		args, err := sessionArgs(b.Create)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if _, err := w.exec(qInsertSession, args...); err != nil {
-			return nil, err
-		}
+		_, err = w.exec(qInsertSession, args...)
+		return err
 	}
-	for i, e := range b.Events {
-		args, err := eventArgs(e, id)
-		if err != nil {
-			return nil, err
-		}
-		if i > 0 {
-			if _, err := w.exec(qInsertEvent, args...); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		// The first event goes in only where the log ends just before it.
-		n, err := w.exec(qAppendFirst, append(args, e.Seq-1)...)
-		if err != nil && !isConstraint(err, sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY) {
-			return nil, err
-		}
-		if n == 0 || err != nil {
-			if ok, err := w.exists(id); err != nil {
-				return nil, err
-			} else if !ok {
-				return service.Errorf(service.ENOTFOUND, "session %s not found", id), nil
-			}
-			return fmt.Errorf("sqlite: events beginning at %d do not follow the session's log: %w", e.Seq, service.ErrNotNext), nil
-		}
-	}
-	if r := b.Idempotency; r != nil {
-		if _, err := w.exec(qInsertIdempotency, idempotencyArgs(r)...); err != nil {
-			return nil, err
-		}
-	}
-	return nil, w.changes(id, service.Derive(b.Events))
+	return nil
 }
+
+// insertEvents inserts rows of event columns with as few statements as it can: SQLite
+// runs one multi-row insert of many events for little more than the price of one.
+func (w *txWriter) insertEvents(rows [][]any) error {
+	for len(rows) > 0 {
+		n := 1
+		for _, size := range eventBatchSizes {
+			if len(rows) >= size {
+				n = size
+				break
+			}
+		}
+		args := make([]any, 0, n*len(rows[0]))
+		for _, r := range rows[:n] {
+			args = append(args, r...)
+		}
+		inserted, err := w.exec(qInsertEvents(n), args...)
+		if err != nil {
+			return err
+		}
+		if inserted != int64(n) {
+			return fmt.Errorf("sqlite: %d of %d events were already stored", int64(n)-inserted, n)
+		}
+		rows = rows[n:]
+	}
+	return nil
+}
+
+// eventBatchSizes are the row counts of the multi-row inserts, largest first (each is a
+// statement prepared once).
+var eventBatchSizes = []int{512, 64, 8, 1}
 
 // changes writes the rows the events imply.
 func (w *txWriter) changes(id string, ch service.Changes) error {
@@ -287,16 +393,18 @@ func isConstraint(err error, code int) bool {
 	return errors.As(err, &se) && se.Code() == code
 }
 
-// Compact implements service.Store.
+// Compact implements service.Store. It reads only what folding needs, and drops each
+// folded run with one statement: a run's events are consecutive in the log, so the range
+// of Seqs from its first to its last holds nothing else.
 func (s *Store) Compact(ctx context.Context, sessionID, key string, fromSeq int64) error {
 	if err := s.check(); err != nil {
 		return err
 	}
-	evs, err := s.Events(ctx, sessionID, fromSeq-1, 0)
+	evs, err := getAll(ctx, s, "events", scanChunk, qChunks, sessionID, fromSeq)
 	if err != nil {
 		return err
 	}
-	folded, drop := service.Coalesce(evs, key)
+	folded, _ := service.Coalesce(evs, key)
 	if len(folded) == 0 {
 		if len(evs) == 0 {
 			if _, err := s.Session(ctx, sessionID); err != nil {
@@ -312,14 +420,14 @@ func (s *Store) Compact(ctx context.Context, sessionID, key string, fromSeq int6
 		return s.fail("compact", err)
 	}
 	defer tx.Rollback()
-	w := &txWriter{ctx: ctx, tx: tx, st: s.stmts, prepared: map[string]*sql.Stmt{}}
+	w := &txWriter{s: s, ctx: ctx, tx: tx, prepared: map[string]*sql.Stmt{}}
 	for _, e := range folded {
-		if _, err := w.exec(qRewriteEvent, sessionID, e.Seq, e.Delta, e.Offset, e.CoalescedFrom); err != nil {
+		// CoalescedFrom is where this run begins (or began, when folded before).
+		from := e.CoalescedFrom
+		if _, err := w.exec(qDropEvents, sessionID, max(from, fromSeq), e.Seq); err != nil {
 			return s.fail("compact", err)
 		}
-	}
-	for _, seq := range drop {
-		if _, err := w.exec(qDropEvent, sessionID, seq); err != nil {
+		if _, err := w.exec(qRewriteEvent, sessionID, e.Seq, e.Delta, e.Offset, e.CoalescedFrom); err != nil {
 			return s.fail("compact", err)
 		}
 	}
@@ -422,12 +530,21 @@ func sqlLimit(n int) int {
 	return n
 }
 
+// stmt returns the read query prepared on the read pool.
+func (s *Store) stmt(query string) *sql.Stmt {
+	st := s.reads[query]
+	if st == nil {
+		panic("sqlite: query not prepared: " + query) // a bug: every read is listed in reads
+	}
+	return st
+}
+
 // getOne reads one row from the read pool; ENOTFOUND when there is none.
 func getOne[T any](ctx context.Context, s *Store, what, id, query string, scan func(scanner) (*T, error), args ...any) (*T, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	v, err := scan(s.r.QueryRowContext(ctx, query, args...))
+	v, err := scan(s.stmt(query).QueryRowContext(ctx, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, service.Errorf(service.ENOTFOUND, "%s %s not found", what, id)
 	}
@@ -442,7 +559,7 @@ func getAll[T any](ctx context.Context, s *Store, what string, scan func(scanner
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.r.QueryContext(ctx, query, args...)
+	rows, err := s.stmt(query).QueryContext(ctx, args...)
 	if err != nil {
 		return nil, s.fail(what, err)
 	}
