@@ -388,11 +388,6 @@ func (w *txWriter) changes(id string, ch service.Changes) error {
 	return nil
 }
 
-func isConstraint(err error, code int) bool {
-	var se *sqlite.Error
-	return errors.As(err, &se) && se.Code() == code
-}
-
 // Compact implements service.Store. It reads only what folding needs, and drops each
 // folded run with one statement: a run's events are consecutive in the log, so the range
 // of Seqs from its first to its last holds nothing else.
