@@ -23,6 +23,11 @@ type metrics struct {
 	busy    *prometheus.Desc
 	waiting *prometheus.Desc
 	sockets *prometheus.Desc
+	rounds  *prometheus.Desc
+	batches *prometheus.Desc
+	failed  *prometheus.Desc
+	inStore *prometheus.Desc
+	usage   *prometheus.Desc
 }
 
 func newMetrics(svc *service.Service, ws *graphqlws.Transport) *metrics {
@@ -37,13 +42,18 @@ func newMetrics(svc *service.Service, ws *graphqlws.Transport) *metrics {
 		chunks:  prometheus.NewDesc("talkgraph_chunks_streamed_total", "Chunk events appended to session logs.", nil, nil),
 		busy:    prometheus.NewDesc("talkgraph_runs_executing", "Runs holding a worker slot.", nil, nil),
 		waiting: prometheus.NewDesc("talkgraph_runs_waiting_for_slot", "Runs waiting for a worker slot.", nil, nil),
-		sockets: prometheus.NewDesc("talkgraph_websockets_open", "Open, initialised websocket connections.", nil, nil),
+		sockets: prometheus.NewDesc("talkgraph_websockets_open", "Open websocket connections.", nil, nil),
+		rounds:  prometheus.NewDesc("talkgraph_writer_rounds_total", "Transactions the writer made, each with every write waiting.", nil, nil),
+		batches: prometheus.NewDesc("talkgraph_writer_batches_total", "Sessions' batches written (a round writes many).", nil, nil),
+		failed:  prometheus.NewDesc("talkgraph_writer_failed_batches_total", "Batches the store refused or could not write.", nil, nil),
+		inStore: prometheus.NewDesc("talkgraph_writer_busy_seconds_total", "Time the writer spent in the store.", nil, nil),
+		usage:   prometheus.NewDesc("talkgraph_model_tokens_total", "Tokens agents reported, by model and kind (input, output, cached_input).", []string{"model", "kind"}, nil),
 	}
 }
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.latency.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.runs, m.subs, m.chunks, m.busy, m.waiting, m.sockets} {
+	for _, d := range []*prometheus.Desc{m.runs, m.subs, m.chunks, m.busy, m.waiting, m.sockets, m.rounds, m.batches, m.failed, m.inStore, m.usage} {
 		ch <- d
 	}
 }
@@ -59,6 +69,17 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.busy, prometheus.GaugeValue, float64(st.RunsBusy))
 	ch <- prometheus.MustNewConstMetric(m.waiting, prometheus.GaugeValue, float64(st.RunsWaiting))
 	ch <- prometheus.MustNewConstMetric(m.sockets, prometheus.GaugeValue, float64(m.ws.Count()))
+	ch <- prometheus.MustNewConstMetric(m.rounds, prometheus.CounterValue, float64(st.Writes.Rounds))
+	ch <- prometheus.MustNewConstMetric(m.batches, prometheus.CounterValue, float64(st.Writes.Batches))
+	ch <- prometheus.MustNewConstMetric(m.failed, prometheus.CounterValue, float64(st.Writes.Failed))
+	ch <- prometheus.MustNewConstMetric(m.inStore, prometheus.CounterValue, st.Writes.Busy.Seconds())
+	for model, u := range st.Usage {
+		ch <- prometheus.MustNewConstMetric(m.usage, prometheus.CounterValue, float64(u.InputTokens), model, "input")
+		ch <- prometheus.MustNewConstMetric(m.usage, prometheus.CounterValue, float64(u.OutputTokens), model, "output")
+		if u.CachedInputTokens != nil {
+			ch <- prometheus.MustNewConstMetric(m.usage, prometheus.CounterValue, float64(*u.CachedInputTokens), model, "cached_input")
+		}
+	}
 }
 
 // aroundOperations records the latency of queries and mutations (subscriptions last as

@@ -72,8 +72,9 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 		if delay <= 0 {
 			delay = 100 * time.Millisecond
 		}
+		start := time.Now()
 		for i := 1; i <= n; i++ {
-			if err := pause(ctx, delay); err != nil {
+			if err := pause(ctx, time.Until(start.Add(time.Duration(i)*delay))); err != nil {
 				return err
 			}
 			if err := out.Text(fmt.Sprintf("chunk %d. ", i)); err != nil {
@@ -119,10 +120,13 @@ func answered(after []service.HistoryMessage) (string, bool) {
 	return "", false
 }
 
-// say streams text word by word.
+// say streams text word by word, at ChunkDelay per word on a schedule set at the start,
+// the way a model writes at its own pace however busy the server is: a late word does
+// not push the next ones back.
 func (a *Agent) say(ctx context.Context, out service.Output, text string) error {
-	for _, w := range strings.SplitAfter(text, " ") {
-		if err := pause(ctx, a.ChunkDelay); err != nil {
+	start := time.Now()
+	for i, w := range strings.SplitAfter(text, " ") {
+		if err := pause(ctx, time.Until(start.Add(time.Duration(i+1)*a.ChunkDelay))); err != nil {
 			return err
 		}
 		if err := out.Text(w); err != nil {
