@@ -301,7 +301,10 @@ const (
 
 // Database settings.
 
-const qJournalMode = `PRAGMA journal_mode`
+const (
+	qJournalMode = `PRAGMA journal_mode`
+	qCheckpoint  = `PRAGMA wal_checkpoint(PASSIVE)`
+)
 
 // Column types.
 

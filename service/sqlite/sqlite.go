@@ -75,6 +75,9 @@ type Store struct {
 	wmu   sync.Mutex           // one transaction at a time on the writer connection
 	stmts map[string]*sql.Stmt // the writes, prepared on the writer connection
 	last  map[string]int64     // the Seq of sessions' last events, as committed (see appendTx)
+
+	ckpt               *sql.DB // one connection, for checkpoints
+	stopCkpt, ckptDone chan struct{}
 	reads map[string]*sql.Stmt // the reads, prepared on the read pool
 }
 
@@ -142,6 +145,10 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 	// (appends check the session, deletion deletes what belongs to it), and a checked key
 	// makes SQLite keep a statement journal for every insert of the streaming path.
 	wq.Add("_pragma", "foreign_keys(0)")
+	// Checkpoints (copying the WAL into the file, with an fsync) run on a connection of
+	// their own, off the writer's commits (see checkpoints).
+	wq.Add("_pragma", "wal_autocheckpoint(0)")
+	wq.Add("_pragma", "journal_size_limit(67108864)")
 	wq.Add("_pragma", "synchronous("+syncMode+")")
 	if opts.MaxBytes > 0 {
 		wq.Add("_pragma", fmt.Sprintf("max_page_count(%d)", max(1, opts.MaxBytes/pageSize)))
@@ -201,8 +208,39 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 	if s.file, err = os.Stat(s.path); err != nil {
 		return err
 	}
+	cq := url.Values{}
+	cq.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", ms))
+	if s.ckpt, err = sql.Open("sqlite", dsn(s.path, cq)); err != nil {
+		return err
+	}
+	s.ckpt.SetMaxOpenConns(1)
+	s.stopCkpt, s.ckptDone = make(chan struct{}), make(chan struct{})
+	go s.checkpoints()
 	// Better to refuse to start than to fail on the first write.
 	return s.ping(ctx)
+}
+
+// checkpointEvery is how often the WAL is copied into the database file.
+const checkpointEvery = time.Second
+
+// checkpoints copies the WAL into the database file every checkpointEvery, on a
+// connection of its own: a PASSIVE checkpoint waits for nobody and blocks no writer, so
+// the fsync it ends with never lands on a commit that a client waits for.
+func (s *Store) checkpoints() {
+	defer close(s.ckptDone)
+	t := time.NewTicker(checkpointEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopCkpt:
+			return
+		case <-t.C:
+			var busy, log, done int
+			if err := s.ckpt.QueryRow(qCheckpoint).Scan(&busy, &log, &done); err != nil {
+				continue // the next one tries again; a full disk shows in Ping
+			}
+		}
+	}
 }
 
 // migrate brings the schema up to the newest embedded migration.
@@ -243,6 +281,11 @@ func (s *Store) Close() error {
 
 func (s *Store) release() error {
 	var errs []error
+	if s.stopCkpt != nil {
+		close(s.stopCkpt)
+		<-s.ckptDone
+		errs = append(errs, s.ckpt.Close())
+	}
 	for _, st := range s.stmts {
 		errs = append(errs, st.Close())
 	}
