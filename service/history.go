@@ -29,7 +29,7 @@ func (s *Service) History(ctx context.Context, sessionID string, asOf *SessionVi
 	if asOf == nil {
 		// The store holds a streaming message's text only in its chunk events: take the
 		// text from memory, as of now.
-		asOf = s.viewOf(sess)
+		asOf = s.viewOf(ctx, sess)
 	}
 	var page MessagePage
 	if after != "" {
@@ -76,6 +76,41 @@ func (s *Service) History(ctx context.Context, sessionID string, asOf *SessionVi
 	}
 	msgs, err = s.complete(ctx, list, &asOf.asOf)
 	return msgs, hasPrev, hasNext, err
+}
+
+// rebuild shows, as of the snapshot, messages still being written and tool calls still
+// running whose text this replica does not hold (their run is on another replica): from
+// their chunk events in the log.
+func (s *Service) rebuild(ctx context.Context, sessionID string, out []*HistoryMessage, snap *snapshot) error {
+	var from int64
+	for _, h := range out {
+		if h.Status == MessageStreaming && h.ID != snap.streamingID && (from == 0 || h.Seq < from) {
+			from = h.Seq
+		}
+		for _, c := range h.ToolCalls {
+			if _, ok := snap.toolOutput[c.ID]; c.Status == ToolRunning && !ok && (from == 0 || h.Seq < from) {
+				from = h.Seq
+			}
+		}
+	}
+	if from == 0 {
+		return nil
+	}
+	texts, err := s.streamedTexts(ctx, sessionID, from, snap.seq)
+	if err != nil {
+		return err
+	}
+	for _, h := range out {
+		if h.Status == MessageStreaming && h.ID != snap.streamingID {
+			h.Content = texts[h.ID]
+		}
+		for _, c := range h.ToolCalls {
+			if _, ok := snap.toolOutput[c.ID]; c.Status == ToolRunning && !ok {
+				c.Output = texts[c.ID]
+			}
+		}
+	}
+	return nil
 }
 
 // complete adds to messages their questions and tool calls, read with one query each, and,
@@ -127,6 +162,11 @@ func (s *Service) complete(ctx context.Context, msgs []*Message, snap *snapshot)
 			if h := byID[c.MessageID]; h != nil {
 				h.ToolCalls = append(h.ToolCalls, c)
 			}
+		}
+	}
+	if snap != nil && len(out) > 0 {
+		if err := s.rebuild(ctx, out[0].SessionID, out, snap); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"unicode/utf8"
 )
@@ -67,8 +68,8 @@ func (s *Service) commitLocked(ctx context.Context, t *txn) error {
 	st.writing = false
 	st.idle.Broadcast()
 	if err != nil {
-		if ErrorCode(err) == ECONFLICT && len(t.b.Events) > 0 && t.b.Idempotency == nil {
-			// The log moved on without this process: read it again before the next write.
+		if errors.Is(err, ErrNotNext) {
+			// The log moved on without this replica: read it again before the next write.
 			st.synced = false
 		}
 		for _, f := range t.undo {
@@ -78,6 +79,7 @@ func (s *Service) commitLocked(ctx context.Context, t *txn) error {
 		return err
 	}
 	s.appendLocked(st, t.b.Events)
+	s.publish(st, t.b.Events)
 	for _, f := range t.done {
 		f()
 	}

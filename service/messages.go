@@ -28,6 +28,21 @@ func (s *Service) AddMessage(ctx context.Context, sessionID, content, key string
 	if err := s.checkOpen(); err != nil {
 		return nil, nil, err
 	}
+	if err := checkID("session ID", sessionID); err != nil {
+		return nil, nil, err
+	}
+	r, err := s.route(ctx, &Command{Op: opAdd, UserID: u, SessionID: sessionID, Content: content, Key: key}, func(ctx context.Context) (*Reply, error) {
+		m, run, err := s.addMessage(ctx, u, sessionID, content, key)
+		return &Reply{Message: m, Run: run}, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return r.Message, r.Run, nil
+}
+
+// addMessage is AddMessage where the session's agent runs.
+func (s *Service) addMessage(ctx context.Context, u, sessionID, content, key string) (*Message, *Run, error) {
 	sess, st, unlock, err := s.lockSession(ctx, sessionID)
 	if err != nil {
 		return nil, nil, err
@@ -45,6 +60,9 @@ func (s *Service) AddMessage(ctx context.Context, sessionID, content, key string
 	}
 
 	t := s.begin(st)
+	// willStart: the new run becomes the active one (nothing else runs, or INTERRUPT ends
+	// what runs).
+	willStart := st.active == nil || sess.Settings.BusyPolicy == BusyInterrupt
 	if st.active != nil || len(st.queue) > 0 {
 		switch sess.Settings.BusyPolicy {
 		case BusyReject:
@@ -75,7 +93,7 @@ func (s *Service) AddMessage(ctx context.Context, sessionID, content, key string
 	}
 
 	now := s.now()
-	run := &Run{ID: newID(), SessionID: sess.ID, UserID: u, Status: RunQueued, Agent: sess.Settings.Agent, CreatedAt: now}
+	run := &Run{ID: newID(), SessionID: sess.ID, UserID: u, Status: RunQueued, Agent: sess.Settings.Agent, Owner: s.id, CreatedAt: now}
 	msg := &Message{ID: newID(), SessionID: sess.ID, Role: RoleUser, Kind: KindText, Content: content,
 		Status: MessageComplete, RunID: run.ID, CreatedAt: now}
 	added := *msg
@@ -91,9 +109,21 @@ func (s *Service) AddMessage(ctx context.Context, sessionID, content, key string
 	if key != "" {
 		t.b.Idempotency = &IdempotencyRecord{UserID: u, Key: key, SessionID: sess.ID, MessageID: msg.ID, RunID: run.ID, CreatedAt: now}
 	}
+	// A run that can start at once starts in the same write: RUNNING follows QUEUED.
+	admitted := willStart && s.sched.tryAcquire(u)
+	if admitted {
+		running := *run
+		running.Status, running.StartedAt = RunRunning, &now
+		s.add(t, runEvent(&running))
+		run.setState(&running)
+		if s.coord != nil {
+			t.b.Admit = &Admission{UserID: u, RunID: run.ID, Limit: s.cfg.RunsPerUser}
+		}
+		t.onAbort(func() { s.sched.release(u) })
+	}
 	t.onCommit(func() {
 		if st.active == nil {
-			s.startLocked(st, run, false)
+			s.startLocked(st, run, false, admitted)
 		} else {
 			st.queue = append(st.queue, run)
 		}

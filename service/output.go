@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -93,6 +94,7 @@ func (s *Service) flushed(t *txn, err error) {
 	if err == nil {
 		st.failingSince = time.Time{}
 		s.appendLocked(st, t.b.Events)
+		s.publish(st, t.b.Events)
 		for _, f := range t.done {
 			f()
 		}
@@ -101,7 +103,7 @@ func (s *Service) flushed(t *txn, err error) {
 	for _, f := range t.undo {
 		f()
 	}
-	if ErrorCode(err) == ECONFLICT {
+	if errors.Is(err, ErrNotNext) {
 		st.synced = false
 	}
 	now := time.Now()

@@ -27,6 +27,20 @@ func (s *Service) Respond(ctx context.Context, questionID, answer string) (*Ques
 	if err != nil {
 		return nil, nil, err
 	}
+	u := UserFrom(ctx)
+	r, err := s.route(ctx, &Command{Op: opRespond, UserID: u, SessionID: q.SessionID, QuestionID: questionID, Answer: answer}, func(ctx context.Context) (*Reply, error) {
+		q, run, err := s.respond(ctx, q, answer)
+		return &Reply{Question: q, Run: run}, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return r.Question, r.Run, nil
+}
+
+// respond is Respond where the session's agent runs.
+func (s *Service) respond(ctx context.Context, q *Question, answer string) (*Question, *Run, error) {
+	questionID := q.ID
 	_, st, unlock, err := s.lockSession(ctx, q.SessionID)
 	if ErrorCode(err) == ENOTFOUND {
 		return nil, nil, Errorf(ENOTFOUND, "question not found")
@@ -34,7 +48,8 @@ func (s *Service) Respond(ctx context.Context, questionID, answer string) (*Ques
 		return nil, nil, err
 	}
 	defer unlock()
-	if q, err = s.store.Question(ctx, questionID); err != nil {
+	q, err = s.store.Question(ctx, questionID)
+	if err != nil {
 		return nil, nil, err
 	}
 	if q.Answer != nil {
@@ -75,7 +90,7 @@ func (s *Service) Respond(ctx context.Context, questionID, answer string) (*Ques
 		ar.sealed = true
 		ar.cancel()
 		st.active = nil
-		s.startLocked(st, ar.run, true)
+		s.startLocked(st, ar.run, true, false)
 		ar.parked = false
 		s.releaseState(st)
 	})

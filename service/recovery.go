@@ -12,21 +12,7 @@ func (s *Service) recover(ctx context.Context) error {
 		return err
 	}
 	for _, run := range runs {
-		sess, err := s.store.Session(ctx, run.SessionID)
-		if ErrorCode(err) == ENOTFOUND {
-			continue
-		} else if err != nil {
-			return err
-		}
-		st := s.acquireState(sess)
-		st.mu.Lock()
-		err = s.readyLocked(ctx, st)
-		if err == nil {
-			err = s.recoverRunLocked(ctx, st, run)
-		}
-		st.mu.Unlock()
-		s.releaseState(st)
-		if err != nil {
+		if err := s.recoverRun(ctx, run); err != nil {
 			return err
 		}
 	}
@@ -36,7 +22,7 @@ func (s *Service) recover(ctx context.Context) error {
 func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *Run) error {
 	if run.Status == RunQueued {
 		if st.active == nil {
-			s.startLocked(st, run, false)
+			s.startLocked(st, run, false, false)
 		} else {
 			st.queue = append(st.queue, run)
 		}
@@ -64,7 +50,7 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 	if len(msgs) > 0 {
 		from = msgs[0].Seq
 	}
-	texts, err := s.streamedTexts(ctx, st.id, from)
+	texts, err := s.streamedTexts(ctx, st.id, from, 0)
 	if err != nil {
 		return err
 	}
@@ -95,6 +81,7 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 		ar.parked = true
 		st.active = ar
 		s.holdState(st)
+		s.serveLocked(st)
 		return nil
 	}
 
@@ -126,17 +113,23 @@ func restored(text string) textStream {
 	return t
 }
 
-// streamedTexts rebuilds, from the chunk events after Seq from, the text of every stream
-// (by key: a message's ID or a tool call's), placing each delta at its offset.
-func (s *Service) streamedTexts(ctx context.Context, sessionID string, from int64) (map[string]string, error) {
+// streamedTexts rebuilds, from the chunk events after Seq from (up to Seq upTo, when > 0),
+// the text of every stream (by key: a message's ID or a tool call's), placing each delta at
+// its offset.
+func (s *Service) streamedTexts(ctx context.Context, sessionID string, from, upTo int64) (map[string]string, error) {
 	texts := map[string][]rune{}
 	after := from
-	for {
+	for done := false; !done; {
 		evs, err := s.store.Events(ctx, sessionID, after, 1000)
 		if err != nil {
 			return nil, err
 		}
+		done = len(evs) < 1000
 		for _, ev := range evs {
+			if upTo > 0 && ev.Seq > upTo {
+				done = true
+				break
+			}
 			if !ev.Type.Chunky() {
 				continue
 			}
@@ -145,10 +138,9 @@ func (s *Service) streamedTexts(ctx context.Context, sessionID string, from int6
 				texts[ev.Key] = append(text[:ev.Offset], []rune(ev.Delta)...)
 			}
 		}
-		if len(evs) < 1000 {
-			break
+		if len(evs) > 0 {
+			after = evs[len(evs)-1].Seq
 		}
-		after = evs[len(evs)-1].Seq
 	}
 	out := make(map[string]string, len(texts))
 	for k, v := range texts {

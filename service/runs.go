@@ -58,14 +58,17 @@ func runEvent(r *Run) *Event {
 }
 
 // startLocked makes run the session's active run and starts a goroutine that waits for a
-// slot and executes it. resumed runs (after an answer) go first in their user's line.
-func (s *Service) startLocked(st *sessionState, run *Run, resumed bool) *activeRun {
+// slot and executes it. resumed runs (after an answer) go first in their user's line; a run
+// admitted already (holding) has its slot.
+func (s *Service) startLocked(st *sessionState, run *Run, resumed, holding bool) *activeRun {
 	ctx, cancel := context.WithCancel(context.Background())
 	ar := &activeRun{st: st, run: run, ctx: ctx, cancel: cancel, answer: make(chan string, 1), tools: map[string]*toolState{}}
+	ar.holdsSlot.Store(holding)
 	st.active = ar
 	s.holdState(st) // the run holds the state until it returns
 	s.runs.Add(1)
 	go s.execute(ar, resumed)
+	s.serveLocked(st)
 	return ar
 }
 
@@ -76,7 +79,7 @@ func (s *Service) startNextLocked(st *sessionState) {
 	}
 	next := st.queue[0]
 	st.queue = st.queue[1:]
-	s.startLocked(st, next, false)
+	s.startLocked(st, next, false, false)
 }
 
 // execute runs the agent of ar: it waits for a slot, marks the run RUNNING, calls the
@@ -85,10 +88,12 @@ func (s *Service) execute(ar *activeRun, resumed bool) {
 	st := ar.st
 	defer s.runs.Done()
 	defer s.releaseState(st)
-	if err := s.sched.acquire(ar.ctx, ar.run.UserID, resumed); err != nil {
-		return // stopped while queued, or the server is shutting down: it stays as stored
+	if !ar.holdsSlot.Load() {
+		if err := s.sched.acquire(ar.ctx, ar.run.UserID, resumed); err != nil {
+			return // stopped while queued, or the server is shutting down: it stays as stored
+		}
+		ar.holdsSlot.Store(true)
 	}
-	ar.holdsSlot.Store(true)
 	defer func() {
 		if ar.holdsSlot.Swap(false) {
 			s.sched.release(ar.run.UserID)
@@ -143,9 +148,13 @@ func (s *Service) startRunLocked(ar *activeRun) (RunRequest, error) {
 	if ar.sealed {
 		return RunRequest{}, nil
 	}
-	sess, err := s.store.Session(ar.ctx, st.id)
-	if err != nil {
-		return RunRequest{}, err
+	sess := st.sess
+	if sess == nil {
+		var err error
+		if sess, err = s.store.Session(ar.ctx, st.id); err != nil {
+			return RunRequest{}, err
+		}
+		st.sess = sess
 	}
 	if ar.run.Status != RunRunning {
 		t := s.begin(st)
@@ -275,6 +284,7 @@ func (s *Service) planFinish(t *txn, ar *activeRun, status RunStatus, errMsg str
 			st.active = nil
 			s.startNextLocked(st)
 		}
+		s.unserveLocked(st)
 		if ar.parked {
 			ar.parked = false
 			s.releaseState(st)
@@ -338,6 +348,25 @@ func (s *Service) finishTool(t *txn, ts *toolState, status ToolCallStatus, resul
 // when the session is missing or not the caller's; EUNAVAILABLE when the end cannot be
 // written, and then the run goes on as it was.
 func (s *Service) CancelRun(ctx context.Context, sessionID string) (*Run, error) {
+	u, err := user(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID("session ID", sessionID); err != nil {
+		return nil, err
+	}
+	r, err := s.route(ctx, &Command{Op: opCancel, UserID: u, SessionID: sessionID}, func(ctx context.Context) (*Reply, error) {
+		run, err := s.cancelRun(ctx, sessionID)
+		return &Reply{Run: run}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r.Run, nil
+}
+
+// cancelRun is CancelRun where the session's agent runs.
+func (s *Service) cancelRun(ctx context.Context, sessionID string) (*Run, error) {
 	_, st, unlock, err := s.lockSession(ctx, sessionID)
 	if err != nil {
 		return nil, err

@@ -74,6 +74,30 @@ func (s *scheduler) acquire(ctx context.Context, user string, front bool) error 
 	}
 }
 
+// tryAcquire admits user to a slot at once when one is free and nobody waits for one;
+// false otherwise (then acquire waits in line).
+func (s *scheduler) tryAcquire(user string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.busy >= s.slots || len(s.turn) > 0 {
+		return false
+	}
+	q := s.users[user]
+	if q == nil {
+		q = &userQueue{}
+		s.users[user] = q
+	}
+	if q.active >= s.perUser {
+		if q.active == 0 && len(q.waiting) == 0 {
+			delete(s.users, user)
+		}
+		return false
+	}
+	q.active++
+	s.busy++
+	return true
+}
+
 // release gives back a slot that acquire granted.
 func (s *scheduler) release(user string) {
 	s.mu.Lock()

@@ -35,6 +35,14 @@ type Config struct {
 	// WriteRetry is how long a run's streamed text may keep failing to be written (the
 	// storage is full or unreachable) before the agent is told and the run fails.
 	WriteRetry time.Duration
+
+	// With a store shared by several replicas (one that implements Coordinator):
+	// ReplicaID names this replica (unique among them; default: random), RunLease is how
+	// long its runs stay its own after its last heartbeat, and Cluster connects it to the
+	// others (nil: it refuses to start beside another live replica).
+	ReplicaID string
+	RunLease  time.Duration
+	Cluster   Cluster
 }
 
 // DefaultConfig returns the defaults.
@@ -54,6 +62,7 @@ func DefaultConfig() Config {
 		MaxSubscriptions: 100000,
 		StopTimeout:      3 * time.Second,
 		WriteRetry:       30 * time.Second,
+		RunLease:         15 * time.Second,
 	}
 }
 
@@ -85,6 +94,9 @@ func (c *Config) fill() {
 	if c.WriteRetry <= 0 {
 		c.WriteRetry = d.WriteRetry
 	}
+	if c.RunLease <= 0 {
+		c.RunLease = d.RunLease
+	}
 }
 
 // Service is the AgentService: every operation of the API, for the user in the context
@@ -110,10 +122,21 @@ type Service struct {
 	compactions   chan compaction
 	compactorQuit chan struct{}
 	compactorDone chan struct{}
+
+	// With replicas (see Config): this replica's ID, the store's Coordinator, the Cluster,
+	// the replicas alive at the last heartbeat ([]string), and the lease keeper.
+	id         string
+	coord      Coordinator
+	cluster    Cluster
+	live       atomic.Value
+	claimMu    sync.Mutex
+	claimNow   chan struct{}
+	leasesDone chan struct{}
 }
 
 type counters struct {
-	chunks   atomic.Int64
+	chunks    atomic.Int64
+	takeovers atomic.Int64
 	mu       sync.Mutex
 	runsDone map[RunStatus]int64
 	usage    map[string]Usage // by model
@@ -142,6 +165,20 @@ func New(ctx context.Context, store Store, agents *Agents, cfg Config, log *slog
 	s.stats.usage = make(map[string]Usage)
 	s.writer = newWriter(s)
 	go s.compactor()
+	if c, ok := store.(Coordinator); ok {
+		s.coord, s.cluster = c, cfg.Cluster
+		s.id = cfg.ReplicaID
+		if s.id == "" {
+			s.id = newID()
+		}
+		s.claimNow, s.leasesDone = make(chan struct{}, 1), make(chan struct{})
+		if err := s.join(ctx); err != nil {
+			s.stop()
+			return nil, err
+		}
+		go s.leases()
+		return s, nil
+	}
 	if err := s.recover(ctx); err != nil {
 		s.stop()
 		return nil, err
@@ -163,13 +200,26 @@ type Stats struct {
 	Usage map[string]Usage
 	// Writes is what the writer did: rounds, batches and the time spent in the store.
 	Writes WriterStats
+	// RunsOwned is the runs this replica runs, queued or waiting included; Takeovers
+	// counts runs it took over from replicas that were gone.
+	RunsOwned int
+	Takeovers int64
 }
 
 // Stats returns the current counters.
 func (s *Service) Stats() Stats {
 	busy, waiting := s.sched.stats()
 	st := Stats{ChunksStreamed: s.stats.chunks.Load(), Subscriptions: s.subs.Load(), RunsBusy: busy, RunsWaiting: waiting,
-		RunsFinished: map[RunStatus]int64{}, Usage: map[string]Usage{}, Writes: s.writer.stats()}
+		RunsFinished: map[RunStatus]int64{}, Usage: map[string]Usage{}, Writes: s.writer.stats(),
+		Takeovers: s.stats.takeovers.Load()}
+	for _, ss := range s.liveStates() {
+		ss.mu.Lock()
+		if ss.active != nil {
+			st.RunsOwned++
+		}
+		st.RunsOwned += len(ss.queue)
+		ss.mu.Unlock()
+	}
 	s.stats.mu.Lock()
 	for k, v := range s.stats.runsDone {
 		st.RunsFinished[k] = v
@@ -191,6 +241,11 @@ func (s *Service) countRun(status RunStatus) {
 func (s *Service) Ready(ctx context.Context) error {
 	if s.closed.Load() {
 		return Errorf(EUNAVAILABLE, "the server is shutting down")
+	}
+	if s.cluster != nil {
+		if err := s.cluster.Ready(); err != nil {
+			return err
+		}
 	}
 	return s.store.Ping(ctx)
 }
@@ -254,6 +309,16 @@ func (s *Service) Close() {
 		st.mu.Unlock()
 	}
 	close(s.closing)
+	if s.coord != nil {
+		<-s.leasesDone
+		// The others take this replica's queued and waiting runs over now.
+		if err := s.coord.Leave(context.Background(), s.id); err != nil {
+			s.log.Warn("leaving the replicas", "err", err)
+		}
+		if s.cluster != nil {
+			s.cluster.Announce(s.id)
+		}
+	}
 	for _, st := range s.liveStates() {
 		st.mu.Lock()
 		st.wakeLocked()

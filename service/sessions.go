@@ -38,15 +38,49 @@ func (s *Service) View(ctx context.Context, id string) (*SessionView, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.viewOf(sess), nil
+	return s.viewOf(ctx, sess), nil
 }
 
-func (s *Service) viewOf(sess *TalkSession) *SessionView {
+func (s *Service) viewOf(ctx context.Context, sess *TalkSession) *SessionView {
 	st := s.acquireState(sess)
 	defer s.releaseState(st)
 	st.mu.Lock()
-	defer st.mu.Unlock()
-	return s.viewLocked(sess, st)
+	v := s.viewLocked(sess, st)
+	st.mu.Unlock()
+	if s.coord != nil && v.ActiveRun == nil {
+		s.remoteRun(ctx, v)
+	}
+	return v
+}
+
+// remoteRun completes a view of a session whose agent may run on another replica: its
+// active run and pending question, from the store.
+func (s *Service) remoteRun(ctx context.Context, v *SessionView) {
+	run, err := s.coord.ActiveRun(ctx, v.ID)
+	if err != nil {
+		return // none, or unknown now: the view shows the session idle
+	}
+	v.ActiveRun, v.Status = run, SessionRunning
+	if run.Status != RunWaitingForInput {
+		return
+	}
+	v.Status = SessionWaitingForInput
+	msgs, _, err := s.runWork(ctx, v.ID, run.ID)
+	if err != nil {
+		return
+	}
+	var qids []string
+	for _, m := range msgs {
+		if m.Kind == KindQuestion {
+			qids = append(qids, m.QuestionID)
+		}
+	}
+	qs, _ := s.store.Questions(ctx, qids)
+	for _, q := range qs {
+		if q.Answer == nil && !q.Withdrawn && (v.PendingQuestion == nil || q.AskedAt.After(v.PendingQuestion.AskedAt)) {
+			v.PendingQuestion = q
+		}
+	}
 }
 
 // viewLocked builds the view of sess from its state; st.mu must be held.
@@ -216,7 +250,7 @@ func (s *Service) Sessions(ctx context.Context, first *int, after string) (page 
 		list, hasNext = list[:n], true
 	}
 	for _, sess := range list {
-		page = append(page, s.viewOf(sess))
+		page = append(page, s.viewOf(ctx, sess))
 	}
 	return page, hasNext, nil
 }
@@ -237,18 +271,44 @@ func (s *Service) RenameTalkSession(ctx context.Context, id, title string) (*Ses
 	if err := s.checkTitle(title); err != nil {
 		return nil, err
 	}
-	return s.updateSession(ctx, id, func(sess *TalkSession) error { sess.Title = title; return nil })
+	return s.updateSession(ctx, &Command{Op: opRename, SessionID: id, Title: title}, func(sess *TalkSession) error { sess.Title = title; return nil })
 }
 
 // UpdateSettings changes a session's settings; they apply to runs that start afterwards.
 func (s *Service) UpdateSettings(ctx context.Context, id string, in SettingsInput) (*SessionView, error) {
-	return s.updateSession(ctx, id, func(sess *TalkSession) error { return s.applySettings(&sess.Settings, in) })
+	return s.updateSession(ctx, &Command{Op: opSettings, SessionID: id, Settings: &in}, func(sess *TalkSession) error { return s.applySettings(&sess.Settings, in) })
 }
 
-func (s *Service) updateSession(ctx context.Context, id string, change func(*TalkSession) error) (*SessionView, error) {
+// updateSession changes the session cmd names, where its agent runs (its log is written
+// there).
+func (s *Service) updateSession(ctx context.Context, cmd *Command, change func(*TalkSession) error) (*SessionView, error) {
+	u, err := user(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
+	if err := checkID("session ID", cmd.SessionID); err != nil {
+		return nil, err
+	}
+	cmd.UserID = u
+	var view *SessionView
+	_, err = s.route(ctx, cmd, func(ctx context.Context) (*Reply, error) {
+		v, err := s.changeSession(ctx, cmd.SessionID, change)
+		view = v
+		return sessionReply(v), err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if view == nil { // changed on another replica
+		return s.View(ctx, cmd.SessionID)
+	}
+	return view, nil
+}
+
+func (s *Service) changeSession(ctx context.Context, id string, change func(*TalkSession) error) (*SessionView, error) {
 	sess, st, unlock, err := s.lockSession(ctx, id)
 	if err != nil {
 		return nil, err
@@ -271,6 +331,21 @@ func (s *Service) updateSession(ctx context.Context, id string, change func(*Tal
 // DeleteTalkSession deletes a session and its history, stopping its run; subscriptions to
 // it end. ENOTFOUND when missing or another user's.
 func (s *Service) DeleteTalkSession(ctx context.Context, id string) error {
+	u, err := user(ctx)
+	if err != nil {
+		return err
+	}
+	if err := checkID("session ID", id); err != nil {
+		return err
+	}
+	_, err = s.route(ctx, &Command{Op: opDelete, UserID: u, SessionID: id}, func(ctx context.Context) (*Reply, error) {
+		return nil, s.deleteSession(ctx, id)
+	})
+	return err
+}
+
+// deleteSession is DeleteTalkSession where the session's agent runs.
+func (s *Service) deleteSession(ctx context.Context, id string) error {
 	_, st, unlock, err := s.lockSession(ctx, id)
 	if err != nil {
 		return err
@@ -294,6 +369,8 @@ func (s *Service) DeleteTalkSession(ctx context.Context, id string) error {
 	}
 	st.queue = nil
 	st.deleted = true
+	s.unserveLocked(st)
+	s.publish(st, nil)
 	st.wakeLocked()
 	return nil
 }

@@ -45,6 +45,13 @@ type sessionState struct {
 
 	active *activeRun // the run that owns the session (running, waiting or starting)
 	queue  []*Run     // QUEUED runs behind it (busy policy ENQUEUE), oldest first
+
+	// sess is the session's row as last read or written here, nil when unknown.
+	sess *TalkSession
+	// With replicas: serving stops answering other replicas' commands for the session
+	// (set while its runs are here), following stops receiving their events (set while it
+	// has subscribers here).
+	serving, following func()
 }
 
 // acquireState returns the state of a session, creating it on first use, and holds a
@@ -54,7 +61,8 @@ func (s *Service) acquireState(sess *TalkSession) *sessionState {
 	defer s.statesMu.Unlock()
 	st := s.states[sess.ID]
 	if st == nil {
-		st = &sessionState{id: sess.ID, userID: sess.UserID, lastSeq: sess.LastSeq, tailStart: sess.LastSeq + 1}
+		cp := *sess
+		st = &sessionState{id: sess.ID, userID: sess.UserID, lastSeq: sess.LastSeq, tailStart: sess.LastSeq + 1, sess: &cp}
 		st.idle = sync.NewCond(&st.mu)
 		s.states[sess.ID] = st
 	}
@@ -75,6 +83,10 @@ func (s *Service) releaseState(st *sessionState) {
 	st.refs--
 	if st.refs == 0 && s.states[st.id] == st {
 		delete(s.states, st.id)
+		if st.following != nil {
+			st.following()
+			st.following = nil
+		}
 	}
 }
 
@@ -130,6 +142,8 @@ func (s *Service) readyLocked(ctx context.Context, st *sessionState) error {
 	} else if err != nil {
 		return err
 	}
+	cp := *sess
+	st.sess = &cp
 	if sess.LastSeq != st.lastSeq {
 		last, err := s.store.Events(ctx, st.id, sess.LastSeq-1, 1)
 		if err != nil {
@@ -168,8 +182,13 @@ func (s *Service) appendLocked(st *sessionState, evs []*Event) {
 	}
 	st.tailStart = st.tail[0].Seq
 	for _, ev := range evs {
-		if ev.Type.Chunky() {
+		switch {
+		case ev.Type.Chunky():
 			s.stats.chunks.Add(1)
+		case ev.Type == EventSessionUpdated && ev.Session != nil:
+			cp := *ev.Session
+			cp.LastSeq = st.lastSeq
+			st.sess = &cp
 		}
 	}
 	st.wakeLocked()

@@ -72,6 +72,7 @@ func (s *Service) Subscribe(ctx context.Context, sessionID, after string, notify
 		st.subs = make(map[*Subscription]struct{})
 	}
 	st.subs[sub] = struct{}{}
+	s.followLocked(st)
 	st.mu.Unlock()
 	return sub, nil
 }
@@ -120,6 +121,10 @@ func (sub *Subscription) Close() {
 	st := sub.st
 	st.mu.Lock()
 	delete(st.subs, sub)
+	if len(st.subs) == 0 && st.following != nil {
+		st.following()
+		st.following = nil
+	}
 	st.mu.Unlock()
 	sub.s.releaseState(st)
 	sub.s.subs.Add(-1)

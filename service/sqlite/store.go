@@ -539,7 +539,9 @@ func getOne[T any](ctx context.Context, s *Store, what, id, query string, scan f
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	v, err := scan(s.stmt(query).QueryRowContext(ctx, args...))
+	// Reads are short: they run to the end rather than pay, per query, for watching the
+	// caller's context (the driver starts a goroutine to interrupt on cancellation).
+	v, err := scan(s.stmt(query).QueryRowContext(context.WithoutCancel(ctx), args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, service.Errorf(service.ENOTFOUND, "%s %s not found", what, id)
 	}
@@ -554,7 +556,7 @@ func getAll[T any](ctx context.Context, s *Store, what string, scan func(scanner
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.stmt(query).QueryContext(ctx, args...)
+	rows, err := s.stmt(query).QueryContext(context.WithoutCancel(ctx), args...) // see getOne
 	if err != nil {
 		return nil, s.fail(what, err)
 	}
