@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
-	"sync/atomic"
 	"time"
 )
 
@@ -406,9 +405,6 @@ func DecodeReply(b []byte) (*Reply, error) {
 	err := json.Unmarshal(b, &r)
 	return &r, err
 }
-
-// takeoverStats counts runs taken over from other replicas.
-type takeoverStats struct{ atomic.Int64 }
 
 // join makes this replica one of those sharing the store: it refuses to start beside a
 // live replica when there is no Cluster to reach it, takes over the runs left by replicas

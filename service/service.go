@@ -137,9 +137,9 @@ type Service struct {
 type counters struct {
 	chunks    atomic.Int64
 	takeovers atomic.Int64
-	mu       sync.Mutex
-	runsDone map[RunStatus]int64
-	usage    map[string]Usage // by model
+	mu        sync.Mutex
+	runsDone  map[RunStatus]int64
+	usage     map[string]Usage // by model
 }
 
 // New builds the service on store with the given agents, and recovers what a previous

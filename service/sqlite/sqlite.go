@@ -78,7 +78,7 @@ type Store struct {
 
 	ckpt               *sql.DB // one connection, for checkpoints
 	stopCkpt, ckptDone chan struct{}
-	reads map[string]*sql.Stmt // the reads, prepared on the read pool
+	reads              map[string]*sql.Stmt // the reads, prepared on the read pool
 }
 
 var _ service.Store = (*Store)(nil)
