@@ -18,11 +18,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"time"
 
 	"github.com/talkgraph/talkgraph/httpapi"
 	"github.com/talkgraph/talkgraph/jwtauth"
 	"github.com/talkgraph/talkgraph/service"
+	natsc "github.com/talkgraph/talkgraph/service/nats"
 )
 
 // App is a running talkgraph: the store, the service and the HTTP server.
@@ -35,6 +37,7 @@ type App struct {
 
 	http     *http.Server
 	cancelFn context.CancelFunc
+	cluster  *natsc.Cluster
 }
 
 // Open builds an App from cfg: it opens the store (running migrations), recovers runs
@@ -55,8 +58,23 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 		store.Close()
 		return nil, err
 	}
-	svc, err := service.New(ctx, store, agents, cfg.Service, log)
+	scfg := cfg.Service
+	var cluster *natsc.Cluster
+	if cfg.NatsURL != "" {
+		if scfg.ReplicaID == "" {
+			scfg.ReplicaID = defaultReplicaID(cfg.Addr)
+		}
+		if cluster, err = natsc.Connect(cfg.NatsURL, natsc.Options{Name: scfg.ReplicaID, Log: log}); err != nil {
+			store.Close()
+			return nil, fmt.Errorf("NATS_URL: %w", err)
+		}
+		scfg.Cluster = cluster
+	}
+	svc, err := service.New(ctx, store, agents, scfg, log)
 	if err != nil {
+		if cluster != nil {
+			cluster.Close()
+		}
 		store.Close()
 		return nil, fmt.Errorf("start service: %w", err)
 	}
@@ -67,7 +85,7 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 	hcfg.Web = webFiles()
 	h := httpapi.New(svc, hcfg)
 	base, cancel := context.WithCancel(context.Background())
-	a := &App{Config: cfg, Log: log, Store: store, Service: svc, Handler: h, cancelFn: cancel}
+	a := &App{Config: cfg, Log: log, Store: store, Service: svc, Handler: h, cancelFn: cancel, cluster: cluster}
 	a.http = &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -152,9 +170,20 @@ func (a *App) Close(ctx context.Context) {
 		a.Log.Warn("http shutdown", "err", err)
 		_ = a.http.Close()
 	}
+	if a.cluster != nil {
+		a.cluster.Close()
+	}
 	if err := a.Store.Close(); err != nil {
 		a.Log.Warn("store close", "err", err)
 	}
+}
+
+// defaultReplicaID names a replica after its host and port, so that a replica restarted
+// in the same place takes its own runs back at once.
+func defaultReplicaID(addr string) string {
+	host, _ := os.Hostname()
+	_, port, _ := net.SplitHostPort(addr)
+	return host + ":" + port
 }
 
 // servePprof serves Go's profiler (CPU, heap, goroutines) on addr, apart from the API: for

@@ -42,6 +42,8 @@ type Config struct {
 	DemoChunkDelay  time.Duration
 	// PprofAddr, when set, serves Go's profiler on that address.
 	PprofAddr string
+	// NatsURL, when set, connects this replica to the others through NATS.
+	NatsURL string
 
 	SQLiteBusyTimeout time.Duration
 	SQLiteFullSync    bool
@@ -149,6 +151,15 @@ func Settings() []Setting {
 			c.DatabaseURL = v
 			return nil
 		}},
+		{"nats-url", "NATS_URL", "", "NATS server that connects replicas sharing one PostgreSQL database, e.g. nats://10.0.0.5:4222 (needed for more than one replica)", func(c *Config, v string) error {
+			if u, err := url.Parse(v); err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" {
+				return fmt.Errorf("want a URL like nats://host:4222, got %q", v)
+			}
+			c.NatsURL = v
+			return nil
+		}},
+		{"run-lease", "RUN_LEASE", fmtDur(svc.RunLease), "with replicas: how long a replica's runs stay its own after its last heartbeat; a survivor then takes them over", dur(time.Second, func(c *Config) *time.Duration { return &c.Service.RunLease })},
+		{"replica-id", "REPLICA_ID", "", "with replicas: this replica's name, unique among them and kept across restarts (default: host name and port)", str(func(c *Config) *string { return &c.Service.ReplicaID })},
 		{"sqlite-busy-timeout", "SQLITE_BUSY_TIMEOUT", fmtDur(sqlite.DefaultBusyTimeout), "how long a write waits for a locked database before failing", dur(time.Millisecond, func(c *Config) *time.Duration { return &c.SQLiteBusyTimeout })},
 		{"sqlite-full-sync", "SQLITE_FULL_SYNC", "false", "wait for the disk on every commit (survives power loss, not only crashes)", boolean(func(c *Config) *bool { return &c.SQLiteFullSync })},
 		{"sqlite-max-bytes", "SQLITE_MAX_BYTES", "0", "cap on the database size; writes beyond it fail as on a full disk (0: none)", num64(0, func(c *Config) *int64 { return &c.SQLiteMaxBytes })},

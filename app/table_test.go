@@ -1,19 +1,44 @@
 package app_test
 
 import (
+	"flag"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/talkgraph/talkgraph/app"
 )
 
+var update = flag.Bool("update", false, "rewrite the README's configuration table from app.Settings")
+
 // TestReadmeListsEverySetting keeps the README's configuration table true: every setting
-// has its row, with its flag, environment variable, default and meaning.
+// has its row, with its flag, environment variable, default and meaning. With -update it
+// rewrites the table.
 func TestReadmeListsEverySetting(t *testing.T) {
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if *update {
+		lines := strings.Split(string(readme), "\n")
+		start := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "| `PORT`") })
+		if start < 0 {
+			t.Fatal("README has no configuration table (a row starting | `PORT`)")
+		}
+		end := start
+		for end < len(lines) && strings.HasPrefix(lines[end], "| `") {
+			end++
+		}
+		var rows []string
+		for _, s := range app.Settings() {
+			rows = append(rows, tableRow(s))
+		}
+		lines = slices.Replace(lines, start, end, rows...)
+		readme = []byte(strings.Join(lines, "\n"))
+		if err := os.WriteFile("../README.md", readme, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, s := range app.Settings() {
 		if row := tableRow(s); !strings.Contains(string(readme), row+"\n") {

@@ -28,6 +28,9 @@ type metrics struct {
 	failed  *prometheus.Desc
 	inStore *prometheus.Desc
 	usage   *prometheus.Desc
+	owned   *prometheus.Desc
+	taken   *prometheus.Desc
+	broker  *prometheus.Desc
 }
 
 func newMetrics(svc *service.Service, ws *graphqlws.Transport) *metrics {
@@ -47,13 +50,16 @@ func newMetrics(svc *service.Service, ws *graphqlws.Transport) *metrics {
 		batches: prometheus.NewDesc("talkgraph_writer_batches_total", "Sessions' batches written (a round writes many).", nil, nil),
 		failed:  prometheus.NewDesc("talkgraph_writer_failed_batches_total", "Batches the store refused or could not write.", nil, nil),
 		inStore: prometheus.NewDesc("talkgraph_writer_busy_seconds_total", "Time the writer spent in the store.", nil, nil),
+		owned:   prometheus.NewDesc("talkgraph_runs_owned", "Runs this replica runs (queued and waiting included).", nil, nil),
+		taken:   prometheus.NewDesc("talkgraph_runs_taken_over_total", "Runs this replica took over from replicas that were gone.", nil, nil),
+		broker:  prometheus.NewDesc("talkgraph_broker_reconnects_total", "Times the connection to NATS came back after a loss.", nil, nil),
 		usage:   prometheus.NewDesc("talkgraph_model_tokens_total", "Tokens agents reported, by model and kind (input, output, cached_input).", []string{"model", "kind"}, nil),
 	}
 }
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.latency.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.runs, m.subs, m.chunks, m.busy, m.waiting, m.sockets, m.rounds, m.batches, m.failed, m.inStore, m.usage} {
+	for _, d := range []*prometheus.Desc{m.runs, m.subs, m.chunks, m.busy, m.waiting, m.sockets, m.rounds, m.batches, m.failed, m.inStore, m.usage, m.owned, m.taken, m.broker} {
 		ch <- d
 	}
 }
@@ -73,6 +79,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.batches, prometheus.CounterValue, float64(st.Writes.Batches))
 	ch <- prometheus.MustNewConstMetric(m.failed, prometheus.CounterValue, float64(st.Writes.Failed))
 	ch <- prometheus.MustNewConstMetric(m.inStore, prometheus.CounterValue, st.Writes.Busy.Seconds())
+	ch <- prometheus.MustNewConstMetric(m.owned, prometheus.GaugeValue, float64(st.RunsOwned))
+	ch <- prometheus.MustNewConstMetric(m.taken, prometheus.CounterValue, float64(st.Takeovers))
+	ch <- prometheus.MustNewConstMetric(m.broker, prometheus.CounterValue, float64(st.BrokerReconnects))
 	for model, u := range st.Usage {
 		ch <- prometheus.MustNewConstMetric(m.usage, prometheus.CounterValue, float64(u.InputTokens), model, "input")
 		ch <- prometheus.MustNewConstMetric(m.usage, prometheus.CounterValue, float64(u.OutputTokens), model, "output")

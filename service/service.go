@@ -204,6 +204,8 @@ type Stats struct {
 	// counts runs it took over from replicas that were gone.
 	RunsOwned int
 	Takeovers int64
+	// BrokerReconnects counts the times the Cluster's connection came back after a loss.
+	BrokerReconnects int64
 }
 
 // Stats returns the current counters.
@@ -212,6 +214,9 @@ func (s *Service) Stats() Stats {
 	st := Stats{ChunksStreamed: s.stats.chunks.Load(), Subscriptions: s.subs.Load(), RunsBusy: busy, RunsWaiting: waiting,
 		RunsFinished: map[RunStatus]int64{}, Usage: map[string]Usage{}, Writes: s.writer.stats(),
 		Takeovers: s.stats.takeovers.Load()}
+	if r, ok := s.cluster.(interface{ Reconnects() int64 }); ok {
+		st.BrokerReconnects = r.Reconnects()
+	}
 	for _, ss := range s.liveStates() {
 		ss.mu.Lock()
 		if ss.active != nil {

@@ -1,0 +1,343 @@
+// Package nats connects talkgraph's replicas through a NATS server: it implements
+// service.Cluster with core NATS (nats.go). Nothing it carries needs to last: the log in
+// the shared database is the truth, a replica that misses a session's events sees the gap
+// (or is told that the connection came back) and reads the log, and a command that gets
+// no answer is answered UNAVAILABLE. So there is no JetStream stream to provision, and a
+// NATS server restart costs clients a moment, not data.
+//
+// Subjects, under a prefix (default "talkgraph"):
+//
+//	<prefix>.ev.<session>   a session's new events, JSON (null: the session was deleted)
+//	<prefix>.cmd.<session>  commands for the replica that runs the session's agent (request/reply)
+//	<prefix>.left           the ID of a replica that shuts down
+//
+// A replica subscribes to a session's events only while it has subscribers of that
+// session, and to its commands only while it runs its agent; all of them share one
+// delivery goroutine each, so following many sessions costs no goroutine per session.
+package nats
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/talkgraph/talkgraph/service"
+)
+
+// Options tune a Cluster. The zero value is a good default.
+type Options struct {
+	// Prefix starts every subject; default "talkgraph".
+	Prefix string
+	// Name names the connection in the NATS server's monitoring (the replica's ID).
+	Name string
+	// RequestTimeout bounds a command sent to another replica when its context has no
+	// deadline; default 10s.
+	RequestTimeout time.Duration
+	Log            *slog.Logger
+}
+
+// Cluster is a service.Cluster over a NATS connection.
+type Cluster struct {
+	nc   *nats.Conn
+	opts Options
+
+	events   chan *nats.Msg // every followed session's events, in one delivery goroutine
+	commands chan *nats.Msg // every served session's commands
+	done     chan struct{}
+
+	mu        sync.Mutex
+	followers map[string]*follow
+	servers   map[string]func(ctx context.Context, cmd *service.Command) *service.Reply
+	left      []func(string)
+	reconnect []func()
+
+	reconnects atomic.Int64
+}
+
+type follow struct {
+	sub     *nats.Subscription
+	deliver func([]*service.Event)
+}
+
+var _ service.Cluster = (*Cluster)(nil)
+
+// Connect connects to the NATS server at url (reconnecting by itself for as long as the
+// process lives).
+func Connect(url string, opts Options) (*Cluster, error) {
+	if opts.Prefix == "" {
+		opts.Prefix = "talkgraph"
+	}
+	if opts.RequestTimeout <= 0 {
+		opts.RequestTimeout = 10 * time.Second
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	c := &Cluster{
+		opts:      opts,
+		events:    make(chan *nats.Msg, 65536),
+		commands:  make(chan *nats.Msg, 4096),
+		done:      make(chan struct{}),
+		followers: map[string]*follow{},
+		servers:   map[string]func(context.Context, *service.Command) *service.Reply{},
+	}
+	nc, err := nats.Connect(url,
+		nats.Name(opts.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			opts.Log.Warn("lost the NATS server; replicas cannot reach each other until it is back", "err", err)
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) {
+			c.reconnects.Add(1)
+			opts.Log.Info("reached the NATS server again")
+			c.lost()
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				opts.Log.Warn("NATS messages were dropped for a slow consumer; reading the log again", "err", err)
+				c.lost()
+				return
+			}
+			opts.Log.Warn("NATS", "err", err)
+		}),
+	)
+	if err != nil {
+		return nil, service.Errorf(service.EUNAVAILABLE, "cannot connect to NATS at %s: %v", redactURL(url), err)
+	}
+	c.nc = nc
+	if _, err := nc.Subscribe(opts.Prefix+".left", func(m *nats.Msg) {
+		c.mu.Lock()
+		fns := append([]func(string){}, c.left...)
+		c.mu.Unlock()
+		for _, fn := range fns {
+			fn(string(m.Data))
+		}
+	}); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	go c.deliverEvents()
+	go c.serveCommands()
+	return c, nil
+}
+
+// Close drains the connection and ends the delivery goroutines.
+func (c *Cluster) Close() {
+	_ = c.nc.Drain()
+	deadline := time.After(5 * time.Second)
+	for c.nc.IsDraining() {
+		select {
+		case <-deadline:
+			c.nc.Close()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	c.nc.Close()
+	close(c.done)
+}
+
+// Reconnects counts the times the connection came back after a loss.
+func (c *Cluster) Reconnects() int64 { return c.reconnects.Load() }
+
+func (c *Cluster) lost() {
+	c.mu.Lock()
+	fns := append([]func(){}, c.reconnect...)
+	c.mu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+func (c *Cluster) subject(kind, session string) string {
+	return c.opts.Prefix + "." + kind + "." + session
+}
+
+// Publish implements service.Cluster.
+func (c *Cluster) Publish(sessionID string, events []*service.Event) {
+	data, err := json.Marshal(events)
+	if err != nil {
+		c.opts.Log.Error("encoding events for NATS", "session", sessionID, "err", err)
+		return
+	}
+	if err := c.nc.Publish(c.subject("ev", sessionID), data); err != nil {
+		c.opts.Log.Debug("publishing events", "session", sessionID, "err", err)
+	}
+}
+
+// Follow implements service.Cluster.
+func (c *Cluster) Follow(sessionID string, deliver func([]*service.Event)) (func(), error) {
+	sub, err := c.nc.ChanSubscribe(c.subject("ev", sessionID), c.events)
+	if err != nil {
+		return nil, service.Errorf(service.EUNAVAILABLE, "cannot follow a session on NATS: %v", err)
+	}
+	f := &follow{sub: sub, deliver: deliver}
+	c.mu.Lock()
+	c.followers[sub.Subject] = f
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		if c.followers[sub.Subject] == f {
+			delete(c.followers, sub.Subject)
+		}
+		c.mu.Unlock()
+		_ = sub.Unsubscribe()
+	}, nil
+}
+
+// deliverEvents hands every followed session's events to its follower, in order.
+func (c *Cluster) deliverEvents() {
+	for {
+		select {
+		case m := <-c.events:
+			c.mu.Lock()
+			f := c.followers[m.Subject]
+			c.mu.Unlock()
+			if f == nil {
+				continue
+			}
+			var evs []*service.Event
+			if err := json.Unmarshal(m.Data, &evs); err != nil {
+				c.opts.Log.Warn("undecodable events from NATS", "subject", m.Subject, "err", err)
+				continue
+			}
+			f.deliver(evs)
+		case <-c.done:
+			return
+		}
+	}
+}
+
+// Serve implements service.Cluster.
+func (c *Cluster) Serve(sessionID string, handle func(ctx context.Context, cmd *service.Command) *service.Reply) (func(), error) {
+	subject := c.subject("cmd", sessionID)
+	// A queue group: during a handover two replicas may serve a session for a moment,
+	// and a command must still be done once.
+	sub, err := c.nc.ChanQueueSubscribe(subject, "runners", c.commands)
+	if err != nil {
+		return nil, service.Errorf(service.EUNAVAILABLE, "cannot serve a session on NATS: %v", err)
+	}
+	c.mu.Lock()
+	c.servers[subject] = handle
+	c.mu.Unlock()
+	return func() {
+		_ = sub.Unsubscribe()
+		c.mu.Lock()
+		delete(c.servers, subject)
+		c.mu.Unlock()
+	}, nil
+}
+
+// serveCommands does each command on a goroutine of its own: a command may wait for a
+// write, and must not hold up others.
+func (c *Cluster) serveCommands() {
+	for {
+		select {
+		case m := <-c.commands:
+			c.mu.Lock()
+			handle := c.servers[m.Subject]
+			c.mu.Unlock()
+			go c.answer(m, handle)
+		case <-c.done:
+			return
+		}
+	}
+}
+
+func (c *Cluster) answer(m *nats.Msg, handle func(context.Context, *service.Command) *service.Reply) {
+	var reply *service.Reply
+	cmd, err := service.DecodeCommand(m.Data)
+	switch {
+	case err != nil:
+		reply = &service.Reply{Code: service.EINVALID, Error: "undecodable command"}
+	case handle == nil: // stopped serving meanwhile
+		reply = &service.Reply{Code: service.ErrorCode(service.ErrNoServer), Error: service.ErrorMessage(service.ErrNoServer)}
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
+		reply = handle(ctx, cmd)
+		cancel()
+	}
+	data, err := reply.Encode()
+	if err == nil {
+		err = m.Respond(data)
+	}
+	if err != nil {
+		c.opts.Log.Warn("answering a command over NATS", "subject", m.Subject, "err", err)
+	}
+}
+
+// Send implements service.Cluster.
+func (c *Cluster) Send(ctx context.Context, sessionID string, cmd *service.Command) (*service.Reply, error) {
+	data, err := cmd.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
+		defer cancel()
+	}
+	m, err := c.nc.RequestWithContext(ctx, c.subject("cmd", sessionID), data)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, service.ErrNoServer
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		return nil, service.Errorf(service.EUNAVAILABLE, "the replica running this session's agent did not answer in time")
+	case err != nil:
+		return nil, service.Errorf(service.EUNAVAILABLE, "the other replicas cannot be reached: %v", err)
+	}
+	reply, err := service.DecodeReply(m.Data)
+	if err != nil {
+		return nil, err
+	}
+	if reply.Code == service.ErrorCode(service.ErrNoServer) && reply.Error == service.ErrorMessage(service.ErrNoServer) {
+		return nil, service.ErrNoServer
+	}
+	return reply, nil
+}
+
+// Announce implements service.Cluster.
+func (c *Cluster) Announce(replicaID string) {
+	_ = c.nc.Publish(c.opts.Prefix+".left", []byte(replicaID))
+	_ = c.nc.FlushTimeout(time.Second)
+}
+
+// OnLeft implements service.Cluster.
+func (c *Cluster) OnLeft(fn func(string)) {
+	c.mu.Lock()
+	c.left = append(c.left, fn)
+	c.mu.Unlock()
+}
+
+// OnReconnect implements service.Cluster.
+func (c *Cluster) OnReconnect(fn func()) {
+	c.mu.Lock()
+	c.reconnect = append(c.reconnect, fn)
+	c.mu.Unlock()
+}
+
+// Ready implements service.Cluster.
+func (c *Cluster) Ready() error {
+	if c.nc.Status() != nats.CONNECTED {
+		return service.Errorf(service.EUNAVAILABLE, "the message broker (NATS) cannot be reached")
+	}
+	return nil
+}
+
+// redactURL drops a password from a NATS URL, for messages.
+func redactURL(u string) string {
+	if at := strings.LastIndex(u, "@"); at >= 0 {
+		if scheme := strings.Index(u, "://"); scheme >= 0 && scheme < at {
+			return u[:scheme+3] + "…@" + u[at+1:]
+		}
+	}
+	return u
+}
