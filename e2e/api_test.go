@@ -411,3 +411,60 @@ func TestNewMessageOrStopWithdrawsAPendingQuestion(t *testing.T) {
 		t.Errorf("answering after stop: %+v", r.Errors)
 	}
 }
+
+// A run can be read back by its ID, with why it failed and what it cost; another user's
+// run is null, like a missing one.
+func TestRunQueryShowsErrorAndUsage(t *testing.T) {
+	eachStore(t, func(t *testing.T, store string) {
+		_, c, sid, _, evs := watchedSession(t, store)
+		const q = `query($r: ID!){ run(id: $r){ id status error agent usage { inputTokens outputTokens } } }`
+		type runOut struct {
+			Run *struct {
+				ID, Status, Agent string
+				Error             *string
+				Usage             *struct{ InputTokens, OutputTokens int }
+			}
+		}
+		_, ok := c.Send(sid, "three words here")
+		evs.Until("run completes", tgtest.RunEnds(ok))
+		var out runOut
+		c.Must(q, map[string]any{"r": ok}, &out)
+		if out.Run == nil || out.Run.Status != "COMPLETED" || out.Run.Agent != "demo" || out.Run.Error != nil {
+			t.Fatalf("completed run = %+v", out.Run)
+		}
+		// "You said: three words here": five words out; the history's three words in.
+		if u := out.Run.Usage; u == nil || u.InputTokens != 3 || u.OutputTokens != 5 {
+			t.Errorf("usage = %+v, want 3 in, 5 out", u)
+		}
+
+		_, failed := c.Send(sid, "/fail")
+		evs.Until("run fails", tgtest.RunEnds(failed))
+		c.Must(q, map[string]any{"r": failed}, &out)
+		if out.Run == nil || out.Run.Status != "FAILED" || out.Run.Error == nil || !strings.Contains(*out.Run.Error, "failed, as you asked") {
+			t.Errorf("failed run = %+v", out.Run)
+		}
+		var hist struct {
+			Session struct {
+				Messages struct {
+					Edges []struct {
+						Node struct {
+							Status string
+							Error  *string
+						}
+					}
+				}
+			}
+		}
+		c.Must(`query($s: ID!){ session(id: $s){ messages(last: 1){ edges { node { status error } } } } }`, map[string]any{"s": sid}, &hist)
+		if e := hist.Session.Messages.Edges; len(e) != 1 || e[0].Node.Status != "FAILED" || e[0].Node.Error == nil || *e[0].Node.Error != *out.Run.Error {
+			t.Errorf("failed message in the history = %+v, want FAILED with the run's error", e)
+		}
+
+		stranger := tgtest.Guest(t, c.Base)
+		var none runOut
+		stranger.Must(q, map[string]any{"r": ok}, &none)
+		if none.Run != nil {
+			t.Errorf("another user's run = %+v, want null", none.Run)
+		}
+	})
+}

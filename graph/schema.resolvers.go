@@ -149,6 +149,14 @@ func (r *queryResolver) Agents(ctx context.Context) ([]*service.AgentInfo, error
 	return out, nil
 }
 
+// Error is the resolver for the error field.
+func (r *runResolver) Error(ctx context.Context, obj *service.Run) (*string, error) {
+	if obj.Error == "" {
+		return nil, nil
+	}
+	return &obj.Error, nil
+}
+
 // MessageStream is the resolver for the messageStream field.
 func (r *subscriptionResolver) MessageStream(ctx context.Context, sessionID string, after *string) (<-chan model.SessionEvent, error) {
 	var cursor string
@@ -201,6 +209,9 @@ func (r *Resolver) Mutation() generated.MutationResolver { return &mutationResol
 // Query returns generated.QueryResolver implementation.
 func (r *Resolver) Query() generated.QueryResolver { return &queryResolver{r} }
 
+// Run returns generated.RunResolver implementation.
+func (r *Resolver) Run() generated.RunResolver { return &runResolver{r} }
+
 // Subscription returns generated.SubscriptionResolver implementation.
 func (r *Resolver) Subscription() generated.SubscriptionResolver { return &subscriptionResolver{r} }
 
@@ -211,6 +222,7 @@ type (
 	messageResolver      struct{ *Resolver }
 	mutationResolver     struct{ *Resolver }
 	queryResolver        struct{ *Resolver }
+	runResolver          struct{ *Resolver }
 	subscriptionResolver struct{ *Resolver }
 	talkSessionResolver  struct{ *Resolver }
 )

@@ -5,6 +5,7 @@
 package fakellm
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -90,6 +91,7 @@ func (s *Server) Quit() <-chan struct{} { return s.quit }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	raw, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(raw)) // handlers may read it too
 	done := make(chan struct{})
 	rec := &Request{At: time.Now(), Path: r.URL.Path, Header: r.Header.Clone(), Raw: string(raw), Done: done}
 	if err := json.Unmarshal(raw, &rec.Body); err != nil {

@@ -1,6 +1,7 @@
 package fakellm
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -67,15 +68,49 @@ func ArgumentsDelta(index int, fragment string) string {
 	return fmt.Sprintf(`{"tool_calls":[{"index":%d,"function":{"arguments":%s}}]}`, index, quote(fragment))
 }
 
+// Usage is the last chunk of a stream asked for with stream_options.include_usage: no
+// choices, and what the request cost.
+func Usage(prompt, completion, cached int) string {
+	return Data(fmt.Sprintf(`{"id":"chatcmpl-AbC123","object":"chat.completion.chunk","created":1730000000,`+
+		`"model":"gpt-4o-2024-08-06","service_tier":"default","system_fingerprint":"fp_f33640a400","choices":[],`+
+		`"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d,`+
+		`"prompt_tokens_details":{"cached_tokens":%d,"audio_tokens":0},`+
+		`"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"obfuscation":"x2"}`,
+		prompt, completion, prompt+completion, cached))
+}
+
 // TextReply is a handler that streams a whole reply made of deltas: the role, each delta
-// as content, finish_reason "stop", then [Done].
+// as content, finish_reason "stop", the usage (when the request asked for it, as OpenAI
+// does: prompt 20 tokens of which 5 cached, one completion token a delta), then [Done].
 func TextReply(deltas ...string) http.HandlerFunc {
 	events := []string{Chunk(RoleDelta, "")}
 	for _, d := range deltas {
 		events = append(events, Chunk(TextDelta(d), ""))
 	}
-	events = append(events, Chunk(`{}`, "stop"), Done)
-	return SSE(events...)
+	events = append(events, Chunk(`{}`, "stop"))
+	return func(w http.ResponseWriter, r *http.Request) {
+		evs := events
+		if wantsUsage(r) {
+			evs = append(evs[:len(evs):len(evs)], Usage(20, len(deltas), 5))
+		}
+		WriteSSE(w, append(evs[:len(evs):len(evs)], Done)...)
+	}
+}
+
+// wantsUsage reports whether a request asked for the usage chunk. It reads the body and
+// puts it back.
+func wantsUsage(r *http.Request) bool {
+	raw, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(raw))
+	if err != nil {
+		return false
+	}
+	var req struct {
+		StreamOptions struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
+	}
+	return json.Unmarshal(raw, &req) == nil && req.StreamOptions.IncludeUsage
 }
 
 // ErrorReply is a handler that answers with an HTTP error: status, a JSON body, and the

@@ -35,6 +35,34 @@ const Description = "Built-in demo: echoes you word by word; try /ask, /slow 50,
 
 // Run implements service.Runner.
 func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Output) error {
+	// Like a model, it reports what the reply cost: a word of the history read is an input
+	// token, a word written an output token.
+	counted := &countingOutput{Output: out}
+	if err := a.run(ctx, req, counted); err != nil {
+		return err
+	}
+	in := 0
+	for _, m := range req.History {
+		in += len(strings.Fields(m.Content))
+	}
+	return out.ReportUsage(Model, service.Usage{InputTokens: in, OutputTokens: counted.words})
+}
+
+// Model is the name the demo agent reports its usage under.
+const Model = "demo"
+
+// countingOutput counts the words written through it.
+type countingOutput struct {
+	service.Output
+	words int
+}
+
+func (c *countingOutput) Text(delta string) error {
+	c.words += len(strings.Fields(delta))
+	return c.Output.Text(delta)
+}
+
+func (a *Agent) run(ctx context.Context, req service.RunRequest, out service.Output) error {
 	// The message to answer is the last one the user typed; anything after it is this
 	// run's own earlier work (a question it asked and its answer, when the run resumes
 	// after a restart).

@@ -218,6 +218,8 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 		Model:    shared.ChatModel(model),
 		Messages: toParams(rebuild(system, req.History)),
 		Tools:    a.toolDefs,
+		// The provider reports what each request cost in a last chunk; the run adds it up.
+		StreamOptions: oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)},
 	}
 	if temperature != nil {
 		params.Temperature = oai.Float(*temperature)
@@ -228,6 +230,11 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 			return service.Errorf(service.EUNAVAILABLE, "the model kept calling tools without finishing its reply")
 		}
 		t, err := a.stream(ctx, params, g, used)
+		if t != nil && t.usage != nil {
+			if uerr := g.ReportUsage(model, *t.usage); uerr != nil {
+				return uerr
+			}
+		}
 		if err != nil {
 			return err
 		}

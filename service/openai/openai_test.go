@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,6 +77,26 @@ func TestRunStreamsTextAndSendsSettings(t *testing.T) {
 			}
 			equal(t, "tools", got.ToolNames(), []string{"ask_user"})
 		})
+	}
+}
+
+// The agent asks for usage in the stream and reports it, by the model it asked for.
+func TestUsageIsReported(t *testing.T) {
+	srv := newFakeServer(t, fakellm.TextReply("a", "b", "c"))
+	a := newAgent(t, srv, openai.Config{Model: "cfg-model"})
+	out := newRecorder()
+	if err := a.Run(context.Background(), service.RunRequest{History: userSays("hi")}, out); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !strings.Contains(srv.Request(0).Raw, `"include_usage":true`) {
+		t.Errorf("the request does not ask for usage: %s", srv.Request(0).Raw)
+	}
+	if len(out.usage) != 1 {
+		t.Fatalf("usage reported %d times, want once", len(out.usage))
+	}
+	u := out.usage[0]
+	if u.model != "cfg-model" || u.usage.InputTokens != 20 || u.usage.OutputTokens != 3 || u.usage.CachedInputTokens == nil || *u.usage.CachedInputTokens != 5 {
+		t.Errorf("usage = %+v (cached %v), want cfg-model 20 in (5 cached), 3 out", u, u.usage.CachedInputTokens)
 	}
 }
 

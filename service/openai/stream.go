@@ -22,7 +22,8 @@ import (
 type turn struct {
 	text   strings.Builder
 	calls  []*call
-	finish string // the finish_reason, "" when none arrived
+	finish string         // the finish_reason, "" when none arrived
+	usage  *service.Usage // what the provider said the request cost, if it did
 }
 
 // call is one tool call of a response, as it is assembled from deltas and then run.
@@ -129,6 +130,13 @@ func (a *Agent) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 	}
 	for s.Next() {
 		chunk := s.Current()
+		if u := chunk.Usage; chunk.JSON.Usage.Valid() {
+			t.usage = &service.Usage{InputTokens: int(u.PromptTokens), OutputTokens: int(u.CompletionTokens)}
+			if u.PromptTokensDetails.JSON.CachedTokens.Valid() {
+				cached := int(u.PromptTokensDetails.CachedTokens)
+				t.usage.CachedInputTokens = &cached
+			}
+		}
 		for _, ch := range chunk.Choices {
 			if ch.Index != 0 {
 				continue // only one choice is asked for
