@@ -49,6 +49,12 @@ func serveApp(t testing.TB, cfg app.Config) *testApp {
 	if os.Getenv("TALKGRAPH_TEST_LOG") != "" {
 		logOut = os.Stderr
 	}
+	return serveAppLog(t, cfg, logOut)
+}
+
+// serveAppLog is serveApp with the server's log going to logOut.
+func serveAppLog(t testing.TB, cfg app.Config, logOut io.Writer) *testApp {
+	t.Helper()
 	app, err := app.Open(context.Background(), cfg, logOut)
 	if err != nil {
 		t.Fatalf("open: %v", err)

@@ -6,16 +6,19 @@ package e2e
 // request, so that each test can say both what the user saw and what the model was sent.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -772,4 +775,73 @@ func TestOpenAIProviderErrorFailsRunWithoutLeakingKey(t *testing.T) {
 			}
 		}
 	})
+}
+
+// syncBuffer is a log the server writes while the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) lines(substr string) []map[string]any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for _, l := range strings.Split(b.buf.String(), "\n") {
+		var m map[string]any
+		if strings.Contains(l, substr) && json.Unmarshal([]byte(l), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// A provider the server cannot reach fails the run with a reason fit for the user, and the
+// operator finds it in the log: one line with the code, the cause, the session, the run,
+// the agent and the model, and never the API key.
+func TestProviderFailureIsLoggedOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String() + "/v1"
+	ln.Close() // nothing listens there now
+	env := map[string]string{"DATA_DIR": t.TempDir(), "DATABASE_URL": "memory:", "OPENAI_BASE_URL": closed, "OPENAI_API_KEY": llmKey, "RATE_LIMIT": "1000", "RATE_BURST": "1000"}
+	cfg, err := app.LoadConfig(nil, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &syncBuffer{}
+	a := serveAppLog(t, cfg, log)
+	c := guest(t, a)
+	sid := openAISession(c, map[string]any{"model": "gpt-test"})
+	ws := c.Connect("graphql-transport-ws")
+	_, evs := ws.Stream(sid, c.Cursor(sid))
+	_, run := c.Send(sid, "hello")
+	end := evs.Until("run ends", tgtest.RunEnds(run))
+	if end.Run.Status != "FAILED" || !strings.Contains(end.Run.Error, "could not reach the model provider") {
+		t.Fatalf("run ended %s: %q", end.Run.Status, end.Run.Error)
+	}
+	lines := log.lines(`"run failed"`)
+	if len(lines) != 1 {
+		t.Fatalf("%d log lines for the failed run, want 1:\n%s", len(lines), log.buf.String())
+	}
+	l := lines[0]
+	for k, want := range map[string]string{"session": sid, "run": run, "agent": "openai", "model": "gpt-test", "code": "unavailable"} {
+		if got, _ := l[k].(string); got != want {
+			t.Errorf("log %s = %q, want %q", k, got, want)
+		}
+	}
+	if cause, _ := l["err"].(string); !strings.Contains(cause, "connection refused") {
+		t.Errorf("log err = %q, want the cause (connection refused)", cause)
+	}
+	if strings.Contains(log.buf.String(), llmKey) {
+		t.Error("the API key is in the log")
+	}
 }
