@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/talkgraph/talkgraph/httpapi"
@@ -64,6 +65,7 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 		if scfg.ReplicaID == "" {
 			scfg.ReplicaID = defaultReplicaID(cfg.Addr)
 		}
+		cfg.Service.ReplicaID = scfg.ReplicaID
 		if cluster, err = natsc.Connect(cfg.NatsURL, natsc.Options{Name: scfg.ReplicaID, Log: log}); err != nil {
 			store.Close()
 			return nil, fmt.Errorf("NATS_URL: %w", err)
@@ -83,6 +85,8 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 	hcfg.GuestSignIn = guest
 	hcfg.Log = log
 	hcfg.Web = webFiles()
+	b := Build()
+	hcfg.Build = map[string]string{"version": b.Version, "revision": b.Revision, "goversion": b.GoVersion}
 	h := httpapi.New(svc, hcfg)
 	base, cancel := context.WithCancel(context.Background())
 	a := &App{Config: cfg, Log: log, Store: store, Service: svc, Handler: h, cancelFn: cancel, cluster: cluster}
@@ -139,7 +143,13 @@ func (a *App) ListenAndServe(ctx context.Context) error {
 		a.Close(context.Background())
 		return err
 	}
-	a.Log.Info("talkgraph listening", "addr", ln.Addr().String(), "store", a.Config.RedactedDatabaseURL(), "agents", len(a.Service.Agents()))
+	var agents []string
+	for _, ag := range a.Service.Agents() {
+		agents = append(agents, ag.Name)
+	}
+	a.Log.Info("talkgraph listening: open "+browseURL(ln.Addr()),
+		"addr", ln.Addr().String(), "store", a.Config.RedactedDatabaseURL(), "agents", strings.Join(agents, ","),
+		"replica", a.Config.Service.ReplicaID, "version", Build().String())
 	if a.Config.PprofAddr != "" {
 		go a.servePprof(a.Config.PprofAddr)
 	}
@@ -176,6 +186,18 @@ func (a *App) Close(ctx context.Context) {
 	if err := a.Store.Close(); err != nil {
 		a.Log.Warn("store close", "err", err)
 	}
+}
+
+// browseURL is the address a person opens in a browser for a server listening on addr.
+func browseURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // defaultReplicaID names a replica after its host and port, so that a replica restarted

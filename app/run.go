@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -13,6 +14,12 @@ import (
 // agents there; nil for none), opens the App and serves until ctx ends, then shuts down
 // gracefully. Logs go to logOut.
 func Run(ctx context.Context, args []string, getenv func(string) string, logOut io.Writer, configure func(*Config)) error {
+	for _, a := range args {
+		if a == "-version" || a == "--version" {
+			_, err := fmt.Fprintln(logOut, Build())
+			return err
+		}
+	}
 	cfg, err := LoadConfig(args, getenv)
 	if err != nil {
 		return err

@@ -95,3 +95,13 @@ func TestConfigRejectsBadValuesClearly(t *testing.T) {
 		t.Errorf("flag over env: %q %v", c.Addr, err)
 	}
 }
+
+func TestVersionFlagPrintsTheBuild(t *testing.T) {
+	var out strings.Builder
+	if err := app.Run(t.Context(), []string{"-version"}, func(string) string { return "" }, &out, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); !strings.HasPrefix(got, "talkgraph ") || !strings.Contains(got, "go1.") {
+		t.Errorf("-version printed %q, want talkgraph's version and Go's", got)
+	}
+}

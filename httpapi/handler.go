@@ -54,6 +54,8 @@ type HandlerConfig struct {
 	// Web is the browser app served at /; without it / leads to the playground.
 	Web fs.FS
 	Log *slog.Logger
+	// Build labels the talkgraph_build_info metric (version, revision, goversion).
+	Build map[string]string
 }
 
 // DefaultHandlerConfig returns the defaults.
@@ -140,6 +142,10 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	gql.AroundOperations(m.aroundOperations)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "talkgraph_build_info",
+		Help: "Always 1; its labels say which talkgraph runs.", ConstLabels: cfg.Build})
+	build.Set(1)
+	reg.MustRegister(build)
 
 	mux := http.NewServeMux()
 	mux.Handle("/query", authenticate(cfg.Auth, limitBody(cfg.MaxBodyBytes, gql)))

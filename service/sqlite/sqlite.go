@@ -113,6 +113,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open: %w: %w",
 			service.Errorf(service.EUNAVAILABLE, "storage directory %s cannot be created", filepath.Dir(abs)), err)
 	}
+	if err := restrictFile(abs); err != nil {
+		return nil, fmt.Errorf("sqlite: open: %w: %w",
+			service.Errorf(service.EUNAVAILABLE, "storage %s cannot be created", abs), err)
+	}
 	unlock, err := lockFile(abs + ".lock")
 	if errors.Is(err, errLocked) {
 		return nil, fmt.Errorf("sqlite: open: %w: %w",
@@ -129,6 +133,28 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, s.fail("open", err)
 	}
 	return s, nil
+}
+
+// restrictFile makes the database file readable by its owner only (it holds the users'
+// conversations and the token signing secret), creating it so when it does not exist;
+// SQLite gives its -wal and -shm files the same mode.
+func restrictFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if errors.Is(err, fs.ErrPermission) {
+		return nil // read-only: let SQLite say what is wrong
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return f.Chmod(fi.Mode().Perm() &^ 0o077)
+	}
+	return nil
 }
 
 // open sets up both pools and migrates the schema.

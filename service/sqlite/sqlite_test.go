@@ -429,3 +429,35 @@ func BenchmarkOpen100kMessages(b *testing.B) {
 		b.ReportMetric(float64(fi.Size())/(1<<20), "MiB")
 	}
 }
+
+// The database holds users' conversations and the token signing secret: its files are
+// for their owner only, even in a directory anyone can read, and an existing file that
+// anyone could read is tightened.
+func TestFilesAreTheOwnersOnly(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "talk.db")
+	s := mustOpen(t, path, sqlite.Options{})
+	if err := create(s, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm", path + ".lock"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			t.Errorf("%s has mode %o, want no access for group or others", filepath.Base(p), perm)
+		}
+	}
+	old := filepath.Join(t.TempDir(), "old.db")
+	if err := os.WriteFile(old, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustOpen(t, old, sqlite.Options{})
+	if fi, err := os.Stat(old); err != nil || fi.Mode().Perm()&0o077 != 0 {
+		t.Errorf("an existing database left readable by others: %v %v", fi.Mode(), err)
+	}
+}
