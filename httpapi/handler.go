@@ -132,7 +132,6 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	if !cfg.DisableIntrospection {
 		gql.Use(extension.Introspection{})
 	}
-	gql.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](1000)})
 	gql.Use(extension.FixedComplexityLimit(cfg.MaxComplexity))
 	gql.Use(operationLimits{rate: newUserLimiter(cfg.OpsPerSecond, cfg.OpsBurst), maxDepth: cfg.MaxDepth})
 	gql.SetErrorPresenter(graph.ErrorPresenter(log))

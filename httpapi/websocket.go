@@ -41,8 +41,8 @@ func originChecker(allowed []string) func(*http.Request) bool {
 // the token's expiry. A token past its expiry is refused here even within the clock skew
 // that Verify tolerates for single requests: a socket would be acknowledged only to be
 // closed at once.
-func wsAuthenticate(auth *jwtauth.Auth) func(ctx context.Context, r *http.Request, payload map[string]any) (context.Context, time.Time, error) {
-	return func(ctx context.Context, r *http.Request, payload map[string]any) (context.Context, time.Time, error) {
+func wsAuthenticate(auth *jwtauth.Auth) func(ctx context.Context, payload map[string]any) (context.Context, time.Time, error) {
+	return func(ctx context.Context, payload map[string]any) (context.Context, time.Time, error) {
 		var value string
 		for k, v := range payload {
 			if strings.EqualFold(k, "authorization") {

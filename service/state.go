@@ -28,7 +28,7 @@ type sessionState struct {
 	// tailStart.
 	tail      []*Event
 	tailStart int64
-	subs      map[*Subscription]struct{}
+	subs      []*Subscription
 
 	// writing is set while a write of the session is in flight (a command's, or the
 	// writer's flush of streamed text); commands wait for it to end before they number
@@ -196,7 +196,7 @@ func (s *Service) appendLocked(st *sessionState, evs []*Event) {
 
 // wakeLocked tells every subscriber of st that there may be something to read.
 func (st *sessionState) wakeLocked() {
-	for sub := range st.subs {
+	for _, sub := range st.subs {
 		sub.notify()
 	}
 }

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"slices"
 	"sync"
 )
 
@@ -68,10 +69,7 @@ func (s *Service) Subscribe(ctx context.Context, sessionID, after string, notify
 		return nil, Errorf(EINVALID, "cursor is ahead of the session's log")
 	}
 	sub := &Subscription{s: s, st: st, notify: notify, pos: pos}
-	if st.subs == nil {
-		st.subs = make(map[*Subscription]struct{})
-	}
-	st.subs[sub] = struct{}{}
+	st.subs = append(st.subs, sub)
 	s.followLocked(st)
 	st.mu.Unlock()
 	return sub, nil
@@ -120,7 +118,11 @@ func (sub *Subscription) Close() {
 	sub.mu.Unlock()
 	st := sub.st
 	st.mu.Lock()
-	delete(st.subs, sub)
+	if i := slices.Index(st.subs, sub); i >= 0 {
+		st.subs[i] = st.subs[len(st.subs)-1]
+		st.subs[len(st.subs)-1] = nil
+		st.subs = st.subs[:len(st.subs)-1]
+	}
 	if len(st.subs) == 0 && st.following != nil {
 		st.following()
 		st.following = nil

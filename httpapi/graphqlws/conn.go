@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -47,7 +46,6 @@ type conn struct {
 	ws     *websocket.Conn
 	proto  protocol
 	exec   graphql.GraphExecutor
-	req    *http.Request
 	ctx    context.Context // ends when the connection ends
 	cancel context.CancelFunc
 
@@ -60,8 +58,10 @@ type conn struct {
 	subs       map[string]*sub
 	ready      []*sub // subscriptions with something to deliver
 	delivering bool   // a goroutine delivers ready
-	timers     []*time.Timer
-	keep       *time.Timer
+	// One timer per connection serves its deadlines: connection_init's (initBy), the next
+	// keep-alive (keepBy) and the token's expiry (expires, zero for none).
+	timer                   *time.Timer
+	initBy, keepBy, expires time.Time
 }
 
 // sub is one operation of a connection: a subscription while it streams, or a query or
@@ -81,15 +81,9 @@ func (c *conn) liveness() time.Duration { return 2*c.t.KeepAlive + 5*time.Second
 
 func (c *conn) run() {
 	c.mu.Lock()
-	c.timers = append(c.timers, time.AfterFunc(c.t.InitTimeout, func() {
-		c.mu.Lock()
-		inited := c.inited
-		c.mu.Unlock()
-		if !inited {
-			c.closeWith(CloseInitTimeout, "connection initialisation timeout")
-		}
-	}))
-	c.keep = time.AfterFunc(c.t.KeepAlive, c.keepAlive)
+	now := time.Now()
+	c.initBy, c.keepBy = now.Add(c.t.InitTimeout), now.Add(c.t.KeepAlive)
+	c.timer = time.AfterFunc(c.nextLocked().Sub(now), c.tick)
 	c.mu.Unlock()
 	c.ws.SetPongHandler(func(string) error {
 		return c.ws.SetReadDeadline(time.Now().Add(c.liveness()))
@@ -176,7 +170,7 @@ func (c *conn) init(raw json.RawMessage) bool {
 			return false
 		}
 	}
-	ctx, expires, err := c.t.Authenticate(c.ctx, c.req, payload)
+	ctx, expires, err := c.t.Authenticate(c.ctx, payload)
 	if err != nil {
 		msg := "Unauthorized: " + service.ErrorMessage(err)
 		if c.proto.legacy {
@@ -190,17 +184,13 @@ func (c *conn) init(raw json.RawMessage) bool {
 		c.mu.Unlock()
 		return false
 	}
-	c.inited, c.opCtx = true, ctx
-	if !expires.IsZero() {
-		c.timers = append(c.timers, time.AfterFunc(time.Until(expires), func() {
-			c.closeWith(CloseUnauthorized, "token expired")
-		}))
-	}
+	c.inited, c.opCtx, c.expires = true, ctx, expires
+	c.timer.Reset(time.Until(c.nextLocked()))
 	c.mu.Unlock()
 	return c.writeFrame(&message{Type: "connection_ack"})
 }
 
-// subscribe starts an operation.
+// subscribe takes an operation's ID and starts the operation.
 func (c *conn) subscribe(id string, raw json.RawMessage) bool {
 	start := graphql.Now()
 	c.mu.Lock()
@@ -222,39 +212,68 @@ func (c *conn) subscribe(id string, raw json.RawMessage) bool {
 		c.sendError(id, gqlerror.List{graph.Error(service.Errorf(service.ERATELIMIT, "too many subscriptions on this connection (at most %d)", c.t.MaxSubscriptions))})
 		return true
 	}
+	// The ID is taken now; the operation starts on a goroutine of its own, so that the
+	// reader goes on reading (and answering keep-alives) and its stack stays small while
+	// the connection idles.
+	s := &sub{id: id, c: c, cancel: func() {}}
+	c.subs[id] = s
 	opCtx := c.opCtx
 	c.mu.Unlock()
+	go c.start(s, opCtx, raw, start)
+	return true
+}
 
+// live reports whether s is still the connection's operation under its ID.
+func (c *conn) live(s *sub) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.closed && c.subs[s.id] == s
+}
+
+// fail ends an operation that could not start, with errors.
+func (c *conn) fail(s *sub, errs gqlerror.List) {
+	if c.live(s) {
+		c.drop(s)
+		c.sendError(s.id, errs)
+	}
+}
+
+// start parses and runs an operation: a query or mutation to its end, a subscription until
+// its stream is in place.
+func (c *conn) start(s *sub, opCtx context.Context, raw json.RawMessage, start time.Time) {
 	params := &graphql.RawParams{}
 	if err := json.Unmarshal(raw, params); err != nil {
-		c.sendError(id, gqlerror.List{graph.Error(service.Errorf(service.EINVALID, "the subscribe payload is not a GraphQL request"))})
-		return true
+		c.fail(s, gqlerror.List{graph.Error(service.Errorf(service.EINVALID, "the subscribe payload is not a GraphQL request"))})
+		return
 	}
-	params.Headers = c.req.Header
+	// The headers stay out of the operation: kept with every subscription they would cost
+	// more than the rest of it, and no resolver reads them.
 	params.ReadTime = graphql.TraceTiming{Start: start, End: graphql.Now()}
 	ctx := graphql.StartOperationTrace(opCtx)
 	rc, errs := c.exec.CreateOperationContext(ctx, params)
 	if errs != nil {
-		resp := c.exec.DispatchError(graphql.WithOperationContext(ctx, rc), errs)
-		c.sendError(id, resp.Errors)
-		return true
+		c.fail(s, c.exec.DispatchError(graphql.WithOperationContext(ctx, rc), errs).Errors)
+		return
 	}
-	ctx, cancel := context.WithCancel(graphql.WithOperationContext(ctx, rc))
-	s := &sub{id: id, c: c, cancel: cancel}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		cancel()
-		return false
-	}
-	c.subs[id] = s
-	c.mu.Unlock()
-
+	ctx = graphql.WithOperationContext(ctx, rc)
 	if rc.Operation.Operation != ast.Subscription {
-		go c.once(s, ctx, rc)
-		return true
+		// A query or mutation can be stopped alone; a subscription ends with its stream
+		// (and all of them with the connection), so it costs no context of its own.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		c.mu.Lock()
+		s.cancel = cancel
+		c.mu.Unlock()
+		if !c.live(s) {
+			cancel()
+			return
+		}
+		c.once(s, ctx, rc)
+		return
 	}
 	sink := &graph.StreamSink{Notify: s.notify}
+	var responses graphql.ResponseHandler
+	var rctx context.Context
 	func() {
 		defer func() {
 			if p := recover(); p != nil {
@@ -262,32 +281,30 @@ func (c *conn) subscribe(id string, raw json.RawMessage) bool {
 				sink.Stream = nil
 			}
 		}()
-		s.responses, s.ctx = c.exec.DispatchOperation(graph.WithStreamSink(ctx, sink), rc)
+		responses, rctx = c.exec.DispatchOperation(graph.WithStreamSink(ctx, sink), rc)
 	}()
 	if sink.Stream == nil { // refused before it began: the handler holds the errors
 		var errs gqlerror.List
-		if resp := s.responses; resp != nil {
-			if r := resp(s.ctx); r != nil {
+		if responses != nil {
+			if r := responses(rctx); r != nil {
 				errs = r.Errors
 			}
 		}
 		if len(errs) == 0 {
 			errs = gqlerror.List{graph.Error(service.Errorf(service.EINTERNAL, "internal error"))}
 		}
-		c.drop(s)
-		c.sendError(id, errs)
-		return true
+		c.fail(s, errs)
+		return
 	}
 	c.mu.Lock()
-	s.stream = sink.Stream
-	stale := c.closed || c.subs[id] != s
+	s.responses, s.ctx, s.stream = responses, rctx, sink.Stream
+	stale := c.closed || c.subs[s.id] != s
 	c.mu.Unlock()
 	if stale { // stopped or closed while it started
 		sink.Stream.Close()
-		return !c.closed
+		return
 	}
 	s.notify() // deliver what the cursor left behind, if anything
-	return true
 }
 
 // once runs a query or mutation sent over the socket.
@@ -329,13 +346,13 @@ func (c *conn) drop(s *sub) {
 	if c.subs[s.id] == s {
 		delete(c.subs, s.id)
 	}
-	st := s.stream
+	st, cancel := s.stream, s.cancel
 	if s.retry != nil {
 		s.retry.Stop()
 	}
 	idle := len(c.subs) == 0
 	c.mu.Unlock()
-	s.cancel()
+	cancel()
 	if st != nil {
 		st.Close()
 	}
@@ -484,25 +501,51 @@ func (c *conn) write(data []byte) bool {
 	return true
 }
 
-// keepAlive sends a websocket ping and the protocol's keep-alive, and comes back after
-// KeepAlive.
-func (c *conn) keepAlive() {
+// nextLocked is the connection's next deadline.
+func (c *conn) nextLocked() time.Time {
+	next := c.keepBy
+	if !c.inited && c.initBy.Before(next) {
+		next = c.initBy
+	}
+	if !c.expires.IsZero() && c.expires.Before(next) {
+		next = c.expires
+	}
+	return next
+}
+
+// tick acts on the deadlines that have passed: no connection_init in time (4408), an
+// expired token (4401), or a keep-alive due: a websocket ping and the protocol's own.
+func (c *conn) tick() {
+	now := time.Now()
 	c.mu.Lock()
-	closed, inited := c.closed, c.inited
+	closed, inited, expires := c.closed, c.inited, c.expires
+	late, keep := !inited && !now.Before(c.initBy), !now.Before(c.keepBy)
 	c.mu.Unlock()
-	if closed {
+	switch {
+	case closed:
+		return
+	case late:
+		c.closeWith(CloseInitTimeout, "connection initialisation timeout")
+		return
+	case !expires.IsZero() && !now.Before(expires):
+		c.closeWith(CloseUnauthorized, "token expired")
 		return
 	}
-	if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.t.WriteTimeout)); err != nil {
-		c.closeWith(CloseGoingAway, "the connection is not keeping up")
-		return
-	}
-	if inited && !c.writeFrame(&message{Type: c.proto.keepNow}) {
-		return
+	if keep {
+		if err := c.ws.WriteControl(websocket.PingMessage, nil, now.Add(c.t.WriteTimeout)); err != nil {
+			c.closeWith(CloseGoingAway, "the connection is not keeping up")
+			return
+		}
+		if inited && !c.writeFrame(&message{Type: c.proto.keepNow}) {
+			return
+		}
 	}
 	c.mu.Lock()
+	if keep {
+		c.keepBy = time.Now().Add(c.t.KeepAlive)
+	}
 	if !c.closed {
-		c.keep.Reset(c.t.KeepAlive)
+		c.timer.Reset(time.Until(c.nextLocked()))
 	}
 	c.mu.Unlock()
 }
@@ -535,11 +578,8 @@ func (c *conn) closeWith(code int, reason string) {
 	c.closed = true
 	subs := c.subs
 	c.subs, c.ready = map[string]*sub{}, nil
-	for _, t := range c.timers {
-		t.Stop()
-	}
-	if c.keep != nil {
-		c.keep.Stop()
+	if c.timer != nil {
+		c.timer.Stop()
 	}
 	c.mu.Unlock()
 	if code != 0 {
@@ -547,12 +587,15 @@ func (c *conn) closeWith(code int, reason string) {
 	}
 	_ = c.ws.Close()
 	for _, s := range subs {
+		c.mu.Lock()
+		st, cancel := s.stream, s.cancel
 		if s.retry != nil {
 			s.retry.Stop()
 		}
-		s.cancel()
-		if s.stream != nil {
-			s.stream.Close()
+		c.mu.Unlock()
+		cancel()
+		if st != nil {
+			st.Close()
 		}
 	}
 	c.cancel()

@@ -48,11 +48,11 @@ const (
 
 // Transport is the websocket transport. Set its fields before its first use.
 type Transport struct {
-	// Authenticate checks the connection_init payload (and the upgrade request) and
-	// returns the context operations on the connection run in, and when the connection's
-	// authorisation ends (zero: never). An error closes the socket with 4401 and the
-	// error's message.
-	Authenticate func(ctx context.Context, r *http.Request, payload map[string]any) (context.Context, time.Time, error)
+	// Authenticate checks the connection_init payload and returns the context operations
+	// on the connection run in, and when the connection's authorisation ends (zero:
+	// never). ctx carries the upgrade request's values. An error closes the socket with
+	// 4401 and the error's message.
+	Authenticate func(ctx context.Context, payload map[string]any) (context.Context, time.Time, error)
 	// CheckOrigin allows or refuses an upgrade by its request's origin.
 	CheckOrigin func(r *http.Request) bool
 	// KeepAlive is the interval of keep-alives; default 15s.
@@ -100,7 +100,7 @@ func (t *Transport) init() {
 			t.Log = slog.Default()
 		}
 		t.upgrader = websocket.Upgrader{
-			ReadBufferSize:  1024,
+			ReadBufferSize:  512, // clients' messages are small; bigger ones take more reads
 			WriteBufferSize: 4096,
 			WriteBufferPool: &sync.Pool{},
 			Subprotocols:    []string{transportWS.name, legacyWS.name},
@@ -142,7 +142,9 @@ func (t *Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Grap
 	// The connection outlives the request: its context keeps the request's values, not its
 	// cancellation.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
-	c := &conn{t: t, ws: ws, proto: proto, exec: exec, req: r, ctx: ctx, cancel: cancel, subs: map[string]*sub{}}
+	// The request is not kept: it holds on to the HTTP server's buffers for the connection
+	// (through its body's reader), which would stay for as long as the websocket.
+	c := &conn{t: t, ws: ws, proto: proto, exec: exec, ctx: ctx, cancel: cancel, subs: map[string]*sub{}}
 	t.mu.Lock()
 	t.conns[c] = struct{}{}
 	t.mu.Unlock()
