@@ -227,6 +227,8 @@ func Settings() []Setting {
 		{"ws-init-timeout", "WS_INIT_TIMEOUT", fmtDur(web.InitTimeout), "time a websocket has to send connection_init", dur(10*time.Millisecond, func(c *Config) *time.Duration { return &c.HTTP.InitTimeout })},
 		{"workers", "WORKERS", itoa(svc.Workers), "runs executing at once", num(1, func(c *Config) *int { return &c.Service.Workers })},
 		{"runs-per-user", "RUNS_PER_USER", itoa(svc.RunsPerUser), "runs executing at once for one user", num(1, func(c *Config) *int { return &c.Service.RunsPerUser })},
+		{"max-sessions-per-user", "MAX_SESSIONS_PER_USER", itoa(svc.MaxSessionsPerUser), "sessions one user may keep", num(1, func(c *Config) *int { return &c.Service.MaxSessionsPerUser })},
+		{"max-user-bytes", "MAX_USER_BYTES", strconv.FormatInt(svc.MaxUserBytes, 10), "bytes one user may keep: what they wrote (messages, answers) and set (titles, settings) in their sessions", num64(1, func(c *Config) *int64 { return &c.Service.MaxUserBytes })},
 		{"max-queued-runs", "MAX_QUEUED_RUNS", itoa(svc.MaxQueuedRuns), "messages waiting in one session (busy policy ENQUEUE)", num(1, func(c *Config) *int { return &c.Service.MaxQueuedRuns })},
 		{"flush-interval", "FLUSH_INTERVAL", fmtDur(svc.FlushInterval), "least time between two writes of one reply's streamed text (0: as soon as the writer is free; under load the writer batches anyway)", dur(0, func(c *Config) *time.Duration { return &c.Service.FlushInterval })},
 		{"demo-chunk-delay", "DEMO_CHUNK_DELAY", fmtDur(demo.DefaultChunkDelay), "pause before each word the demo agent streams", dur(0, func(c *Config) *time.Duration { return &c.DemoChunkDelay })},

@@ -468,3 +468,36 @@ func TestRunQueryShowsErrorAndUsage(t *testing.T) {
 		}
 	})
 }
+
+// What one user keeps is bounded: past the sessions or bytes a user may keep, creating or
+// writing answers RATE_LIMITED with a reason, and deleting a session makes room again.
+func TestPerUserStorageQuota(t *testing.T) {
+	eachStore(t, func(t *testing.T, store string) {
+		a := startApp(t, store, func(c *app.Config) {
+			c.Service.MaxSessionsPerUser = 2
+			c.Service.MaxUserBytes = 400
+		})
+		c := guest(t, a)
+		s1 := c.CreateSession(nil)
+		s2 := c.CreateSession(nil)
+		r := c.Do(`mutation{ createTalkSession(input:{title:"third"}){ id } }`, nil)
+		if r.Code() != "RATE_LIMITED" || !strings.Contains(r.Errors[0].Message, "sessions") {
+			t.Fatalf("a third session: %+v, want RATE_LIMITED about sessions", r.Errors)
+		}
+		const add = `mutation($s: ID!, $c: String!){ addMessage(input:{sessionId:$s, content:$c}){ message { id } } }`
+		if r := c.Do(add, map[string]any{"s": s1, "c": strings.Repeat("a", 300)}); len(r.Errors) > 0 {
+			t.Fatalf("a message within the quota: %+v", r.Errors)
+		}
+		r = c.Do(add, map[string]any{"s": s2, "c": strings.Repeat("b", 300)})
+		if r.Code() != "RATE_LIMITED" || !strings.Contains(r.Errors[0].Message, "MiB") {
+			t.Fatalf("a message past the quota: %+v, want RATE_LIMITED about size", r.Errors)
+		}
+		// Another user is not held back.
+		other := guest(t, a)
+		other.CreateSession(nil)
+		c.Must(`mutation($s: ID!){ deleteTalkSession(id: $s) }`, map[string]any{"s": s1}, nil)
+		if r := c.Do(`mutation{ createTalkSession(input:{title:"again"}){ id } }`, nil); len(r.Errors) > 0 {
+			t.Fatalf("no room after deleting a session: %+v", r.Errors)
+		}
+	})
+}

@@ -25,6 +25,9 @@ type Changes struct {
 	// EndedRuns are runs that reached a final status: their questions that were never
 	// answered are withdrawn.
 	EndedRuns []string
+	// Bytes is what the events add to the session's size as its user's quota counts it:
+	// what the user wrote (messages, answers) and set (a title, settings).
+	Bytes int64
 }
 
 // Derive returns the row changes of events, appended in this order. It is a pure function
@@ -40,6 +43,7 @@ func Derive(events []*Event) Changes {
 				c.Messages = upsertRow(c.Messages, msgs, m.ID, m)
 				if ev.Type == EventMessageAdded && m.Role == RoleUser {
 					c.Activity = ev.At
+					c.Bytes += int64(len(m.Content))
 				}
 			}
 		case EventRunStatusChanged:
@@ -60,6 +64,7 @@ func Derive(events []*Event) Changes {
 		case EventSessionUpdated:
 			if ev.Session != nil {
 				c.Session = ev.Session
+				c.Bytes += ev.Session.Size()
 			}
 		}
 	}

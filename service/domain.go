@@ -99,6 +99,19 @@ type Settings struct {
 	BusyPolicy   BusyPolicy `json:"busyPolicy"`
 }
 
+// Size is what a session's own fields weigh against its user's storage quota: its title
+// and settings.
+func (s *TalkSession) Size() int64 {
+	n := len(s.Title) + len(s.Settings.Agent)
+	if s.Settings.Model != nil {
+		n += len(*s.Settings.Model)
+	}
+	if s.Settings.SystemPrompt != nil {
+		n += len(*s.Settings.SystemPrompt)
+	}
+	return int64(n)
+}
+
 // TalkSession is one conversation of one user with an agent.
 type TalkSession struct {
 	ID        string

@@ -58,6 +58,9 @@ func (s *Service) addMessage(ctx context.Context, u, sessionID, content, key str
 			return nil, nil, err
 		}
 	}
+	if err := s.checkQuota(ctx, u, 0, int64(len(content))); err != nil {
+		return nil, nil, err
+	}
 
 	t := s.begin(st)
 	// willStart: the new run becomes the active one (nothing else runs, or INTERRUPT ends
@@ -122,6 +125,7 @@ func (s *Service) addMessage(ctx context.Context, u, sessionID, content, key str
 		t.onAbort(func() { s.sched.release(u) })
 	}
 	t.onCommit(func() {
+		s.counted(u, 0, int64(len(content)))
 		if st.active == nil {
 			s.startLocked(st, run, false, admitted)
 		} else {

@@ -22,6 +22,10 @@ type Config struct {
 	Workers         int           // runs executing at once on this server
 	RunsPerUser     int           // runs executing at once for one user
 	MaxQueuedRuns   int           // runs waiting in one session (busy policy ENQUEUE)
+	// MaxSessionsPerUser and MaxUserBytes bound what one user keeps: sessions, and what
+	// they wrote and set in them (see Derive's Bytes).
+	MaxSessionsPerUser int
+	MaxUserBytes       int64
 	FlushInterval   time.Duration // least time between two writes of one run's streamed text (0: as soon as the writer is free)
 	// TailEvents is how many recent events of a session stay in memory for its
 	// subscribers; those further behind read the store.
@@ -56,6 +60,9 @@ func DefaultConfig() Config {
 		Workers:          16,
 		RunsPerUser:      2,
 		MaxQueuedRuns:    20,
+
+		MaxSessionsPerUser: 1000,
+		MaxUserBytes:       100 << 20,
 		FlushInterval:    0,
 		TailEvents:       1024,
 		ReadBatch:        256,
@@ -82,6 +89,10 @@ func (c *Config) fill() {
 	pick(&c.Workers, d.Workers)
 	pick(&c.RunsPerUser, d.RunsPerUser)
 	pick(&c.MaxQueuedRuns, d.MaxQueuedRuns)
+	pick(&c.MaxSessionsPerUser, d.MaxSessionsPerUser)
+	if c.MaxUserBytes <= 0 {
+		c.MaxUserBytes = d.MaxUserBytes
+	}
 	pick(&c.TailEvents, d.TailEvents)
 	pick(&c.ReadBatch, d.ReadBatch)
 	pick(&c.MaxSubscriptions, d.MaxSubscriptions)
@@ -118,6 +129,7 @@ type Service struct {
 	closed  atomic.Bool
 	subs    atomic.Int64
 	stats   counters
+	quota   quotas
 
 	compactions   chan compaction
 	compactorQuit chan struct{}

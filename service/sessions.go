@@ -149,9 +149,13 @@ func (s *Service) CreateTalkSession(ctx context.Context, title string, settings 
 	}
 	now := s.now()
 	sess := &TalkSession{ID: newID(), UserID: u, Title: title, Settings: set, CreatedAt: now, UpdatedAt: now}
+	if err := s.checkQuota(ctx, u, 1, sess.Size()); err != nil {
+		return nil, err
+	}
 	if err := s.writer.write(ctx, &Batch{SessionID: sess.ID, Create: sess}); err != nil {
 		return nil, err
 	}
+	s.counted(u, 1, sess.Size())
 	return &SessionView{TalkSession: sess, Status: SessionIdle, StreamCursor: EncodeCursor(sess.ID, Cursor{})}, nil
 }
 
@@ -319,9 +323,13 @@ func (s *Service) changeSession(ctx context.Context, id string, change func(*Tal
 		return nil, err
 	}
 	updated.UpdatedAt = s.now()
+	if err := s.checkQuota(ctx, sess.UserID, 0, updated.Size()); err != nil {
+		return nil, err
+	}
 	t := s.begin(st)
 	snap := updated
 	s.add(t, &Event{Type: EventSessionUpdated, Session: &snap})
+	t.onCommit(func() { s.counted(sess.UserID, 0, updated.Size()) })
 	if err := s.commitLocked(ctx, t); err != nil {
 		return nil, err
 	}
@@ -369,6 +377,7 @@ func (s *Service) deleteSession(ctx context.Context, id string) error {
 	}
 	st.queue = nil
 	st.deleted = true
+	s.forget(st.userID)
 	s.unserveLocked(st)
 	s.publish(st, nil)
 	st.wakeLocked()

@@ -71,6 +71,10 @@ type Store interface {
 	// Idempotency returns the record stored for (userID, key); ENOTFOUND when none.
 	Idempotency(ctx context.Context, userID, key string) (*IdempotencyRecord, error)
 
+	// Footprint returns how many sessions userID has and how many bytes they weigh: the
+	// sum of their creations' Size and of the Bytes that Derive counted for their events.
+	Footprint(ctx context.Context, userID string) (sessions int, bytes int64, err error)
+
 	// Ping returns nil while the store can be written.
 	Ping(ctx context.Context) error
 	// Close releases the store. Batches appended before it returns are durable; every

@@ -40,6 +40,7 @@ type sessionData struct {
 	toolCalls map[string]struct{}
 	idem      map[idemKey]struct{}
 	events    []*service.Event // ascending Seq
+	bytes     int64            // the session's weight against its user's quota
 }
 
 type idemKey struct{ userID, key string }
@@ -129,6 +130,7 @@ func (s *Store) append(b *service.Batch) error {
 	// Everything below succeeds: the batch was checked against the current state.
 	if sd == nil {
 		sd = &sessionData{
+			bytes:     b.Create.Size(),
 			session:   cloneSession(b.Create),
 			messages:  make(map[string]struct{}),
 			runs:      make(map[string]struct{}),
@@ -148,6 +150,7 @@ func (s *Store) append(b *service.Batch) error {
 		c.SessionID = b.SessionID
 		sd.events = append(sd.events, c)
 	}
+	sd.bytes += ch.Bytes
 	if ch.Session != nil {
 		sd.session.Title = ch.Session.Title
 		sd.session.Settings = cloneSession(ch.Session).Settings
@@ -533,6 +536,22 @@ func (s *Store) Idempotency(ctx context.Context, userID, key string) (*service.I
 		return nil, service.Errorf(service.ENOTFOUND, "no idempotency record for key %q", key)
 	}
 	return cloneIdempotency(r), nil
+}
+
+// Footprint implements service.Store.
+func (s *Store) Footprint(ctx context.Context, userID string) (int, int64, error) {
+	if err := s.rlock(ctx); err != nil {
+		return 0, 0, err
+	}
+	defer s.mu.RUnlock()
+	n, bytes := 0, int64(0)
+	for _, sd := range s.sessions {
+		if sd.session.UserID == userID {
+			n++
+			bytes += sd.bytes
+		}
+	}
+	return n, bytes, nil
 }
 
 // Ping implements service.Store: it fails only once the store is closed.

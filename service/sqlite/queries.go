@@ -28,7 +28,11 @@ const (
 		ORDER BY updated_at DESC, id DESC LIMIT ?`
 	// qSessionLast reads the Seq of a session's last event; no row when it does not exist.
 	qSessionLast   = `SELECT ` + lastSeqOf + ` FROM sessions WHERE id = ?`
-	qInsertSession = `INSERT INTO sessions (` + sessionCols + `) VALUES (?, ?, ?, ?, ?, ?)`
+	qInsertSession = `INSERT INTO sessions (` + sessionCols + `, bytes) VALUES (?, ?, ?, ?, ?, ?, ?)`
+	// qGrowSession adds to a session's weight against its user's quota.
+	qGrowSession = `UPDATE sessions SET bytes = bytes + ? WHERE id = ?`
+	// qFootprint counts a user's sessions and their weight.
+	qFootprint = `SELECT count(*), coalesce(sum(bytes), 0) FROM sessions WHERE user_id = ?`
 	// qUpdateSession applies a SessionUpdated snapshot.
 	qUpdateSession = `UPDATE sessions SET title = ?, settings = ?, updated_at = ? WHERE id = ?`
 	// qTouchSession moves a session's activity time forward.
@@ -41,7 +45,7 @@ func sessionArgs(s *service.TalkSession) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []any{s.ID, s.UserID, s.Title, string(settings), dbTime(s.CreatedAt), dbTime(s.UpdatedAt)}, nil
+	return []any{s.ID, s.UserID, s.Title, string(settings), dbTime(s.CreatedAt), dbTime(s.UpdatedAt), s.Size()}, nil
 }
 
 func scanSession(sc scanner) (*service.TalkSession, error) {
@@ -401,7 +405,7 @@ const (
 // writes are the statements Append and Compact run, prepared once on the writer
 // connection.
 var writes = []string{
-	qInsertSession, qUpdateSession, qTouchSession, qDeleteSession,
+	qInsertSession, qUpdateSession, qTouchSession, qDeleteSession, qGrowSession,
 	qInsertEvents(1), qInsertEvents(8), qInsertEvents(64), qInsertEvents(512), qRewriteEvent, qDropEvents, qInsertIdempotency, qDeleteMessages, qDeleteRuns,
 	qDeleteQuestions, qDeleteToolCalls, qDeleteEvents, qDeleteIdempotency,
 	qUpsertMessage, qUpsertRun, qUpsertQuestion, qUpsertToolCall, qWithdrawQuestions,
@@ -417,5 +421,5 @@ func scanChunk(sc scanner) (*service.Event, error) {
 // reads are the queries of the read pool, prepared once.
 var reads = []string{
 	qSession, qSessions, qSessionsAft, qMessage, qMessagesFirst, qMessagesLast, qRun, qRunsByStatus,
-	qQuestion, qQuestions, qToolCalls, qEvents, qChunks, qIdempotency,
+	qQuestion, qQuestions, qToolCalls, qEvents, qChunks, qIdempotency, qFootprint,
 }

@@ -343,6 +343,11 @@ func (w *txWriter) changes(id string, ch service.Changes) error {
 		}
 		return err
 	}
+	if ch.Bytes > 0 {
+		if _, err := w.exec(qGrowSession, ch.Bytes, id); err != nil {
+			return err
+		}
+	}
 	if s := ch.Session; s != nil {
 		settings, err := json.Marshal(s.Settings)
 		if err != nil {
@@ -510,6 +515,19 @@ func (s *Store) ToolCalls(ctx context.Context, messageIDs []string) ([]*service.
 // Events implements service.Store.
 func (s *Store) Events(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]*service.Event, error) {
 	return getAll(ctx, s, "events", scanEvent, qEvents, sessionID, afterSeq, sqlLimit(limit))
+}
+
+// Footprint implements service.Store.
+func (s *Store) Footprint(ctx context.Context, userID string) (int, int64, error) {
+	if err := s.check(); err != nil {
+		return 0, 0, err
+	}
+	var n int
+	var bytes int64
+	if err := s.stmt(qFootprint).QueryRowContext(context.WithoutCancel(ctx), userID).Scan(&n, &bytes); err != nil {
+		return 0, 0, s.fail("footprint", err)
+	}
+	return n, bytes, nil
 }
 
 // Idempotency implements service.Store.

@@ -61,6 +61,7 @@ func Run(t *testing.T, open func(t *testing.T) service.Store) {
 		{"Rows are copies the caller may change", testCopies},
 		{"Times come back in UTC to the nanosecond", testTimes},
 		{"Ping/nil while the store can be written", testPing},
+		{"Footprint/a user's sessions and what they weigh", testFootprint},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
@@ -1012,5 +1013,34 @@ func testTimes(t *testing.T, s service.Store) {
 func testPing(t *testing.T, s service.Store) {
 	if err := s.Ping(t.Context()); err != nil {
 		t.Errorf("Ping: %v", err)
+	}
+}
+
+func testFootprint(t *testing.T, s service.Store) {
+	ctx := t.Context()
+	a := newSession("s1", "u1", t0)
+	l1 := create(t, s, a)
+	b := newSession("s2", "u1", t0)
+	create(t, s, b)
+	create(t, s, newSession("s3", "u2", t0))
+	user := newMessage("m1", "s1")
+	user.Role, user.Content = service.RoleUser, "twelve bytes"
+	reply := newMessage("m2", "s1") // the agent's words do not count
+	renamed := newSession("s1", "u1", t0)
+	renamed.Title = "a longer title than before"
+	l1.append(added(user), added(reply), &service.Event{Type: service.EventSessionUpdated, At: t0, Session: renamed})
+	n, bytes, err := s.Footprint(ctx, "u1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := a.Size() + b.Size() + 12 + renamed.Size(); n != 2 || bytes != want {
+		t.Errorf("Footprint(u1) = %d sessions, %d bytes; want 2, %d", n, bytes, want)
+	}
+	mustAppend(t, s, &service.Batch{SessionID: "s1", Delete: true})
+	if n, bytes, _ := s.Footprint(ctx, "u1"); n != 1 || bytes != b.Size() {
+		t.Errorf("after deleting s1: %d sessions, %d bytes; want 1, %d", n, bytes, b.Size())
+	}
+	if n, bytes, _ := s.Footprint(ctx, "nobody"); n != 0 || bytes != 0 {
+		t.Errorf("Footprint of a user with nothing = %d, %d", n, bytes)
 	}
 }
