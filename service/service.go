@@ -14,19 +14,19 @@ import (
 // Config holds the service's limits. A zero field takes its value from DefaultConfig,
 // which is the one place the defaults are written.
 type Config struct {
-	MaxMessageBytes int           // a user message, an answer or a system prompt
-	MaxReplyBytes   int           // an assistant message or a tool's output
-	MaxTitleLength  int           // a session's title, in code points
-	MaxPageSize     int           // sessions or messages per page
-	DefaultPageSize int           // when first/last is not given
-	Workers         int           // runs executing at once on this server
-	RunsPerUser     int           // runs executing at once for one user
-	MaxQueuedRuns   int           // runs waiting in one session (busy policy ENQUEUE)
+	MaxMessageBytes int // a user message, an answer or a system prompt
+	MaxReplyBytes   int // an assistant message or a tool's output
+	MaxTitleLength  int // a session's title, in code points
+	MaxPageSize     int // sessions or messages per page
+	DefaultPageSize int // when first/last is not given
+	Workers         int // runs executing at once on this server
+	RunsPerUser     int // runs executing at once for one user
+	MaxQueuedRuns   int // runs waiting in one session (busy policy ENQUEUE)
 	// MaxSessionsPerUser and MaxUserBytes bound what one user keeps: sessions, and what
 	// they wrote and set in them (see Derive's Bytes).
 	MaxSessionsPerUser int
 	MaxUserBytes       int64
-	FlushInterval   time.Duration // least time between two writes of one run's streamed text (0: as soon as the writer is free)
+	FlushInterval      time.Duration // least time between two writes of one run's streamed text (0: as soon as the writer is free)
 	// TailEvents is how many recent events of a session stay in memory for its
 	// subscribers; those further behind read the store.
 	TailEvents int
@@ -52,24 +52,24 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxMessageBytes:  32 << 10,
-		MaxReplyBytes:    1 << 20,
-		MaxTitleLength:   200,
-		MaxPageSize:      100,
-		DefaultPageSize:  20,
-		Workers:          16,
-		RunsPerUser:      2,
-		MaxQueuedRuns:    20,
+		MaxMessageBytes: 32 << 10,
+		MaxReplyBytes:   1 << 20,
+		MaxTitleLength:  200,
+		MaxPageSize:     100,
+		DefaultPageSize: 20,
+		Workers:         16,
+		RunsPerUser:     2,
+		MaxQueuedRuns:   20,
 
 		MaxSessionsPerUser: 1000,
 		MaxUserBytes:       100 << 20,
-		FlushInterval:    0,
-		TailEvents:       1024,
-		ReadBatch:        256,
-		MaxSubscriptions: 100000,
-		StopTimeout:      3 * time.Second,
-		WriteRetry:       30 * time.Second,
-		RunLease:         15 * time.Second,
+		FlushInterval:      0,
+		TailEvents:         1024,
+		ReadBatch:          256,
+		MaxSubscriptions:   100000,
+		StopTimeout:        3 * time.Second,
+		WriteRetry:         30 * time.Second,
+		RunLease:           15 * time.Second,
 	}
 }
 
