@@ -370,8 +370,12 @@ func continueText(t *testing.T, text string, evs []*service.Event, key string) s
 }
 
 // puppet is a runner the test drives: each run hands the test a *turn (its context,
-// request and Output), and returns when the test says, or as soon as its context ends.
-type puppet struct{ turns chan *turn }
+// request and Output), and returns when the test says, or as soon as its context ends
+// (unless stubborn: then only when the test says).
+type puppet struct {
+	turns    chan *turn
+	stubborn bool
+}
 
 func newPuppet() *puppet { return &puppet{turns: make(chan *turn, 100)} }
 
@@ -387,6 +391,9 @@ func (p *puppet) Run(ctx context.Context, req service.RunRequest, out service.Ou
 	tn := &turn{ctx: ctx, req: req, out: out, ret: make(chan error, 1), returned: make(chan struct{})}
 	defer close(tn.returned)
 	p.turns <- tn
+	if p.stubborn {
+		return <-tn.ret
+	}
 	select {
 	case err := <-tn.ret:
 		return err
