@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -280,6 +281,56 @@ func TestServiceAgents(t *testing.T) {
 		list := svc.Agents()
 		if len(list) != 2 || list[0].Name != "demo" || list[0].Description != demo.Description || list[1].Name != "puppet" {
 			t.Errorf("Agents = %+v", list)
+		}
+	})
+}
+
+// Every operation is the caller's: without a user in the context it is EUNAUTHORIZED, and
+// an ID that is not one this server makes is EINVALID.
+func TestEveryOperation(t *testing.T) {
+	svc := start(t, setup{})
+	sess, run, q, _ := asked(t, svc)
+	ops := func(ctx context.Context, sessionID, runID, questionID string) map[string]error {
+		errs := map[string]error{}
+		_, errs["View"] = svc.View(ctx, sessionID)
+		_, errs["RenameTalkSession"] = svc.RenameTalkSession(ctx, sessionID, "x")
+		_, errs["UpdateSettings"] = svc.UpdateSettings(ctx, sessionID, service.SettingsInput{Model: ptr("m")})
+		_, _, errs["AddMessage"] = svc.AddMessage(ctx, sessionID, "hi", "")
+		_, errs["CancelRun"] = svc.CancelRun(ctx, sessionID)
+		_, _, _, errs["History"] = svc.History(ctx, sessionID, nil, nil, "", nil, "")
+		_, errs["ToolCalls"] = svc.ToolCalls(ctx, sessionID, missingID)
+		_, errs["Subscribe"] = svc.Subscribe(ctx, sessionID, "", func() {})
+		_, errs["Run"] = svc.Run(ctx, runID)
+		_, errs["Question"] = svc.Question(ctx, questionID)
+		_, _, errs["Respond"] = svc.Respond(ctx, questionID, "blue")
+		errs["DeleteTalkSession"] = svc.DeleteTalkSession(ctx, sessionID)
+		return errs
+	}
+	t.Run("EUNAUTHORIZED without a user in the context", func(t *testing.T) {
+		errs := ops(nobody, sess.ID, run.ID, q.ID)
+		_, _, errs["Sessions"] = svc.Sessions(nobody, nil, "")
+		_, errs["CreateTalkSession"] = svc.CreateTalkSession(nobody, "", service.SettingsInput{})
+		for op, err := range errs {
+			wantCode(t, op, err, service.EUNAUTHORIZED)
+		}
+	})
+	t.Run("EINVALID for a malformed ID", func(t *testing.T) {
+		for op, err := range ops(alice, "not-an-id", "not-an-id", "not-an-id") {
+			wantCode(t, op, err, service.EINVALID)
+		}
+	})
+	t.Run("ENOTFOUND for another user's, as for a missing one", func(t *testing.T) {
+		theirs := ops(bob, sess.ID, run.ID, q.ID)
+		missing := ops(bob, missingID, missingID, missingID)
+		for op, err := range theirs {
+			wantCode(t, op, err, service.ENOTFOUND)
+			wantSameError(t, err, missing[op])
+		}
+	})
+	t.Run("and nothing of alice's changed", func(t *testing.T) {
+		v := view(t, svc, alice, sess.ID)
+		if v.Title != "/ask Favourite colour?" || v.Settings.Model != nil || v.Status != service.SessionWaitingForInput || v.PendingQuestion.ID != q.ID {
+			t.Errorf("alice's session %q %+v %s", v.Title, v.Settings, v.Status)
 		}
 	})
 }
