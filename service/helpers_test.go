@@ -622,6 +622,9 @@ func (c *countingStore) Idempotency(ctx context.Context, userID, key string) (*s
 
 func ptr[T any](v T) *T { return &v }
 
+// errPlain is an error without a code, with details a user must not see.
+var errPlain = errors.New("dial tcp 10.0.0.7:5432: password authentication failed for user admin")
+
 // isCtxErr reports whether err is a context's end.
 func isCtxErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)

@@ -1,7 +1,6 @@
 package service_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
@@ -288,7 +287,7 @@ func TestAddMessage(t *testing.T) {
 		}
 		_, _, err := svc.AddMessage(alice, sess.ID, "goodbye", "k1")
 		wantCode(t, "other content", err, service.ECONFLICT)
-		if h := history(t, svc, alice, sess.ID); count0(h, "goodbye") != 0 {
+		if h := history(t, svc, alice, sess.ID); withContent(h, "goodbye") != 0 {
 			t.Error("the conflicting message was stored")
 		}
 	})
@@ -417,7 +416,7 @@ func TestAddMessage(t *testing.T) {
 			t.Errorf("reply %s %q", got.Status, got.Content)
 		}
 		h := history(t, svc, alice, sess.ID)
-		if len(h) != 2 || count0(h, "second") != 0 {
+		if len(h) != 2 || withContent(h, "second") != 0 {
 			t.Errorf("history after the failed message: %d messages", len(h))
 		}
 		// Nothing of it exists: not even its idempotency key.
@@ -442,8 +441,8 @@ func TestAddMessage(t *testing.T) {
 	})
 }
 
-// count0 counts the messages of a history with the content.
-func count0(h []*service.HistoryMessage, content string) int {
+// withContent counts the messages of a history with the content.
+func withContent(h []*service.HistoryMessage, content string) int {
 	n := 0
 	for _, m := range h {
 		if m.Content == content {
@@ -541,12 +540,8 @@ func TestMessageCompleted(t *testing.T) {
 			}
 			f.until(runEnds(r.ID))
 		}
-		all, _ := svc.Subscribe(alice, sess.ID, service.EncodeCursor(sess.ID, service.Cursor{}), func() {})
-		defer all.Close()
-		evs, err := all.Read(alice, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
+		all, _ := subscribe(t, svc, sess.ID, sess.StreamCursor)
+		evs := readAll(t, all)
 		added := map[string]bool{}
 		for _, ev := range evs {
 			switch ev.Type {
@@ -571,5 +566,3 @@ func TestMessageCompleted(t *testing.T) {
 		}
 	})
 }
-
-var errPlain = errors.New("dial tcp 10.0.0.7:5432: password authentication failed for user admin")

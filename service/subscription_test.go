@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,21 +64,10 @@ func others(evs []*service.Event) []string {
 	var out []string
 	for _, ev := range evs {
 		if !ev.Type.Chunky() {
-			out = append(out, string(ev.Type)+"@"+itoa(ev.Seq))
+			out = append(out, string(ev.Type)+"@"+strconv.FormatInt(ev.Seq, 10))
 		}
 	}
 	return out
-}
-
-func itoa(n int64) string {
-	if n == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; n > 0; n /= 10 {
-		b = append([]byte{byte('0' + n%10)}, b...)
-	}
-	return string(b)
 }
 
 func TestSubscribe(t *testing.T) {
