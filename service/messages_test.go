@@ -481,15 +481,15 @@ func TestMessageCompleted(t *testing.T) {
 		return f.until(runEnds(r.ID))
 	}
 
-	t.Run("completed", func(t *testing.T) {
+	t.Run("a reply that completes ends COMPLETE", func(t *testing.T) {
 		evs := run(t, "all done", func(t *testing.T, _ *service.Service, _ string, tn *turn) { tn.finish(nil) })
 		check(t, first(t, evs, service.EventMessageCompleted, nil).Message, outcome{service.MessageComplete, "all done", ""})
 	})
-	t.Run("interrupted by a new message", func(t *testing.T) {
+	t.Run("a reply interrupted by a new message ends INTERRUPTED with its text", func(t *testing.T) {
 		evs := run(t, "half", func(t *testing.T, svc *service.Service, id string, _ *turn) { send(t, svc, alice, id, "stop") })
 		check(t, first(t, evs, service.EventMessageCompleted, nil).Message, outcome{service.MessageInterrupted, "half", ""})
 	})
-	t.Run("cancelled", func(t *testing.T) {
+	t.Run("a cancelled reply ends INTERRUPTED with its text", func(t *testing.T) {
 		evs := run(t, "half", func(t *testing.T, svc *service.Service, id string, _ *turn) {
 			if _, err := svc.CancelRun(alice, id); err != nil {
 				t.Fatal(err)
@@ -497,7 +497,7 @@ func TestMessageCompleted(t *testing.T) {
 		})
 		check(t, first(t, evs, service.EventMessageCompleted, nil).Message, outcome{service.MessageInterrupted, "half", ""})
 	})
-	t.Run("failed before any text, with its error", func(t *testing.T) {
+	t.Run("a run that fails before any text ends a FAILED message with its error", func(t *testing.T) {
 		evs := run(t, "", func(t *testing.T, _ *service.Service, _ string, tn *turn) {
 			tn.finish(service.Errorf(service.EINVALID, "no model configured"))
 		})
@@ -507,13 +507,13 @@ func TestMessageCompleted(t *testing.T) {
 			t.Errorf("the failed message was added as %s", added.Role)
 		}
 	})
-	t.Run("failed after some text, with its error", func(t *testing.T) {
+	t.Run("a run that fails after some text ends its message FAILED with the text and the error", func(t *testing.T) {
 		evs := run(t, "so far", func(t *testing.T, _ *service.Service, _ string, tn *turn) {
 			tn.finish(service.Errorf(service.EUNAVAILABLE, "the model went away"))
 		})
 		check(t, first(t, evs, service.EventMessageCompleted, nil).Message, outcome{service.MessageFailed, "so far", "the model went away"})
 	})
-	t.Run("ended by a question", func(t *testing.T) {
+	t.Run("a question ends the message before it COMPLETE", func(t *testing.T) {
 		p := newPuppet()
 		svc := start(t, withPuppet(p))
 		sess := newSession(t, svc, alice, "puppet", "")
@@ -525,7 +525,7 @@ func TestMessageCompleted(t *testing.T) {
 		evs := f.until(runIs(r.ID, service.RunWaitingForInput))
 		check(t, first(t, evs, service.EventMessageCompleted, nil).Message, outcome{service.MessageComplete, "Let me ask.", ""})
 	})
-	t.Run("every message of the history ends in the log", func(t *testing.T) {
+	t.Run("every assistant message the demo agent starts ends, FAILED ones with an error", func(t *testing.T) {
 		// The demo agent's failure and crash each leave one FAILED message.
 		svc := start(t, setup{})
 		sess := newSession(t, svc, alice, "", "")

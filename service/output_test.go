@@ -527,7 +527,7 @@ func TestOutputReportUsage(t *testing.T) {
 // recorded.
 func TestOutputAfterTheRunEnded(t *testing.T) {
 	for _, how := range []string{"cancelled", "completed"} {
-		t.Run(how, func(t *testing.T) {
+		t.Run("once the run is "+how, func(t *testing.T) {
 			p := newPuppet()
 			p.stubborn = true // keeps the Output in use after the end
 			svc := start(t, withPuppet(p))
