@@ -1,0 +1,170 @@
+package service_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talkgraph/talkgraph/service"
+)
+
+// The writer's promises: streamed text is never shown before it is durable, and a failed
+// write is written again later, so nothing is lost and nothing is shown out of order.
+func TestStreamedText(t *testing.T) {
+	t.Run("is never shown before it is durable", func(t *testing.T) {
+		store := newFlakyStore()
+		p := newPuppet()
+		svc, _ := startService(t, setup{store: store, agents: map[string]service.Runner{"puppet": p}})
+		sess := newSession(t, svc, alice, "puppet", "")
+		f := follow(t, svc, alice, sess.ID, sess.StreamCursor)
+		_, run := send(t, svc, alice, sess.ID, "go")
+		tn := p.next(t)
+		f.until(runIs(run.ID, service.RunRunning))
+		sub, _ := subscribe(t, svc, sess.ID, "")
+
+		store.writesFail.Store(true)
+		tn.say(t, "one ")
+		if got := store.refusedChunks(t); got != "one " {
+			t.Errorf("the refused write carried %q", got)
+		}
+		tn.say(t, "two ")
+		for { // a retry of "one " alone may come first
+			if got := store.refusedChunks(t); got == "one two " {
+				break
+			} else if got != "one " {
+				t.Fatalf("a refused write carried %q", got)
+			}
+		}
+		if evs, err := sub.Read(alice, 0); len(evs) != 0 || err != nil {
+			t.Errorf("a subscriber read %s (%v) while nothing could be written", describe(evs), err)
+		}
+		h := history(t, svc, alice, sess.ID)
+		if len(h) != 1 {
+			t.Errorf("the history shows %d messages while the reply could not be written", len(h))
+		}
+		if v := view(t, svc, alice, sess.ID); v.StreamCursor != f.cursor(sess.ID) {
+			t.Error("the view's cursor moved past what was written")
+		}
+		store.writesFail.Store(false)
+		tn.finish(nil)
+		f.until(runEnds(run.ID))
+	})
+
+	t.Run("a failed write is written again later: all the text, in order, exactly once", func(t *testing.T) {
+		store := newFlakyStore()
+		p := newPuppet()
+		svc, _ := startService(t, setup{store: store, agents: map[string]service.Runner{"puppet": p}})
+		sess := newSession(t, svc, alice, "puppet", "")
+		f := follow(t, svc, alice, sess.ID, sess.StreamCursor)
+		_, run := send(t, svc, alice, sess.ID, "go")
+		tn := p.next(t)
+		tn.say(t, "zero ")
+		evs := f.until(is(service.EventMessageChunk))
+
+		store.writesFail.Store(true)
+		tn.say(t, "one ")
+		store.refusedChunks(t)
+		tn.say(t, "two ")
+		store.refusedChunks(t)
+		store.writesFail.Store(false)
+
+		tn.say(t, "three")
+		tn.finish(nil)
+		evs = append(evs, f.until(runEnds(run.ID))...)
+		reply := replyOf(t, evs, run.ID)
+		want := "zero one two three"
+		if got := continueText(t, "", evs, reply.ID); got != want {
+			t.Errorf("streamed %q, want %q", got, want)
+		}
+		if reply.Content != want || reply.Status != service.MessageComplete {
+			t.Errorf("reply %s %q, want COMPLETE %q", reply.Status, reply.Content, want)
+		}
+		if got := lastEnd(t, evs).Status; got != service.RunCompleted {
+			t.Errorf("run ended %s", got)
+		}
+		// A reader from the start, from the store, reads the same once.
+		all, _ := subscribe(t, svc, sess.ID, sess.StreamCursor)
+		if got := continueText(t, "", readAll(t, all), reply.ID); got != want {
+			t.Errorf("a replay reads %q", got)
+		}
+	})
+
+	t.Run("a tool's output is kept and written again the same way", func(t *testing.T) {
+		store := newFlakyStore()
+		p := newPuppet()
+		svc, _ := startService(t, setup{store: store, agents: map[string]service.Runner{"puppet": p}})
+		sess := newSession(t, svc, alice, "puppet", "")
+		f := follow(t, svc, alice, sess.ID, sess.StreamCursor)
+		_, run := send(t, svc, alice, sess.ID, "go")
+		tn := p.next(t)
+		tool, err := tn.out.StartTool("", "shell", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.writesFail.Store(true)
+		tool.Output("a\n")
+		waitRefused(t, store, service.EventToolCallOutput)
+		store.writesFail.Store(false)
+		tool.Output("b\n")
+		tool.Finish("ok", nil)
+		tn.finish(nil)
+		evs := f.until(runEnds(run.ID))
+		if got := continueText(t, "", evs, tool.ID()); got != "a\nb\n" {
+			t.Errorf("streamed output %q", got)
+		}
+		if c := first(t, evs, service.EventToolCallFinished, nil).ToolCall; c.Output != "a\nb\n" {
+			t.Errorf("finished with output %q", c.Output)
+		}
+	})
+
+	t.Run("when writes keep failing for longer than WriteRetry, the agent is stopped and its run fails, keeping its text", func(t *testing.T) {
+		store := newFlakyStore()
+		p := newPuppet()
+		svc, _ := startService(t, setup{store: store, agents: map[string]service.Runner{"puppet": p},
+			config: func(c *service.Config) { c.WriteRetry = 30 * time.Millisecond }})
+		sess := newSession(t, svc, alice, "puppet", "")
+		f := follow(t, svc, alice, sess.ID, sess.StreamCursor)
+		_, run := send(t, svc, alice, sess.ID, "go")
+		tn := p.next(t)
+		tn.say(t, "saved ")
+		f.until(is(service.EventMessageChunk))
+		store.writesFail.Store(true)
+		tn.say(t, "unsaved")
+		tn.stopped(t)
+		err := tn.out.Text("more")
+		wantCode(t, "Text once the writes gave up", err, service.EUNAVAILABLE)
+		store.writesFail.Store(false)
+		evs := f.until(runEnds(run.ID))
+		end := lastEnd(t, evs)
+		if end.Status != service.RunFailed || !strings.Contains(end.Error, "could not be saved") {
+			t.Errorf("run ended %s with %q", end.Status, end.Error)
+		}
+		reply := replyOf(t, evs, run.ID)
+		if reply.Status != service.MessageFailed || reply.Content != "saved unsaved" || reply.Error != end.Error {
+			t.Errorf("reply %s %q (error %q)", reply.Status, reply.Content, reply.Error)
+		}
+		if got := continueText(t, "saved ", evs, reply.ID); got != "saved unsaved" {
+			t.Errorf("streamed %q", got)
+		}
+	})
+}
+
+// waitRefused waits until the store has refused a write with an event of the type.
+func waitRefused(t *testing.T, store *flakyStore, typ service.EventType) {
+	t.Helper()
+	timeout := time.After(patience)
+	for {
+		select {
+		case bs := <-store.refused:
+			for _, b := range bs {
+				for _, ev := range b.Events {
+					if ev.Type == typ {
+						return
+					}
+				}
+			}
+		case <-timeout:
+			t.Fatalf("no write with a %s was tried", typ)
+		}
+	}
+}
