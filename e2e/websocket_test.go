@@ -269,7 +269,8 @@ func (c *wsConn) subscribe(id, sid, after string) {
 // stream is what a test saw of one subscription.
 type stream struct {
 	Events    []tgtest.Event
-	Completed bool // the server sent complete (or error) for it
+	Completed bool   // the server sent complete (or error) for it
+	End       string // which of the two
 }
 
 func cursorSeq(t testing.TB, sid, cursor string) int64 {
@@ -644,6 +645,7 @@ func (l *frameLog) read(what string) wsMsg {
 			l.after[m.ID] = append(l.after[m.ID], m)
 		case m.Type == "complete" || m.Type == "error":
 			l.sub(m.ID).Completed = true
+			l.sub(m.ID).End = m.Type
 		case m.Type == nextType(l.c.proto):
 			l.sub(m.ID).Events = append(l.sub(m.ID).Events, m.event(l.t))
 		default:
@@ -703,6 +705,7 @@ func (l *frameLog) stop(id string) {
 }
 
 func TestStoppingOneSubscriptionLeavesTheOthersStreamingAndSendsNothingMoreForIt(t *testing.T) {
+	t.Parallel()
 	for _, proto := range protocols {
 		t.Run(proto, func(t *testing.T) {
 			a := startApp(t, "memory", fastSlow(2*time.Millisecond))
@@ -740,6 +743,7 @@ func TestStoppingOneSubscriptionLeavesTheOthersStreamingAndSendsNothingMoreForIt
 }
 
 func TestDeletingTheSessionCompletesItsSubscriptions(t *testing.T) {
+	t.Parallel()
 	for _, proto := range protocols {
 		t.Run(proto, func(t *testing.T) {
 			a := startApp(t, "memory", fastSlow(2*time.Millisecond))
@@ -755,6 +759,9 @@ func TestDeletingTheSessionCompletesItsSubscriptions(t *testing.T) {
 			l.until("a chunk", func() bool { return l.chunks("doomed") > 0 })
 			g.Must(`mutation($s: ID!){ deleteTalkSession(id: $s) }`, map[string]any{"s": doomed}, nil)
 			l.until("complete for the deleted session's subscription", func() bool { return l.sub("doomed").Completed })
+			if end := l.sub("doomed").End; end != "complete" {
+				t.Errorf("the deleted session's subscription ended with %s, want complete", end)
+			}
 			l.stopped["doomed"] = true // nothing may come for it any more
 			// The connection and its other subscription go on.
 			_, run := g.Send(kept, "still here")
@@ -777,6 +784,7 @@ func TestShutdownClosesWith1001WithoutCompleteAndResumingMissesNothing(t *testin
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
+	t.Parallel()
 	dataDir := t.TempDir()
 	port := freePort(t)
 	srv := startChild(t, dataDir, port)
@@ -797,17 +805,21 @@ func TestShutdownClosesWith1001WithoutCompleteAndResumingMissesNothing(t *testin
 	}
 
 	_ = srv.cmd.Process.Signal(syscall.SIGTERM)
+	timeout := time.After(tgtest.Wait)
 	for proto, l := range logs {
-		for {
-			m, ok := <-l.c.frames
-			if !ok {
-				break
-			}
-			switch {
-			case m.Type == "complete" || m.Type == "error":
-				t.Errorf("%s: %s %s at shutdown", proto, m.Type, m.Payload)
-			case m.Type == nextType(proto):
-				l.sub("s").Events = append(l.sub("s").Events, m.event(t))
+		for open := true; open; {
+			select {
+			case m, ok := <-l.c.frames:
+				switch {
+				case !ok:
+					open = false
+				case m.Type == "complete" || m.Type == "error":
+					t.Errorf("%s: %s %s at shutdown", proto, m.Type, m.Payload)
+				case m.Type == nextType(proto):
+					l.sub("s").Events = append(l.sub("s").Events, m.event(t))
+				}
+			case <-timeout:
+				t.Fatalf("%s: connection still open %v after SIGTERM", proto, tgtest.Wait)
 			}
 		}
 		if code, err := l.c.closeErr(); code != websocket.CloseGoingAway {
@@ -1155,6 +1167,7 @@ func TestBusyClientThatKeepsReadingIsNotClosed(t *testing.T) {
 }
 
 func TestSlowReaderReceivesEveryChunkInOrder(t *testing.T) {
+	t.Parallel()
 	const keepAlive = 100 * time.Millisecond
 	a := startApp(t, "memory", configure(fastSlow(time.Millisecond), func(c *app.Config) { c.HTTP.KeepAlive = keepAlive }))
 	g := guest(t, a)
