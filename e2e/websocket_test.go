@@ -799,12 +799,24 @@ func TestShutdownClosesWith1001WithoutCompleteAndResumingMissesNothing(t *testin
 		c.subscribe("s", sid, from)
 		logs[proto] = newFrameLog(t, c, sid)
 	}
+	// Connections with no subscription, initialised or not, are closed with 1001 too.
+	var idle []*wsConn
+	for _, proto := range protocols {
+		c := dialWS(t, srv.URL, proto)
+		c.init(g.Token)
+		idle = append(idle, c, dialWS(t, srv.URL, proto))
+	}
 	_, run := g.Send(sid, "/slow 500")
 	for _, l := range logs {
 		l.until("a few chunks", func() bool { return l.chunks("s") >= 5 })
 	}
 
 	_ = srv.cmd.Process.Signal(syscall.SIGTERM)
+	for i, c := range idle {
+		if code, seen := c.closeCode(tgtest.Wait); code != websocket.CloseGoingAway {
+			t.Errorf("%s idle connection (initialised %v): close code %d after %v, want 1001", c.proto, i%2 == 0, code, types(seen))
+		}
+	}
 	timeout := time.After(tgtest.Wait)
 	for proto, l := range logs {
 		for open := true; open; {
