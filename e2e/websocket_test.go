@@ -225,27 +225,6 @@ func (c *wsConn) readLoop() {
 	}()
 }
 
-// next returns the next message from the read loop that is not a keep-alive; false when
-// none came within d or the connection ended.
-func (c *wsConn) next(d time.Duration) (wsMsg, bool) {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	for {
-		select {
-		case m, ok := <-c.frames:
-			if !ok {
-				return wsMsg{}, false
-			}
-			if m.keepAlive() {
-				continue
-			}
-			return m, true
-		case <-timer.C:
-			return wsMsg{}, false
-		}
-	}
-}
-
 // closeErr returns the close code the read loop ended with (0 for none) and its error.
 func (c *wsConn) closeErr() (int, error) {
 	<-c.ended
