@@ -531,3 +531,58 @@ func (c *Client) Cancel(sessionID string) *Run {
 	c.Must(`mutation($s: ID!){ cancelRun(sessionId: $s){ id status } }`, map[string]any{"s": sessionID}, &out)
 	return out.CancelRun
 }
+
+// SSEEvent is one server-sent event as the server framed it: its name ("next",
+// "complete") and its data (empty for complete).
+type SSEEvent struct {
+	Event string
+	Data  json.RawMessage
+}
+
+// SSEStream subscribes over server-sent events and returns every event, complete included,
+// in order; the channel is closed when the stream ends, however it ends. Comment lines
+// (keep-alives) are skipped.
+func (c *Client) SSEStream(ctx context.Context, query string, vars map[string]any) (<-chan SSEEvent, error) {
+	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
+	req, _ := http.NewRequestWithContext(ctx, "POST", c.Base+"/query", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != 200 {
+		resp.Body.Close()
+		return nil, fmt.Errorf("SSE: status %d", resp.StatusCode)
+	}
+	out := make(chan SSEEvent, 100000)
+	go func() {
+		defer close(out)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 4<<20)
+		var ev SSEEvent
+		var data []string
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if ev.Event != "" || len(data) > 0 {
+					if ev.Event == "" {
+						ev.Event = "message"
+					}
+					ev.Data = json.RawMessage(strings.Join(data, "\n"))
+					out <- ev
+				}
+				ev, data = SSEEvent{}, nil
+			case strings.HasPrefix(line, ":"):
+			case strings.HasPrefix(line, "event:"):
+				ev.Event = strings.TrimSpace(line[len("event:"):])
+			case strings.HasPrefix(line, "data:"):
+				data = append(data, strings.TrimPrefix(line[len("data:"):], " "))
+			}
+		}
+	}()
+	return out, nil
+}

