@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -108,6 +109,26 @@ func Settings() []Setting {
 			return nil
 		}
 	}
+	positive := func(p func(*Config) *int) func(*Config, string) error {
+		return func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return fmt.Errorf("want a whole number > 0, got %q", v)
+			}
+			*p(c) = n
+			return nil
+		}
+	}
+	rate := func(p func(*Config) *float64) func(*Config, string) error {
+		return func(c *Config, v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f <= 0 || math.IsInf(f, 0) {
+				return fmt.Errorf("want a number > 0, got %q", v)
+			}
+			*p(c) = f
+			return nil
+		}
+	}
 	boolean := func(p func(*Config) *bool) func(*Config, string) error {
 		return func(c *Config, v string) error {
 			b, err := strconv.ParseBool(v)
@@ -165,19 +186,28 @@ func Settings() []Setting {
 			}
 			return nil
 		}},
-		{"introspection", "INTROSPECTION", "true", "allow schema introspection (the playground needs it)", func(c *Config, v string) error {
-			var on bool
-			if err := boolean(func(*Config) *bool { return &on })(c, v); err != nil {
-				return err
+		{"introspection", "INTROSPECTION", "on", "who may introspect the schema: on (anyone; the playground needs it), signed-in or off (true and false mean on and off)", func(c *Config, v string) error {
+			switch strings.ToLower(v) {
+			case "on", "true":
+				c.HTTP.Introspection = httpapi.IntrospectionOn
+			case "signed-in":
+				c.HTTP.Introspection = httpapi.IntrospectionSignedIn
+			case "off", "false":
+				c.HTTP.Introspection = httpapi.IntrospectionOff
+			default:
+				return fmt.Errorf("want on, signed-in or off, got %q", v)
 			}
-			c.HTTP.DisableIntrospection = !on
+			c.HTTP.DisableIntrospection = false
 			return nil
 		}},
 		{"max-message-bytes", "MAX_MESSAGE_BYTES", "32768", "largest user message or answer", num(func(c *Config) *int { return &c.Service.MaxMessageBytes })},
 		{"max-reply-bytes", "MAX_REPLY_BYTES", "1048576", "largest assistant message or tool output", num(func(c *Config) *int { return &c.Service.MaxReplyBytes })},
 		{"max-body-bytes", "MAX_BODY_BYTES", "1048576", "largest HTTP request body and websocket message", num64(func(c *Config) *int64 { return &c.HTTP.MaxBodyBytes })},
-		{"max-complexity", "MAX_QUERY_COMPLEXITY", "1000", "highest query complexity", num(func(c *Config) *int { return &c.HTTP.MaxComplexity })},
+		{"max-complexity", "MAX_QUERY_COMPLEXITY", "1000", "highest query cost: 1 a field, 100 a __schema or __type field, fragments counted at every use, a document's operations added up", num(func(c *Config) *int { return &c.HTTP.MaxComplexity })},
 		{"max-depth", "MAX_QUERY_DEPTH", "12", "deepest query nesting", num(func(c *Config) *int { return &c.HTTP.MaxDepth })},
+		{"max-query-bytes", "MAX_QUERY_BYTES", "32768", "largest query text, refused before it is parsed", positive(func(c *Config) *int { return &c.HTTP.MaxQueryBytes })},
+		{"max-query-tokens", "MAX_QUERY_TOKENS", "4000", "most tokens in a query; parsing stops there", positive(func(c *Config) *int { return &c.HTTP.MaxQueryTokens })},
+		{"max-aliases", "MAX_ALIASES", "30", "most aliased fields in a query, fragments counted at every use", positive(func(c *Config) *int { return &c.HTTP.MaxAliases })},
 		{"rate-limit", "RATE_LIMIT", "20", "operations per user per second", func(c *Config, v string) error {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || f <= 0 {
@@ -187,6 +217,20 @@ func Settings() []Setting {
 			return nil
 		}},
 		{"rate-burst", "RATE_BURST", "40", "operations a user may make at once above the rate", num(func(c *Config) *int { return &c.HTTP.OpsBurst })},
+		{"subscribe-rate", "SUBSCRIBE_RATE", "100", "subscriptions per user per second (a budget apart from RATE_LIMIT, for clients resubscribing after a reconnect)", rate(func(c *Config) *float64 { return &c.HTTP.SubscribePerSecond })},
+		{"subscribe-burst", "SUBSCRIBE_BURST", "1000", "subscriptions a user may start at once above the rate", positive(func(c *Config) *int { return &c.HTTP.SubscribeBurst })},
+		{"anon-rate-limit", "ANON_RATE_LIMIT", "10", "requests without a valid token per client address per second (websocket upgrades included)", rate(func(c *Config) *float64 { return &c.HTTP.AnonPerSecond })},
+		{"anon-rate-burst", "ANON_RATE_BURST", "50", "requests without a valid token a client address may make at once above the rate", positive(func(c *Config) *int { return &c.HTTP.AnonBurst })},
+		{"guest-signin-rate", "GUEST_SIGNIN_RATE", "10", "guest sign-ins per client address per minute", rate(func(c *Config) *float64 { return &c.HTTP.GuestPerMinute })},
+		{"guest-signin-burst", "GUEST_SIGNIN_BURST", "20", "guest sign-ins a client address may make at once above the rate", positive(func(c *Config) *int { return &c.HTTP.GuestBurst })},
+		{"trusted-proxies", "TRUSTED_PROXIES", "", "comma-separated CIDRs of reverse proxies: behind them the client address is the last X-Forwarded-For hop not among them", func(c *Config, v string) error {
+			p, err := httpapi.ParseTrustedProxies(v)
+			if err != nil {
+				return fmt.Errorf("want comma-separated CIDRs like 10.0.0.0/8,192.168.0.1/32: %w", err)
+			}
+			c.HTTP.TrustedProxies = p
+			return nil
+		}},
 		{"max-subscriptions-per-connection", "MAX_SUBSCRIPTIONS_PER_CONNECTION", "100", "subscriptions on one websocket", num(func(c *Config) *int { return &c.HTTP.SubsPerConnection })},
 		{"max-subscriptions", "MAX_SUBSCRIPTIONS", "100000", "subscriptions on the whole server", num(func(c *Config) *int { return &c.Service.MaxSubscriptions })},
 		{"ws-keepalive", "WS_KEEPALIVE", "15s", "websocket keep-alive interval (both protocols)", dur(func(c *Config) *time.Duration { return &c.HTTP.KeepAlive })},

@@ -14,17 +14,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql/handler"
-	"github.com/99designs/gqlgen/graphql/handler/extension"
-	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/99designs/gqlgen/graphql/playground"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/talkgraph/talkgraph/graph"
 	"github.com/talkgraph/talkgraph/graph/generated"
@@ -50,6 +48,23 @@ type HandlerConfig struct {
 	KeepAlive            time.Duration // websocket keep-alive interval; default 15s
 	InitTimeout          time.Duration // time to send connection_init; default 10s
 	WebsocketReadLimit   int64         // bytes of one websocket message; default 1 MiB
+
+	// Introspection is IntrospectionOn (the default), IntrospectionSignedIn or
+	// IntrospectionOff; DisableIntrospection means IntrospectionOff.
+	Introspection      string
+	MaxQueryBytes      int     // query text; default 32 KiB
+	MaxQueryTokens     int     // query tokens; default 4000
+	MaxAliases         int     // per document; default 30
+	MaxErrors          int     // errors in one response; default 20
+	SubscribePerSecond float64 // subscriptions per user; default 100
+	SubscribeBurst     int     // subscriptions per user; default 1000
+	AnonPerSecond      float64 // requests without a user, per client address; default 10
+	AnonBurst          int     // default 50
+	GuestPerMinute     float64 // guest sign-ins per client address; default 10
+	GuestBurst         int     // default 20
+	// TrustedProxies are the proxies whose X-Forwarded-For names the client.
+	TrustedProxies []netip.Prefix
+
 	// Web is the browser app served at /; without it / leads to the playground.
 	Web fs.FS
 	Log *slog.Logger
@@ -62,6 +77,7 @@ func (c *HandlerConfig) fill() {
 	if c.MaxDepth <= 0 {
 		c.MaxDepth = 12
 	}
+	c.fillLimits()
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 1 << 20
 	}
@@ -117,16 +133,10 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 		},
 	})
 	gql.AddTransport(transport.Options{})
-	gql.AddTransport(transport.GET{})
-	gql.AddTransport(transport.POST{})
-	gql.SetQueryCache(lru.New[*ast.QueryDocument](1000))
-	if !cfg.DisableIntrospection {
-		gql.Use(extension.Introspection{})
-	}
-	gql.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](1000)})
-	gql.Use(extension.FixedComplexityLimit(cfg.MaxComplexity))
+	gql.AddTransport(plainHTTP{transport.GET{}})
+	gql.AddTransport(plainHTTP{transport.POST{}}) // plainHTTP: no subscriptions
 	gql.Use(graph.Loaders{})
-	gql.Use(operationLimits{rate: newUserLimiter(cfg.OpsPerSecond, cfg.OpsBurst), maxDepth: cfg.MaxDepth})
+	useLimits(gql, cfg) // query cost, introspection, rates, the query cache
 	gql.SetErrorPresenter(graph.ErrorPresenter(log))
 	gql.SetRecoverFunc(graph.Recover(log))
 
@@ -135,10 +145,13 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	addrs := clientAddresses{trusted: cfg.TrustedProxies}
+	anonymous := newKeyedLimiter(cfg.AnonPerSecond, cfg.AnonBurst)
+	guests := newKeyedLimiter(cfg.GuestPerMinute/60, cfg.GuestBurst)
 	mux := http.NewServeMux()
-	mux.Handle("/query", authenticate(cfg.Auth, withWSHolder(limitBody(cfg.MaxBodyBytes, gql))))
+	mux.Handle("/query", limitAnonymous(anonymous, addrs, authenticate(cfg.Auth, endStreamsAtExpiry(withWSHolder(limitBody(cfg.MaxBodyBytes, gql))))))
 	mux.Handle("/playground", playground.Handler("talkgraph", "/query"))
-	mux.Handle("/auth/guest", guestHandler(cfg.Auth, cfg.GuestSignIn))
+	mux.Handle("/auth/guest", limitByAddress(guests, addrs, "too many guest sign-ins from your address", guestHandler(cfg.Auth, cfg.GuestSignIn)))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})

@@ -70,8 +70,8 @@ type Limits struct {
 // (see the benchmarks).
 //
 //   - 32 KiB and 4,000 tokens: the web app's largest document (the messageStream
-//     subscription with its fragments) is 1.8 KB and about 330 tokens, GraphiQL's
-//     introspection query 2 KB and about 330 tokens: ten times the largest is plenty.
+//     subscription with its fragments) is 1.8 KB and about 220 tokens, GraphiQL's
+//     introspection query 2 KB and about 180: some fifteen times the largest is plenty.
 //   - cost 1,000 and depth 12: what MAX_QUERY_COMPLEXITY and MAX_QUERY_DEPTH always were.
 //   - 30 aliases: the app uses none; a hand-written dashboard query rarely needs more than
 //     a handful. Aliases are how one small document asks for many large answers.
