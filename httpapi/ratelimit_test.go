@@ -3,7 +3,10 @@ package httpapi
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http/httptest"
+	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,4 +115,52 @@ func TestCapErrors(t *testing.T) {
 	if resp.Errors[18].Message != "error 18" {
 		t.Errorf("errors kept: %v", resp.Errors[18])
 	}
+}
+
+// FuzzClientAddress checks that any X-Forwarded-For behind a trusted proxy gives a key
+// that is an address (or /64 network) the request named: the remote address or a hop of
+// the header, never anything else, and never a panic.
+//
+//	go test ./httpapi -run '^$' -fuzz FuzzClientAddress -fuzztime 1m
+func FuzzClientAddress(f *testing.F) {
+	f.Add("10.1.2.3:5000", "6.6.6.6, 1.2.3.4")
+	f.Add("10.1.2.3:5000", "garbage, 10.9.9.9")
+	f.Add("[::ffff:10.0.0.1]:1", "2001:db8::1,::ffff:1.2.3.4")
+	f.Add("203.0.113.7:5000", "1.2.3.4")
+	f.Add("nonsense", "")
+	trusted, _ := ParseTrustedProxies("10.0.0.0/8,::ffff:10.0.0.0/104")
+	addrs := clientAddresses{trusted: trusted}
+	f.Fuzz(func(t *testing.T, remote, xff string) {
+		r := httptest.NewRequest("GET", "/query", nil)
+		r.RemoteAddr = remote
+		r.Header.Set("X-Forwarded-For", xff)
+		got := addrs.of(r)
+		if got == remote || strings.Contains(remote, strings.TrimSuffix(got, "/64")) {
+			return
+		}
+		for _, hop := range strings.Split(xff, ",") {
+			a, err := netip.ParseAddr(strings.TrimSpace(hop))
+			if err != nil {
+				continue
+			}
+			if got == a.Unmap().String() {
+				return
+			}
+			if p, _ := a.Unmap().Prefix(64); a.Unmap().Is6() && p.String() == got {
+				return
+			}
+		}
+		// The remote address in canonical form.
+		host, _, err := net.SplitHostPort(remote)
+		if err != nil {
+			host = remote
+		}
+		if a, err := netip.ParseAddr(host); err == nil {
+			a = a.Unmap()
+			if p, _ := a.Prefix(64); got == a.String() || (a.Is6() && p.String() == got) {
+				return
+			}
+		}
+		t.Fatalf("remote %q, X-Forwarded-For %q: key %q is neither", remote, xff, got)
+	})
 }
