@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -120,6 +121,16 @@ func Settings() []Setting {
 			return nil
 		}
 	}
+	rate := func(p func(*Config) *float64) func(*Config, string) error {
+		return func(c *Config, v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f <= 0 || math.IsInf(f, 0) {
+				return fmt.Errorf("want a number > 0, got %q", v)
+			}
+			*p(c) = f
+			return nil
+		}
+	}
 	boolean := func(p func(*Config) *bool) func(*Config, string) error {
 		return func(c *Config, v string) error {
 			b, err := strconv.ParseBool(v)
@@ -199,19 +210,28 @@ func Settings() []Setting {
 			}
 			return nil
 		}},
-		{"introspection", "INTROSPECTION", "true", "allow schema introspection (the playground needs it)", func(c *Config, v string) error {
-			var on bool
-			if err := boolean(func(*Config) *bool { return &on })(c, v); err != nil {
-				return err
+		{"introspection", "INTROSPECTION", web.Introspection, "who may introspect the schema: on (anyone; the playground needs it), signed-in or off (true and false mean on and off)", func(c *Config, v string) error {
+			switch strings.ToLower(v) {
+			case "on", "true":
+				c.HTTP.Introspection = httpapi.IntrospectionOn
+			case "signed-in":
+				c.HTTP.Introspection = httpapi.IntrospectionSignedIn
+			case "off", "false":
+				c.HTTP.Introspection = httpapi.IntrospectionOff
+			default:
+				return fmt.Errorf("want on, signed-in or off, got %q", v)
 			}
-			c.HTTP.DisableIntrospection = !on
+			c.HTTP.DisableIntrospection = false
 			return nil
 		}},
 		{"max-message-bytes", "MAX_MESSAGE_BYTES", itoa(svc.MaxMessageBytes), "largest user message or answer", num(1, func(c *Config) *int { return &c.Service.MaxMessageBytes })},
 		{"max-reply-bytes", "MAX_REPLY_BYTES", itoa(svc.MaxReplyBytes), "largest assistant message or tool output", num(1, func(c *Config) *int { return &c.Service.MaxReplyBytes })},
 		{"max-body-bytes", "MAX_BODY_BYTES", strconv.FormatInt(web.MaxBodyBytes, 10), "largest HTTP request body and websocket message", num64(1, func(c *Config) *int64 { return &c.HTTP.MaxBodyBytes })},
-		{"max-complexity", "MAX_QUERY_COMPLEXITY", itoa(web.MaxComplexity), "highest query complexity", num(1, func(c *Config) *int { return &c.HTTP.MaxComplexity })},
+		{"max-complexity", "MAX_QUERY_COMPLEXITY", itoa(web.MaxComplexity), "highest query cost: 1 a field, 100 a __schema or __type field, fragments counted at every use, a document's operations added up", num(1, func(c *Config) *int { return &c.HTTP.MaxComplexity })},
 		{"max-depth", "MAX_QUERY_DEPTH", itoa(web.MaxDepth), "deepest query nesting", num(1, func(c *Config) *int { return &c.HTTP.MaxDepth })},
+		{"max-query-bytes", "MAX_QUERY_BYTES", itoa(web.MaxQueryBytes), "largest query text, refused before it is parsed", num(1, func(c *Config) *int { return &c.HTTP.MaxQueryBytes })},
+		{"max-query-tokens", "MAX_QUERY_TOKENS", itoa(web.MaxQueryTokens), "most tokens in a query; parsing stops there", num(1, func(c *Config) *int { return &c.HTTP.MaxQueryTokens })},
+		{"max-aliases", "MAX_ALIASES", itoa(web.MaxAliases), "most aliased fields in a query, fragments counted at every use", num(1, func(c *Config) *int { return &c.HTTP.MaxAliases })},
 		{"rate-limit", "RATE_LIMIT", strconv.FormatFloat(web.OpsPerSecond, 'f', -1, 64), "operations per user per second", func(c *Config, v string) error {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || f <= 0 {
@@ -221,6 +241,20 @@ func Settings() []Setting {
 			return nil
 		}},
 		{"rate-burst", "RATE_BURST", itoa(web.OpsBurst), "operations a user may make at once above the rate", num(1, func(c *Config) *int { return &c.HTTP.OpsBurst })},
+		{"subscribe-rate", "SUBSCRIBE_RATE", strconv.FormatFloat(web.SubscribePerSecond, 'f', -1, 64), "subscriptions per user per second (a budget apart from RATE_LIMIT, for clients resubscribing after a reconnect)", rate(func(c *Config) *float64 { return &c.HTTP.SubscribePerSecond })},
+		{"subscribe-burst", "SUBSCRIBE_BURST", itoa(web.SubscribeBurst), "subscriptions a user may start at once above the rate", num(1, func(c *Config) *int { return &c.HTTP.SubscribeBurst })},
+		{"anon-rate-limit", "ANON_RATE_LIMIT", strconv.FormatFloat(web.AnonPerSecond, 'f', -1, 64), "requests without a valid token per client address per second (websocket upgrades included)", rate(func(c *Config) *float64 { return &c.HTTP.AnonPerSecond })},
+		{"anon-rate-burst", "ANON_RATE_BURST", itoa(web.AnonBurst), "requests without a valid token a client address may make at once above the rate", num(1, func(c *Config) *int { return &c.HTTP.AnonBurst })},
+		{"guest-signin-rate", "GUEST_SIGNIN_RATE", strconv.FormatFloat(web.GuestPerMinute, 'f', -1, 64), "guest sign-ins per client address per minute", rate(func(c *Config) *float64 { return &c.HTTP.GuestPerMinute })},
+		{"guest-signin-burst", "GUEST_SIGNIN_BURST", itoa(web.GuestBurst), "guest sign-ins a client address may make at once above the rate", num(1, func(c *Config) *int { return &c.HTTP.GuestBurst })},
+		{"trusted-proxies", "TRUSTED_PROXIES", "", "comma-separated CIDRs of reverse proxies: behind them the client address is the last X-Forwarded-For hop not among them", func(c *Config, v string) error {
+			p, err := httpapi.ParseTrustedProxies(v)
+			if err != nil {
+				return fmt.Errorf("want comma-separated CIDRs like 10.0.0.0/8,192.168.0.1/32: %w", err)
+			}
+			c.HTTP.TrustedProxies = p
+			return nil
+		}},
 		{"max-subscriptions-per-connection", "MAX_SUBSCRIPTIONS_PER_CONNECTION", itoa(web.SubsPerConnection), "subscriptions on one websocket", num(1, func(c *Config) *int { return &c.HTTP.SubsPerConnection })},
 		{"max-subscriptions", "MAX_SUBSCRIPTIONS", itoa(svc.MaxSubscriptions), "subscriptions on the whole server", num(1, func(c *Config) *int { return &c.Service.MaxSubscriptions })},
 		{"ws-keepalive", "WS_KEEPALIVE", fmtDur(web.KeepAlive), "websocket keep-alive interval (both protocols); a socket silent for twice as long is closed", dur(10*time.Millisecond, func(c *Config) *time.Duration { return &c.HTTP.KeepAlive })},

@@ -33,6 +33,9 @@ func authenticate(a *jwtauth.Auth, next http.Handler) http.Handler {
 			id, err = a.Verify(tok)
 		}
 		if err != nil {
+			if !chargeAnonymous(w, r) { // a refused token counts as no token
+				return
+			}
 			if r.Header.Get("Upgrade") != "" {
 				next.ServeHTTP(w, r) // connection_init decides
 				return

@@ -14,21 +14,20 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql/handler"
-	"github.com/99designs/gqlgen/graphql/handler/extension"
-	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/talkgraph/talkgraph/graph"
 	"github.com/talkgraph/talkgraph/graph/generated"
 	"github.com/talkgraph/talkgraph/httpapi/graphqlws"
+	"github.com/talkgraph/talkgraph/httpapi/querylimit"
 	"github.com/talkgraph/talkgraph/jwtauth"
 	"github.com/talkgraph/talkgraph/service"
 )
@@ -51,6 +50,23 @@ type HandlerConfig struct {
 	SubsPerConnection    int           // subscriptions on one websocket
 	KeepAlive            time.Duration // websocket keep-alive interval
 	InitTimeout          time.Duration // time a websocket has to send connection_init
+
+	// Introspection is IntrospectionOn (the default), IntrospectionSignedIn or
+	// IntrospectionOff; DisableIntrospection means IntrospectionOff.
+	Introspection      string
+	MaxQueryBytes      int     // query text; default 32 KiB
+	MaxQueryTokens     int     // query tokens; default 4000
+	MaxAliases         int     // per document; default 30
+	MaxErrors          int     // errors in one response; default 20
+	SubscribePerSecond float64 // subscriptions per user; default 100
+	SubscribeBurst     int     // subscriptions per user; default 1000
+	AnonPerSecond      float64 // requests without a user, per client address; default 10
+	AnonBurst          int     // default 50
+	GuestPerMinute     float64 // guest sign-ins per client address; default 10
+	GuestBurst         int     // default 20
+	// TrustedProxies are the proxies whose X-Forwarded-For names the client.
+	TrustedProxies []netip.Prefix
+
 	// Web is the browser app served at /; without it / leads to the playground.
 	Web fs.FS
 	Log *slog.Logger
@@ -69,6 +85,18 @@ func DefaultHandlerConfig() HandlerConfig {
 		SubsPerConnection: 100,
 		KeepAlive:         15 * time.Second,
 		InitTimeout:       10 * time.Second,
+
+		Introspection:      IntrospectionOn,
+		MaxQueryBytes:      querylimit.Defaults.MaxBytes,
+		MaxQueryTokens:     querylimit.Defaults.MaxTokens,
+		MaxAliases:         querylimit.Defaults.MaxAliases,
+		MaxErrors:          20,
+		SubscribePerSecond: 100,
+		SubscribeBurst:     1000,
+		AnonPerSecond:      10,
+		AnonBurst:          50,
+		GuestPerMinute:     10,
+		GuestBurst:         20,
 	}
 }
 
@@ -83,6 +111,7 @@ func (c *HandlerConfig) fill() {
 	pick(&c.MaxDepth, d.MaxDepth)
 	pick(&c.OpsBurst, d.OpsBurst)
 	pick(&c.SubsPerConnection, d.SubsPerConnection)
+	c.fillLimits(d)
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = d.MaxBodyBytes
 	}
@@ -126,14 +155,9 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	gql.AddTransport(sockets)
 	gql.AddTransport(sse{keepAlive: cfg.KeepAlive})
 	gql.AddTransport(transport.Options{})
-	gql.AddTransport(transport.GET{})
-	gql.AddTransport(transport.POST{})
-	gql.SetQueryCache(lru.New[*ast.QueryDocument](1000))
-	if !cfg.DisableIntrospection {
-		gql.Use(extension.Introspection{})
-	}
-	gql.Use(extension.FixedComplexityLimit(cfg.MaxComplexity))
-	gql.Use(operationLimits{rate: newUserLimiter(cfg.OpsPerSecond, cfg.OpsBurst), maxDepth: cfg.MaxDepth})
+	gql.AddTransport(plainHTTP{transport.GET{}})
+	gql.AddTransport(plainHTTP{transport.POST{}}) // plainHTTP: no subscriptions
+	useLimits(gql, cfg)                           // query cost, introspection, rates, the query cache
 	gql.SetErrorPresenter(graph.ErrorPresenter(log))
 	gql.SetRecoverFunc(graph.Recover(log))
 
@@ -146,10 +170,13 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	build.Set(1)
 	reg.MustRegister(build)
 
+	addrs := clientAddresses{trusted: cfg.TrustedProxies}
+	anonymous := newKeyedLimiter(cfg.AnonPerSecond, cfg.AnonBurst)
+	guests := newKeyedLimiter(cfg.GuestPerMinute/60, cfg.GuestBurst)
 	mux := http.NewServeMux()
-	mux.Handle("/query", authenticate(cfg.Auth, limitBody(cfg.MaxBodyBytes, gql)))
+	mux.Handle("/query", limitAnonymous(anonymous, addrs, authenticate(cfg.Auth, limitBody(cfg.MaxBodyBytes, gql))))
 	mux.Handle("/playground", playgroundPage(cfg.Web))
-	mux.Handle("/auth/guest", guestHandler(cfg.Auth, cfg.GuestSignIn))
+	mux.Handle("/auth/guest", limitByAddress(guests, addrs, "too many guest sign-ins from your address", guestHandler(cfg.Auth, cfg.GuestSignIn)))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})

@@ -42,7 +42,7 @@ const (
 // Identity is a verified token's user and expiry.
 type Identity struct {
 	UserID  string
-	Expires time.Time // zero when the token does not expire
+	Expires time.Time // tokens without an expiry are refused
 }
 
 // Issue signs a token for userID.
@@ -64,8 +64,9 @@ func (a *Auth) Issue(userID string) (string, time.Time, error) {
 	return tok, exp, err
 }
 
-// Verify checks a token's signature, algorithm, expiry, issuer and audience: HS256 with
-// Secret, or an identity provider's algorithm with the JWKS key its kid names.
+// Verify checks a token's signature, algorithm, expiry (which it must have), issuer and
+// audience: HS256 with Secret, or an identity provider's algorithm with the JWKS key its
+// kid names.
 // EUNAUTHORIZED with a short reason when any is wrong.
 func (a *Auth) Verify(token string) (Identity, error) {
 	methods := make([]string, 0, 1+len(JWKSAlgorithms)) // never nil: nil would allow any
@@ -96,11 +97,11 @@ func (a *Auth) Verify(token string) (Identity, error) {
 	if claims.Subject == "" || len(claims.Subject) > 200 {
 		return Identity{}, service.Errorf(service.EUNAUTHORIZED, "invalid token: no subject")
 	}
-	id := Identity{UserID: claims.Subject}
-	if claims.ExpiresAt != nil {
-		id.Expires = claims.ExpiresAt.Time
+	// A token without exp would be good forever, however it leaked: refuse it.
+	if claims.ExpiresAt == nil {
+		return Identity{}, service.Errorf(service.EUNAUTHORIZED, "invalid token: it has no expiry (exp claim); tokens must expire")
 	}
-	return id, nil
+	return Identity{UserID: claims.Subject, Expires: claims.ExpiresAt.Time}, nil
 }
 
 // key picks the key that verifies tok; the parser has already refused algorithms Verify

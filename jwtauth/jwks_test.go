@@ -279,6 +279,10 @@ func TestJWKSChecksIssuerAudienceAndExpiry(t *testing.T) {
 
 	noSub := claims("")
 	wantRefused(t, a, sign(t, jwt.SigningMethodRS256, k.rsa1, "k1", noSub), "invalid token: no subject")
+
+	noExp := claims("bob")
+	noExp.ExpiresAt = nil
+	wantRefused(t, a, sign(t, jwt.SigningMethodRS256, k.rsa1, "k1", noExp), "invalid token: it has no expiry (exp claim); tokens must expire")
 }
 
 func TestJWKSUnknownKidRefreshesOnceThenVerifiesRotatedKey(t *testing.T) {

@@ -20,7 +20,7 @@ func TestAddMessage(t *testing.T) {
 			msg.Status != service.MessageComplete || msg.RunID != run.ID || msg.Seq != 1 {
 			t.Errorf("message %+v", msg)
 		}
-		if run.SessionID != sess.ID || run.UserID != "alice" || run.Agent != "demo" || run.Status != service.RunQueued {
+		if run.SessionID != sess.ID || run.UserID != "alice" || run.Agent != "demo" || run.Status != service.RunRunning {
 			t.Errorf("run %+v", run)
 		}
 		evs := f.until(runEnds(run.ID))
@@ -172,10 +172,14 @@ func TestAddMessage(t *testing.T) {
 		sess := newSession(t, svc, alice, "puppet", service.BusyEnqueue)
 		f := follow(t, svc, alice, sess.ID, sess.StreamCursor)
 		var runs []*service.Run
-		for _, text := range []string{"one", "two", "three"} {
+		for i, text := range []string{"one", "two", "three"} {
 			_, r := send(t, svc, alice, sess.ID, text)
-			if r.Status != service.RunQueued {
-				t.Errorf("run of %q returned %s, want QUEUED", text, r.Status)
+			want := service.RunQueued
+			if i == 0 { // a free slot: it starts in the same write
+				want = service.RunRunning
+			}
+			if r.Status != want {
+				t.Errorf("run of %q returned %s, want %s", text, r.Status, want)
 			}
 			runs = append(runs, r)
 		}

@@ -235,7 +235,7 @@ func TestRun(t *testing.T) {
 		_, run := send(t, svc, alice, sess.ID, "hi")
 		f.until(runEnds(run.ID))
 		r := getRun(t, svc, alice, run.ID)
-		if r.ID != run.ID || r.SessionID != sess.ID || r.UserID != "alice" || r.Agent != "demo" || r.Status != service.RunCompleted || r.Error != "" || r.Usage != nil {
+		if r.ID != run.ID || r.SessionID != sess.ID || r.UserID != "alice" || r.Agent != "demo" || r.Status != service.RunCompleted || r.Error != "" || r.Usage == nil || r.Usage.OutputTokens <= 0 {
 			t.Errorf("run %+v", r)
 		}
 		if r.StartedAt == nil || r.FinishedAt == nil || r.StartedAt.Before(r.CreatedAt) || r.FinishedAt.Before(*r.StartedAt) {

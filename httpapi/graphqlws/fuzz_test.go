@@ -56,6 +56,7 @@ func startFuzzServer(f *testing.F) *fuzzServer {
 	env := map[string]string{
 		"DATABASE_URL": "memory:", "DATA_DIR": f.TempDir(), "DEMO_CHUNK_DELAY": "0s", "LOG_LEVEL": "warn",
 		"RATE_LIMIT": "1000000", "RATE_BURST": "1000000", "MAX_BODY_BYTES": "4096", "WS_INIT_TIMEOUT": "2s",
+		"ANON_RATE_LIMIT": "1000000", "ANON_RATE_BURST": "1000000",
 	}
 	cfg, err := app.LoadConfig(nil, func(k string) string { return env[k] })
 	if err != nil {
