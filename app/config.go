@@ -142,7 +142,7 @@ func Settings() []Setting {
 			return nil
 		}},
 		{"data-dir", "DATA_DIR", "./data", "directory for the default SQLite file (and the auth secret with memory: storage)", str(func(c *Config) *string { return &c.DataDir })},
-		{"database-url", "DATABASE_URL", "", "storage: sqlite:///path/to/file.db (default: talkgraph.db in DATA_DIR) or memory: (nothing kept)", func(c *Config, v string) error {
+		{"database-url", "DATABASE_URL", "", "storage: sqlite:///path/to/file.db (default: talkgraph.db in DATA_DIR), postgres://user:password@host:5432/db (one database shared by several replicas) or memory: (nothing kept)", func(c *Config, v string) error {
 			if err := checkDatabaseURL(v); err != nil {
 				return err
 			}
@@ -264,12 +264,18 @@ func fmtDur(d time.Duration) string {
 	return s
 }
 
-// checkDatabaseURL checks a DATABASE_URL: its scheme, and for SQLite that the file's
+// checkDatabaseURL checks a DATABASE_URL: its scheme, for SQLite that the file's
 // directory exists (the default one under DATA_DIR is created; a path given here must
-// point somewhere real).
+// point somewhere real), and for PostgreSQL that it is a URL (the server is reached at
+// start).
 func checkDatabaseURL(v string) error {
 	switch {
 	case v == "memory:" || v == "memory://":
+		return nil
+	case strings.HasPrefix(v, "postgres://") || strings.HasPrefix(v, "postgresql://"):
+		if _, err := url.Parse(v); err != nil {
+			return fmt.Errorf("want postgres://user:password@host:5432/database, got a URL that cannot be parsed")
+		}
 		return nil
 	case strings.HasPrefix(v, "sqlite:"):
 		path := strings.TrimPrefix(strings.TrimPrefix(v, "sqlite:"), "//")
@@ -287,7 +293,7 @@ func checkDatabaseURL(v string) error {
 	if u != nil {
 		scheme = u.Scheme
 	}
-	return fmt.Errorf("want sqlite:///path/to/file.db or memory:, got a URL with scheme %q", scheme)
+	return fmt.Errorf("want postgres://user:password@host:5432/database, sqlite:///path/to/file.db or memory:, got a URL with scheme %q", scheme)
 }
 
 func joinHost(host, addr string) string {
