@@ -502,6 +502,100 @@ func TestOneCallManyWrites(t *testing.T) {
 	}
 }
 
+// addedMessage is a MessageAdded event of a new assistant message.
+func addedMessage(id, session string, seq int64, content string) *service.Event {
+	return &service.Event{Seq: seq, Type: service.EventMessageAdded, At: t0, Message: &service.Message{ID: id,
+		SessionID: session, Seq: seq, Role: service.RoleAssistant, Kind: service.KindText, Content: content,
+		Status: service.MessageComplete, CreatedAt: t0}}
+}
+
+// TestBatchFailingInTheDatabaseFailsAlone makes the database refuse one batch's row
+// (a CHECK constraint the test adds): Append cannot tell which batch of its multi-row
+// statements failed, writes them again one by one to find it, and writes the others.
+func TestBatchFailingInTheDatabaseFailsAlone(t *testing.T) {
+	ctx := t.Context()
+	url := newSchema(t, newDatabase(t))
+	s := mustOpen(t, url, postgres.Options{})
+	for _, id := range []string{"s1", "s2", "s3"} {
+		must(t, create(s, id))
+	}
+	conn, err := pgx.Connect(ctx, url)
+	must(t, err)
+	defer conn.Close(context.Background())
+	must(t, execSQL(conn, `ALTER TABLE messages ADD CONSTRAINT no_poison CHECK (content <> 'poison'::bytea)`))
+	errs := s.Append(ctx, []*service.Batch{
+		{SessionID: "s1", Events: []*service.Event{addedMessage("m1", "s1", 1, "fine")}},
+		{SessionID: "s2", Events: []*service.Event{addedMessage("m2", "s2", 1, "poison")}},
+		{SessionID: "s3", Events: []*service.Event{addedMessage("m3", "s3", 1, "fine")}},
+	})
+	if errs[0] != nil || errs[2] != nil {
+		t.Errorf("good batches: %v, %v", errs[0], errs[2])
+	}
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "no_poison") {
+		t.Errorf("the poisoned batch: %v, want the constraint's error", errs[1])
+	}
+	for id, want := range map[string]int64{"s1": 1, "s2": 0, "s3": 1} {
+		if got := lastSeq(t, s, id); got != want {
+			t.Errorf("%s: LastSeq %d, want %d", id, got, want)
+		}
+	}
+}
+
+// TestRowClaimedMeanwhile has another transaction insert a row of another session with
+// the ID a batch writes, after Append read the state and before it writes: the upsert
+// leaves the row alone, talkgraph_all_written fails the transaction, and Append, trying
+// again, finds the row and refuses that batch alone.
+func TestRowClaimedMeanwhile(t *testing.T) {
+	ctx := t.Context()
+	url := withParam(t, newSchema(t, newDatabase(t)), "application_name", "talkgraph_claimed")
+	s := mustOpen(t, url, postgres.Options{})
+	for _, id := range []string{"s1", "s2", "s3"} {
+		must(t, create(s, id))
+	}
+	other, err := pgx.Connect(ctx, url)
+	must(t, err)
+	defer other.Close(context.Background())
+	tx, err := other.Begin(ctx)
+	must(t, err)
+	defer tx.Rollback(context.Background())
+	_, err = tx.Exec(ctx, `INSERT INTO messages (id, session_id, seq, role, kind, content, status, run_id, question_id, created_at, error)
+		VALUES ('m1', 's2', 1, 'ASSISTANT', 'TEXT', 'x', 'COMPLETE', '', '', 0, '')`)
+	must(t, err)
+
+	done := make(chan []error)
+	go func() {
+		done <- s.Append(context.Background(), []*service.Batch{
+			{SessionID: "s1", Events: []*service.Event{addedMessage("m1", "s1", 1, "mine?")}},
+			{SessionID: "s3", Events: []*service.Event{addedMessage("m3", "s3", 1, "fine")}},
+		})
+	}()
+	// Wait for the upsert to wait for the uncommitted row, then commit it.
+	watch := admin(t)
+	waiting := false
+	for deadline := time.Now().Add(10 * time.Second); !waiting && time.Now().Before(deadline); {
+		must(t, watch.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity
+			WHERE application_name = 'talkgraph_claimed' AND wait_event_type = 'Lock'`).Scan(&waiting))
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !waiting {
+		t.Fatal("Append never waited for the other transaction's row")
+	}
+	must(t, tx.Commit(ctx))
+	errs := <-done
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "belongs to another session") {
+		t.Errorf("the batch with a row of s2: %v, want it refused", errs[0])
+	}
+	if errs[1] != nil {
+		t.Errorf("the good batch: %v", errs[1])
+	}
+	if m, err := s.Message(ctx, "m1"); err != nil || m.SessionID != "s2" || m.Content != "x" {
+		t.Errorf("m1 = %+v, %v; want s2's row untouched", m, err)
+	}
+	if got := lastSeq(t, s, "s1"); got != 0 {
+		t.Errorf("the refused batch moved s1's log to %d", got)
+	}
+}
+
 // TestText checks what PostgreSQL's text could not keep: free text with NUL characters
 // round-trips; an identifier with one is refused alone with EINVALID.
 func TestText(t *testing.T) {
