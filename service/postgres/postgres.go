@@ -12,7 +12,8 @@
 // trips however many sessions there are: one that locks the sessions' rows (in ID order,
 // so that replicas never deadlock) and reads what decides which batches the stored state
 // refuses, and one that sends every write of the others as a few multi-row statements
-// and commits (see Store.Append).
+// and commits (see Store.Append). Statements are prepared once per connection (pgx's
+// statement cache): a connection's first use of them costs one more round trip.
 //
 // Times are kept as int64 nanoseconds since the Unix epoch, since PostgreSQL's timestamps
 // keep microseconds only; text that people and models write is kept as bytes (bytea),

@@ -48,8 +48,9 @@ func admin(t testing.TB) *pgx.Conn {
 	conn, err := pgx.Connect(ctx, adminURL())
 	if err != nil {
 		msg := fmt.Sprintf("PostgreSQL is not reachable at %s: %v\n"+
-			"Start one (Debian: apt-get install postgresql && pg_ctlcluster 15 main start, with trust auth for "+
-			"127.0.0.1 in pg_hba.conf; or docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:15), "+
+			"Start it (Debian: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start; to install one: "+
+			"apt-get install postgresql, with trust auth for 127.0.0.1 in pg_hba.conf; or "+
+			"docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:15), "+
 			"or set %s to an administrator's URL", redact(adminURL()), err, adminEnv)
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
