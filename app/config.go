@@ -155,7 +155,7 @@ func Settings() []Setting {
 			return nil
 		}},
 		{"data-dir", "DATA_DIR", "./data", "directory for the default SQLite file (and the auth secret with memory: storage)", str(func(c *Config) *string { return &c.DataDir })},
-		{"database-url", "DATABASE_URL", "", "storage: sqlite:///path/to/file.db (default: talkgraph.db in DATA_DIR) or memory: (nothing kept)", func(c *Config, v string) error {
+		{"database-url", "DATABASE_URL", "", "storage: sqlite:///path/to/file.db (default: talkgraph.db in DATA_DIR), postgres://user:password@host:5432/db (one database shared by several replicas) or memory: (nothing kept)", func(c *Config, v string) error {
 			if err := checkDatabaseURL(v); err != nil {
 				return err
 			}
@@ -174,7 +174,7 @@ func Settings() []Setting {
 		{"sqlite-busy-timeout", "SQLITE_BUSY_TIMEOUT", fmtDur(sqlite.DefaultBusyTimeout), "how long a write waits for a locked database before failing", dur(time.Millisecond, func(c *Config) *time.Duration { return &c.SQLiteBusyTimeout })},
 		{"sqlite-full-sync", "SQLITE_FULL_SYNC", "false", "wait for the disk on every commit (survives power loss, not only crashes)", boolean(func(c *Config) *bool { return &c.SQLiteFullSync })},
 		{"sqlite-max-bytes", "SQLITE_MAX_BYTES", "0", "cap on the database size; writes beyond it fail as on a full disk (0: none)", num64(0, func(c *Config) *int64 { return &c.SQLiteMaxBytes })},
-		{"auth-secret", "AUTH_SECRET", "", "HS256 secret for tokens, at least 16 characters (default: generated once, kept in the SQLite file or DATA_DIR/auth_secret)", func(c *Config, v string) error {
+		{"auth-secret", "AUTH_SECRET", "", "HS256 secret for tokens, at least 16 characters (default: generated once and kept in the database, or in DATA_DIR/auth_secret with memory: storage)", func(c *Config, v string) error {
 			if len(v) < 16 {
 				return fmt.Errorf("want at least 16 characters, got %d", len(v))
 			}
@@ -311,12 +311,18 @@ func fmtDur(d time.Duration) string {
 	return s
 }
 
-// checkDatabaseURL checks a DATABASE_URL: its scheme, and for SQLite that the file's
+// checkDatabaseURL checks a DATABASE_URL: its scheme, for SQLite that the file's
 // directory exists (the default one under DATA_DIR is created; a path given here must
-// point somewhere real).
+// point somewhere real), and for PostgreSQL that it is a URL (the server is reached at
+// start).
 func checkDatabaseURL(v string) error {
 	switch {
 	case v == "memory:" || v == "memory://":
+		return nil
+	case strings.HasPrefix(v, "postgres://") || strings.HasPrefix(v, "postgresql://"):
+		if _, err := url.Parse(v); err != nil {
+			return fmt.Errorf("want postgres://user:password@host:5432/database, got a URL that cannot be parsed")
+		}
 		return nil
 	case strings.HasPrefix(v, "sqlite:"):
 		path := strings.TrimPrefix(strings.TrimPrefix(v, "sqlite:"), "//")
@@ -334,7 +340,7 @@ func checkDatabaseURL(v string) error {
 	if u != nil {
 		scheme = u.Scheme
 	}
-	return fmt.Errorf("want sqlite:///path/to/file.db or memory:, got a URL with scheme %q", scheme)
+	return fmt.Errorf("want postgres://user:password@host:5432/database, sqlite:///path/to/file.db or memory:, got a URL with scheme %q", scheme)
 }
 
 func joinHost(host, addr string) string {
@@ -389,9 +395,9 @@ type secretKeeper interface {
 	Secret(ctx context.Context, name string, gen func() ([]byte, error)) ([]byte, error)
 }
 
-// authSecret returns AUTH_SECRET, or else the secret kept by the store (SQLite keeps it in
-// its file) or in DATA_DIR/auth_secret, created on first start, so that issued tokens stay
-// valid across restarts.
+// authSecret returns AUTH_SECRET, or else the secret kept by the store (SQLite and
+// PostgreSQL keep it in the database, shared by replicas) or in DATA_DIR/auth_secret,
+// created on first start, so that issued tokens stay valid across restarts.
 func authSecret(ctx context.Context, c Config, store service.Store) ([]byte, error) {
 	if c.AuthSecret != "" {
 		if len(c.AuthSecret) < 16 {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/talkgraph/talkgraph/service"
 	"github.com/talkgraph/talkgraph/service/inmem"
+	"github.com/talkgraph/talkgraph/service/postgres"
 	"github.com/talkgraph/talkgraph/service/sqlite"
 )
 
@@ -21,6 +22,8 @@ func openStore(ctx context.Context, c Config) (service.Store, error) {
 			return nil, fmt.Errorf("DATABASE_URL %q: no file path", c.DatabaseURL)
 		}
 		return sqlite.Open(ctx, path, sqlite.Options{BusyTimeout: c.SQLiteBusyTimeout, FullSync: c.SQLiteFullSync, MaxBytes: c.SQLiteMaxBytes})
+	case strings.HasPrefix(c.DatabaseURL, "postgres://") || strings.HasPrefix(c.DatabaseURL, "postgresql://"):
+		return postgres.Open(ctx, c.DatabaseURL, postgres.Options{})
 	}
-	return nil, fmt.Errorf("DATABASE_URL %q: unsupported scheme (use sqlite:///path or memory:)", c.RedactedDatabaseURL())
+	return nil, fmt.Errorf("DATABASE_URL %q: unsupported scheme (use sqlite:///path, postgres://host/db or memory:)", c.RedactedDatabaseURL())
 }
