@@ -53,6 +53,10 @@ func Derive(events []*Event) Changes {
 					c.EndedRuns = append(c.EndedRuns, r.ID)
 				}
 			}
+			// A run that stops waiting without an answer carries the question it withdraws.
+			if q := ev.Question; q != nil {
+				c.Questions = upsertRow(c.Questions, qs, q.ID, q)
+			}
 		case EventQuestionAsked, EventQuestionAnswered:
 			if q := ev.Question; q != nil {
 				c.Questions = upsertRow(c.Questions, qs, q.ID, q)

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"slices"
 )
 
 // HistoryMessage is a message of a session's history with what belongs to it: the
@@ -153,6 +154,11 @@ func (s *Service) complete(ctx context.Context, msgs []*Message, snap *snapshot)
 		if err != nil {
 			return nil, err
 		}
+		if snap != nil && len(calls) > 0 {
+			if calls, err = s.rollBack(ctx, msgs[0].SessionID, calls, snap.seq); err != nil {
+				return nil, err
+			}
+		}
 		for _, c := range calls {
 			if snap != nil && c.Status == ToolRunning {
 				if text, ok := snap.toolOutput[c.ID]; ok {
@@ -172,11 +178,61 @@ func (s *Service) complete(ctx context.Context, msgs []*Message, snap *snapshot)
 	return out, nil
 }
 
+// rollBack shows tool calls as they were at seq: the rows hold them as they are now, and
+// a call may have started or finished since (the view and the read of the rows are not
+// one moment). A call started later is left out; one finished later is shown running,
+// its output then coming from the snapshot or the log (see rebuild). The events after seq
+// are those appended while this request ran: usually none.
+func (s *Service) rollBack(ctx context.Context, sessionID string, calls []*ToolCall, seq int64) ([]*ToolCall, error) {
+	const page = 1000
+	started, finished := map[string]bool{}, map[string]bool{}
+	for after := seq; ; {
+		evs, err := s.store.Events(ctx, sessionID, after, page)
+		if err != nil {
+			return nil, err
+		}
+		for _, ev := range evs {
+			switch ev.Type {
+			case EventToolCallStarted:
+				started[ev.ToolCall.ID] = true
+			case EventToolCallFinished:
+				finished[ev.ToolCall.ID] = true
+			}
+		}
+		if len(evs) < page {
+			break
+		}
+		after = evs[len(evs)-1].Seq
+	}
+	if len(started) == 0 && len(finished) == 0 {
+		return calls, nil
+	}
+	out := calls[:0]
+	for _, c := range calls {
+		switch {
+		case started[c.ID]:
+			continue
+		case finished[c.ID]:
+			was := *c
+			was.Status, was.Result, was.Error, was.FinishedAt = ToolRunning, nil, nil, nil
+			c = &was
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
 // ToolCalls returns the tool calls of one message of one of the caller's sessions, by
 // start time.
 func (s *Service) ToolCalls(ctx context.Context, sessionID, messageID string) ([]*ToolCall, error) {
 	if _, err := s.session(ctx, sessionID); err != nil {
 		return nil, err
 	}
-	return s.store.ToolCalls(ctx, []string{messageID})
+	calls, err := s.store.ToolCalls(ctx, []string{messageID})
+	if err != nil {
+		return nil, err
+	}
+	// The message is named by its ID alone: only the named session's calls are the
+	// caller's to see.
+	return slices.DeleteFunc(calls, func(c *ToolCall) bool { return c.SessionID != sessionID }), nil
 }

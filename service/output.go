@@ -124,7 +124,7 @@ func (o *output) Ask(ctx context.Context, prompt string, choices []string) (stri
 	if strings.TrimSpace(prompt) == "" {
 		return "", Errorf(EINVALID, "the agent asked an empty question")
 	}
-	prompt = truncate(strings.ToValidUTF8(prompt, "\uFFFD"), s.cfg.MaxMessageBytes/4)
+	prompt = truncateBytes(strings.ToValidUTF8(prompt, "\uFFFD"), s.cfg.MaxMessageBytes)
 	st := ar.st
 	st.mu.Lock()
 	if ar.sealed || ar.writeErr != nil {
@@ -167,13 +167,58 @@ func (o *output) Ask(ctx context.Context, prompt string, choices []string) (stri
 	case <-ar.ctx.Done():
 		return "", o.ended()
 	case <-ctx.Done():
-		return "", ctx.Err()
+		// The agent gave up waiting (its own deadline): the question is withdrawn and the
+		// run works again, unless an answer came first.
+		var err error
+		if answer, err = o.stopWaiting(q); err != nil {
+			return "", err
+		}
+		if answer == "" {
+			if err := s.sched.acquire(ar.ctx, ar.run.UserID, true); err != nil {
+				return "", err
+			}
+			ar.holdsSlot.Store(true)
+			return "", ctx.Err()
+		}
 	}
 	if err := s.sched.acquire(ar.ctx, ar.run.UserID, true); err != nil {
 		return "", err
 	}
 	ar.holdsSlot.Store(true)
 	return answer, nil
+}
+
+// stopWaiting withdraws q, which the run no longer waits for, and puts the run back to
+// work; it returns the answer instead when one was written first.
+func (o *output) stopWaiting(q *Question) (string, error) {
+	s, ar := o.s, o.ar
+	st := ar.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if ar.question != q || ar.run.Status != RunWaitingForInput || ar.sealed {
+		select {
+		case answer := <-ar.answer: // answered meanwhile
+			return answer, nil
+		default:
+			return "", o.ended()
+		}
+	}
+	t := s.begin(st)
+	withdrawn := *q
+	withdrawn.Withdrawn = true
+	snap := *ar.run
+	snap.Status = RunRunning
+	ev := runEvent(&snap)
+	ev.Question = &withdrawn // Derive: the question's row says it is withdrawn
+	s.add(t, ev)
+	t.onCommit(func() {
+		ar.question = nil
+		ar.run.setState(&snap)
+	})
+	if err := s.commitLocked(ar.ctx, t); err != nil {
+		return "", err
+	}
+	return "", nil
 }
 
 func (o *output) StartTool(id, name, arguments string) (ToolHandle, error) {
@@ -291,7 +336,7 @@ func (h *toolHandle) Finish(result string, err error) error {
 		}
 		s.finishTool(t, ts, ToolFailed, nil, &msg)
 	} else {
-		r := truncate(result, s.cfg.MaxReplyBytes)
+		r := truncateBytes(result, s.cfg.MaxReplyBytes)
 		s.finishTool(t, ts, ToolCompleted, &r, nil)
 	}
 	return s.commitLocked(ar.ctx, t)

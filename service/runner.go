@@ -8,7 +8,8 @@ import (
 
 // Runner is an agent: Go code that reads a session's history and writes the reply. The
 // service calls Run on its own goroutine for each run of a session whose settings name the
-// agent, never two at once for one session.
+// agent, never two at once for one session: a run that follows a stopped one starts its
+// agent once the stopped agent has returned (or StopTimeout has passed, which is logged).
 //
 // Writing an agent:
 //

@@ -24,6 +24,11 @@ type activeRun struct {
 	parked bool
 	// holdsSlot is set while the run's goroutine holds a scheduler slot.
 	holdsSlot atomic.Bool
+	// done is closed once the run's goroutine, and those of the session's runs before it,
+	// have returned; prev is the done of the session's run before this one (nil once
+	// waited for). A session's agents never run two at once: a run interrupted by a newer
+	// message may take a moment to return, and the newer one waits for it.
+	done, prev chan struct{}
 
 	// msg is the assistant message being written, if any; announced is set once its
 	// MessageAdded is durable (the first write that carries its text announces it).
@@ -64,6 +69,8 @@ func (s *Service) startLocked(st *sessionState, run *Run, resumed, holding bool)
 	ctx, cancel := context.WithCancel(context.Background())
 	ar := &activeRun{st: st, run: run, ctx: ctx, cancel: cancel, answer: make(chan string, 1), tools: map[string]*toolState{}}
 	ar.holdsSlot.Store(holding)
+	ar.done, ar.prev = make(chan struct{}), st.agentDone
+	st.agentDone = ar.done
 	st.active = ar
 	s.holdState(st) // the run holds the state until it returns
 	s.runs.Add(1)
@@ -88,6 +95,10 @@ func (s *Service) execute(ar *activeRun, resumed bool) {
 	st := ar.st
 	defer s.runs.Done()
 	defer s.releaseState(st)
+	defer func() {
+		s.waitPrevious(ar)
+		close(ar.done)
+	}()
 	if !ar.holdsSlot.Load() {
 		if err := s.sched.acquire(ar.ctx, ar.run.UserID, resumed); err != nil {
 			return // stopped while queued, or the server is shutting down: it stays as stored
@@ -109,9 +120,13 @@ func (s *Service) execute(ar *activeRun, resumed bool) {
 	}
 	if err == nil {
 		runner, ok := s.agents.Get(ar.run.Agent)
-		if !ok {
+		s.waitPrevious(ar)
+		switch {
+		case !ok:
 			err = Errorf(EINVALID, "the agent %q is not available on this server", ar.run.Agent)
-		} else {
+		case ar.ctx.Err() != nil: // stopped while the previous agent returned
+			err = ar.ctx.Err()
+		default:
 			err = s.safeRun(runner, ar, req)
 		}
 	}
@@ -133,6 +148,24 @@ func (s *Service) execute(ar *activeRun, resumed bool) {
 			"model", modelOf(req.Settings), "code", ErrorCode(err), "err", err)
 	}
 	s.finishLockedRetrying(ar, status, msg)
+}
+
+// waitPrevious waits until the session's previous agent has returned, for at most
+// StopTimeout: an agent that ignores its cancellation longer than that is logged and no
+// longer waited for.
+func (s *Service) waitPrevious(ar *activeRun) {
+	if ar.prev == nil {
+		return
+	}
+	t := time.NewTimer(s.cfg.StopTimeout)
+	defer t.Stop()
+	select {
+	case <-ar.prev:
+	case <-t.C:
+		s.log.Warn("a stopped agent did not return in time; the session's next run starts beside it",
+			"session", ar.st.id, "run", ar.run.ID, "agent", ar.run.Agent, "waited", s.cfg.StopTimeout)
+	}
+	ar.prev = nil
 }
 
 func modelOf(set Settings) string {
@@ -367,6 +400,9 @@ func (s *Service) CancelRun(ctx context.Context, sessionID string) (*Run, error)
 
 // cancelRun is CancelRun where the session's agent runs.
 func (s *Service) cancelRun(ctx context.Context, sessionID string) (*Run, error) {
+	if s.closed.Load() { // what this process held is stored as it was: not "nothing ran"
+		return nil, Errorf(EUNAVAILABLE, "the server is shutting down")
+	}
 	_, st, unlock, err := s.lockSession(ctx, sessionID)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 )
@@ -228,6 +229,21 @@ func truncate(s string, n int) string {
 	return string([]rune(s)[:n]) + "…"
 }
 
+// truncateBytes cuts s to at most n bytes, "…" included, between two characters.
+func truncateBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := max(n-len("…"), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	if n < len("…") {
+		return s[:cut]
+	}
+	return s[:cut] + "…"
+}
+
 // Sessions returns a page of the caller's sessions, most recent activity first, after the
 // session-list cursor after (when not empty). first is clamped to the page size limit.
 // EINVALID for a bad cursor or a negative first.
@@ -321,6 +337,9 @@ func (s *Service) changeSession(ctx context.Context, id string, change func(*Tal
 	updated := *sess
 	if err := change(&updated); err != nil {
 		return nil, err
+	}
+	if updated.Title == sess.Title && reflect.DeepEqual(updated.Settings, sess.Settings) {
+		return s.viewOf(ctx, sess), nil // nothing changes: nothing is written, updatedAt stays
 	}
 	updated.UpdatedAt = s.now()
 	if err := s.checkQuota(ctx, sess.UserID, 0, updated.Size()); err != nil {

@@ -19,6 +19,8 @@ type sessionState struct {
 	refs int        // subscribers + runs + operations in flight; guarded by Service.statesMu
 
 	deleted bool
+	// agentDone is the done channel of the session's latest run (see activeRun.done).
+	agentDone chan struct{}
 	// lastSeq is the Seq of the last durable event, and lastOff the Off of the cursor after
 	// it. synced is false until lastSeq was read from the store under the lock.
 	lastSeq int64
