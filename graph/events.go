@@ -31,10 +31,17 @@ func (r *Resolver) event(ctx context.Context, ev *service.Event) model.SessionEv
 	case service.EventToolCallFinished:
 		return &model.ToolCallFinished{Cursor: cur, At: ev.At, ToolCall: ev.ToolCall}
 	case service.EventSessionUpdated:
-		// The event carries the session's row; the view adds its state now.
+		// The event carries the session's row as it was: a replay shows the title and
+		// settings of then, and the cursor of the event; the state (status, active run,
+		// pending question) is read at delivery.
 		v, err := r.Service.View(ctx, ev.SessionID)
 		if err != nil {
-			v = &service.SessionView{TalkSession: ev.Session, Status: service.SessionIdle, StreamCursor: cur}
+			v = &service.SessionView{Status: service.SessionIdle}
+		}
+		if ev.Session != nil {
+			snap := *v
+			snap.TalkSession, snap.StreamCursor = ev.Session, cur
+			v = &snap
 		}
 		return &model.SessionUpdated{Cursor: cur, At: ev.At, Session: v}
 	}

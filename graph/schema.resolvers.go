@@ -200,6 +200,14 @@ func (r *talkSessionResolver) Messages(ctx context.Context, obj *service.Session
 	return conn, nil
 }
 
+// CallID is the resolver for the callId field.
+func (r *toolCallResolver) CallID(ctx context.Context, obj *service.ToolCall) (*string, error) {
+	if obj.CallID == "" {
+		return nil, nil
+	}
+	return &obj.CallID, nil
+}
+
 // Message returns generated.MessageResolver implementation.
 func (r *Resolver) Message() generated.MessageResolver { return &messageResolver{r} }
 
@@ -218,6 +226,9 @@ func (r *Resolver) Subscription() generated.SubscriptionResolver { return &subsc
 // TalkSession returns generated.TalkSessionResolver implementation.
 func (r *Resolver) TalkSession() generated.TalkSessionResolver { return &talkSessionResolver{r} }
 
+// ToolCall returns generated.ToolCallResolver implementation.
+func (r *Resolver) ToolCall() generated.ToolCallResolver { return &toolCallResolver{r} }
+
 type (
 	messageResolver      struct{ *Resolver }
 	mutationResolver     struct{ *Resolver }
@@ -225,4 +236,5 @@ type (
 	runResolver          struct{ *Resolver }
 	subscriptionResolver struct{ *Resolver }
 	talkSessionResolver  struct{ *Resolver }
+	toolCallResolver     struct{ *Resolver }
 )

@@ -36,6 +36,7 @@ type ResolverRoot interface {
 	Run() RunResolver
 	Subscription() SubscriptionResolver
 	TalkSession() TalkSessionResolver
+	ToolCall() ToolCallResolver
 }
 
 type DirectiveRoot struct {
@@ -130,6 +131,7 @@ type ComplexityRoot struct {
 		Prompt     func(childComplexity int) int
 		RunID      func(childComplexity int) int
 		SessionID  func(childComplexity int) int
+		Withdrawn  func(childComplexity int) int
 	}
 
 	QuestionAnswered struct {
@@ -288,6 +290,9 @@ type SubscriptionResolver interface {
 }
 type TalkSessionResolver interface {
 	Messages(ctx context.Context, obj *service.SessionView, first *int, after *string, last *int, before *string) (*model.MessageConnection, error)
+}
+type ToolCallResolver interface {
+	CallID(ctx context.Context, obj *service.ToolCall) (*string, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -694,6 +699,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Question.SessionID(childComplexity), true
+	case "Question.withdrawn":
+		if e.ComplexityRoot.Question.Withdrawn == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Question.Withdrawn(childComplexity), true
 
 	case "QuestionAnswered.at":
 		if e.ComplexityRoot.QuestionAnswered.At == nil {
@@ -1488,6 +1499,8 @@ type Question {
   answer: String
   askedAt: Time!
   answeredAt: Time
+  "True once the question can no longer be answered: its run ended, or the agent stopped waiting, before an answer came."
+  withdrawn: Boolean!
 }
 
 type ToolCall {
@@ -1723,6 +1736,8 @@ func (ec *executionContext) childFields_Question(ctx context.Context, field grap
 		return ec.fieldContext_Question_askedAt(ctx, field)
 	case "answeredAt":
 		return ec.fieldContext_Question_answeredAt(ctx, field)
+	case "withdrawn":
+		return ec.fieldContext_Question_withdrawn(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Question", field.Name)
 }
@@ -3898,6 +3913,29 @@ func (ec *executionContext) fieldContext_Question_answeredAt(_ context.Context, 
 	return graphql.NewScalarFieldContext("Question", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
+func (ec *executionContext) _Question_withdrawn(ctx context.Context, field graphql.CollectedField, obj *service.Question) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Question_withdrawn(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Withdrawn, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Question_withdrawn(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Question", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
 func (ec *executionContext) _QuestionAnswered_cursor(ctx context.Context, field graphql.CollectedField, obj *model.QuestionAnswered) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5078,18 +5116,18 @@ func (ec *executionContext) _ToolCall_callId(ctx context.Context, field graphql.
 			return ec.fieldContext_ToolCall_callId(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.CallID, nil
+			return ec.Resolvers.ToolCall().CallID(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalOString2string(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
 		},
 		true,
 		false,
 	)
 }
 func (ec *executionContext) fieldContext_ToolCall_callId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ToolCall", field, false, false, errors.New("field of type String does not have child fields"))
+	return graphql.NewScalarFieldContext("ToolCall", field, true, true, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) _ToolCall_runId(ctx context.Context, field graphql.CollectedField, obj *service.ToolCall) (ret graphql.Marshaler) {
@@ -7948,6 +7986,11 @@ func (ec *executionContext) _Question(ctx context.Context, sel ast.SelectionSet,
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
+		case "withdrawn":
+			out.Values[i] = ec._Question_withdrawn(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -8610,62 +8653,95 @@ func (ec *executionContext) _ToolCall(ctx context.Context, sel ast.SelectionSet,
 		case "id":
 			out.Values[i] = ec._ToolCall_id(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "callId":
-			out.Values[i] = ec._ToolCall_callId(ctx, field, obj)
-			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._ToolCall_callId(ctx, field, obj)
+				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
 			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		case "runId":
 			out.Values[i] = ec._ToolCall_runId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "messageId":
 			out.Values[i] = ec._ToolCall_messageId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "name":
 			out.Values[i] = ec._ToolCall_name(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "arguments":
 			out.Values[i] = ec._ToolCall_arguments(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "output":
 			out.Values[i] = ec._ToolCall_output(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "result":
 			out.Values[i] = ec._ToolCall_result(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "error":
 			out.Values[i] = ec._ToolCall_error(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "status":
 			out.Values[i] = ec._ToolCall_status(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "startedAt":
 			out.Values[i] = ec._ToolCall_startedAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "finishedAt":
 			out.Values[i] = ec._ToolCall_finishedAt(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -10031,18 +10107,6 @@ func (ec *executionContext) unmarshalOSessionSettingsInput2ᚖgithubᚗcomᚋtal
 	}
 	res, err := ec.unmarshalInputSessionSettingsInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
-}
-
-func (ec *executionContext) unmarshalOString2string(ctx context.Context, v any) (string, error) {
-	res, err := graphql.UnmarshalString(v)
-	return res, graphql.ErrorOnPath(ctx, err)
-}
-
-func (ec *executionContext) marshalOString2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
-	_ = sel
-	_ = ctx
-	res := graphql.MarshalString(v)
-	return res
 }
 
 func (ec *executionContext) unmarshalOString2ᚕstringᚄ(ctx context.Context, v any) ([]string, error) {
