@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/talkgraph/talkgraph/app"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
@@ -500,4 +502,94 @@ func TestPerUserStorageQuota(t *testing.T) {
 			t.Fatalf("no room after deleting a session: %+v", r.Errors)
 		}
 	})
+}
+
+// A SessionUpdated event shows the session as the event left it, even when replayed after
+// later changes; an update that changes nothing writes nothing; a tool call the agent gave
+// no ID of its own has callId null, and a withdrawn question says so.
+func TestSessionUpdatedIsASnapshotAndEmptyUpdatesWriteNothing(t *testing.T) {
+	a := startApp(t, "sqlite", nil)
+	c := guest(t, a)
+	sid := c.CreateSession(nil)
+	from := c.Cursor(sid)
+	const rename = `mutation($s: ID!, $t: String!){ renameTalkSession(input: {id: $s, title: $t}){ title updatedAt streamCursor } }`
+	var first, second, again struct {
+		RenameTalkSession struct{ Title, UpdatedAt, StreamCursor string }
+	}
+	c.Must(rename, map[string]any{"s": sid, "t": "first"}, &first)
+	c.Must(rename, map[string]any{"s": sid, "t": "second"}, &second)
+	c.Must(rename, map[string]any{"s": sid, "t": "second"}, &again)
+	if again.RenameTalkSession != second.RenameTalkSession {
+		t.Errorf("renaming to the same title: %+v, then %+v", second.RenameTalkSession, again.RenameTalkSession)
+	}
+	if got := c.Cursor(sid); got != second.RenameTalkSession.StreamCursor {
+		t.Errorf("the log moved on a rename that changed nothing: %s, want %s", got, second.RenameTalkSession.StreamCursor)
+	}
+
+	// Replayed from the start, the first SessionUpdated still says "first".
+	ws := c.Connect("graphql-transport-ws")
+	_, frames := ws.Subscribe(`subscription($s: ID!, $a: String){ messageStream(sessionId: $s, after: $a){
+		__typename cursor ... on SessionUpdated { session { title streamCursor } } } }`, map[string]any{"s": sid, "a": from})
+	var titles []string
+	for len(titles) < 2 {
+		select {
+		case f, ok := <-frames:
+			if !ok || f.Complete || len(f.Errors) > 0 {
+				t.Fatalf("stream ended: %+v", f)
+			}
+			var p struct {
+				MessageStream struct {
+					Typename string `json:"__typename"`
+					Cursor   string
+					Session  *struct{ Title, StreamCursor string }
+				}
+			}
+			if err := json.Unmarshal(f.Data, &p); err != nil {
+				t.Fatal(err)
+			}
+			if ev := p.MessageStream; ev.Typename == "SessionUpdated" {
+				titles = append(titles, ev.Session.Title)
+				if ev.Session.StreamCursor != ev.Cursor {
+					t.Errorf("SessionUpdated at %s shows streamCursor %s", ev.Cursor, ev.Session.StreamCursor)
+				}
+			}
+		case <-time.After(tgtest.Wait):
+			t.Fatalf("no SessionUpdated within %v; got %q", tgtest.Wait, titles)
+		}
+	}
+	if titles[0] != "first" || titles[1] != "second" {
+		t.Errorf("replayed titles %q, want [first second]", titles)
+	}
+
+	// The demo agent's tool call has no ID of the agent's own.
+	_, evs := ws.Stream(sid, c.Cursor(sid))
+	_, run := c.Send(sid, "/tool hello")
+	evs.Until("run ends", tgtest.RunEnds(run))
+	var out struct {
+		Session struct {
+			Messages struct {
+				Edges []struct {
+					Node struct {
+						ToolCalls []struct {
+							CallID *string
+							Name   string
+						}
+					}
+				}
+			}
+		}
+	}
+	c.Must(`query($s: ID!){ session(id: $s){ messages(last: 5){ edges { node { toolCalls { callId name } } } } } }`, map[string]any{"s": sid}, &out)
+	calls := 0
+	for _, e := range out.Session.Messages.Edges {
+		for _, tc := range e.Node.ToolCalls {
+			calls++
+			if tc.CallID != nil {
+				t.Errorf("tool call %s: callId %q, want null", tc.Name, *tc.CallID)
+			}
+		}
+	}
+	if calls == 0 {
+		t.Error("no tool call in the history")
+	}
 }

@@ -339,7 +339,7 @@ func (s *Service) changeSession(ctx context.Context, id string, change func(*Tal
 		return nil, err
 	}
 	if updated.Title == sess.Title && reflect.DeepEqual(updated.Settings, sess.Settings) {
-		return s.viewOf(ctx, sess), nil // nothing changes: nothing is written, updatedAt stays
+		return s.viewLocked(sess, st), nil // nothing changes: nothing is written, updatedAt stays
 	}
 	updated.UpdatedAt = s.now()
 	if err := s.checkQuota(ctx, sess.UserID, 0, updated.Size()); err != nil {

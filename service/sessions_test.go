@@ -411,6 +411,28 @@ func TestRenameTalkSession(t *testing.T) {
 }
 
 func TestUpdateSettings(t *testing.T) {
+	t.Run("an update that changes nothing writes nothing and keeps updatedAt", func(t *testing.T) {
+		svc := start(t, setup{})
+		sess := newSession(t, svc, alice, "", "")
+		v1, err := svc.UpdateSettings(alice, sess.ID, service.SettingsInput{Model: ptr("m2")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v2, err := svc.UpdateSettings(alice, sess.ID, service.SettingsInput{Model: ptr("m2")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v3, err := svc.RenameTalkSession(alice, sess.ID, v1.Title)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []*service.SessionView{v2, v3, view(t, svc, alice, sess.ID)} {
+			if v.LastSeq != v1.LastSeq || !v.UpdatedAt.Equal(v1.UpdatedAt) {
+				t.Errorf("after updates that change nothing: LastSeq %d, updatedAt %v; want %d, %v", v.LastSeq, v.UpdatedAt, v1.LastSeq, v1.UpdatedAt)
+			}
+		}
+	})
+
 	t.Run("changes a session's settings", func(t *testing.T) {
 		svc := start(t, setup{})
 		sess := newSession(t, svc, alice, "", "")
