@@ -2,7 +2,6 @@ import type { ApolloCache, DocumentNode } from '@apollo/client';
 import { describe, expect, it } from 'vitest';
 import {
   EarlierMessagesDocument,
-  MessageFieldsFragmentDoc,
   RunDocument,
   SessionDocument,
   SessionListFieldsFragmentDoc,
@@ -18,6 +17,7 @@ import {
   messageAccepted,
   moveSessionToTop,
   questionAnswered,
+  runStopped,
   sessionAfterRun,
   sessionAnswered,
   sessionAsked,
@@ -63,6 +63,21 @@ function run(id: string, status: RunStatus, over: Partial<RunFieldsFragment> = {
     createdAt: AT,
     startedAt: null,
     finishedAt: null,
+    ...over,
+  };
+}
+
+function question(id: string, over: Record<string, unknown> = {}) {
+  return {
+    __typename: 'Question' as const,
+    id,
+    runId: 'r1',
+    sessionId: 's1',
+    prompt: `${id}?`,
+    choices: null,
+    answer: null,
+    askedAt: AT,
+    answeredAt: null,
     ...over,
   };
 }
@@ -180,28 +195,65 @@ describe('stream events in the cache', () => {
     expect(read().activeRun?.id).toBe('r2');
   });
 
-  it("a late mutation answer does not undo the stream's newer news", () => {
+  it("a late addMessage answer does not undo the stream's newer news", () => {
     const { cache, read, apply } = loaded();
-    apply({ __typename: 'MessageAdded', message: message('u1', { role: 'USER', status: 'COMPLETE', runId: 'r1' }) });
+    const user = message('u1', { role: 'USER', status: 'COMPLETE', runId: 'r1' });
+    apply({ __typename: 'MessageAdded', message: user });
     apply({ __typename: 'RunStatusChanged', run: run('r1', 'FAILED', { error: 'boom' }) });
     // addMessage's answer arrives now, saying the run is RUNNING.
-    write(cache, { query: RunDocument, variables: { id: 'r1' }, data: { run: run('r1', 'RUNNING') } });
-    messageAccepted(cache, { id: 'u1', sessionId: 's1', createdAt: AT }, 'r1');
+    messageAccepted(cache, user, run('r1', 'RUNNING'));
     expect(read()).toMatchObject({ status: 'IDLE', activeRun: null });
     expect(cache.readQuery({ query: RunDocument, variables: { id: 'r1' } })?.run).toMatchObject({ status: 'FAILED', error: 'boom' });
     expect(read().messages.edges).toHaveLength(1);
   });
 
+  it('a late addMessage answer leaves a question the agent asked meanwhile waiting', () => {
+    const { cache, read, apply } = loaded();
+    const user = message('u1', { role: 'USER', status: 'COMPLETE', runId: 'r1' });
+    apply({ __typename: 'MessageAdded', message: user });
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'RUNNING') });
+    apply({ __typename: 'QuestionAsked', question: question('q1') });
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'WAITING_FOR_INPUT') });
+    messageAccepted(cache, user, run('r1', 'RUNNING'));
+    expect(read()).toMatchObject({ status: 'WAITING_FOR_INPUT', activeRun: { id: 'r1', status: 'WAITING_FOR_INPUT' }, pendingQuestion: { id: 'q1' } });
+  });
+
   it('an accepted message shows at once with its run', () => {
-    const { cache, read, list } = loaded();
-    // What addMessage's answer writes, before any event of the stream.
+    const { read, list, cache } = loaded();
+    // addMessage's answer, before any event of the stream.
     const user = message('u1', { role: 'USER', content: 'hello', status: 'COMPLETE', createdAt: LATER });
-    cache.writeFragment({ id: 'Message:u1', fragment: MessageFieldsFragmentDoc, fragmentName: 'MessageFields', data: user });
-    write(cache, { query: RunDocument, variables: { id: 'r1' }, data: { run: run('r1', 'RUNNING') } });
-    messageAccepted(cache, user, 'r1');
+    messageAccepted(cache, user, run('r1', 'RUNNING'));
     expect(read().messages.edges.map((e) => e.node.content)).toEqual(['hello']);
     expect(read()).toMatchObject({ status: 'RUNNING', activeRun: { id: 'r1' }, updatedAt: LATER });
     expect(list()).toEqual(['s1', 's3', 's2']);
+  });
+
+  it('an answer accepted before its events resumes the run at once', () => {
+    const { cache, read, apply } = loaded([], run('r1', 'RUNNING'));
+    apply({ __typename: 'QuestionAsked', question: question('q1') });
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'WAITING_FOR_INPUT') });
+    questionAnswered(cache, 's1', question('q1', { answer: 'blue', answeredAt: LATER }), run('r1', 'RUNNING'));
+    expect(read()).toMatchObject({ status: 'RUNNING', activeRun: { id: 'r1', status: 'RUNNING' }, pendingQuestion: null });
+  });
+
+  it("a late respondToQuestion answer does not undo the run's end", () => {
+    const { cache, read, apply } = loaded([], run('r1', 'RUNNING'));
+    apply({ __typename: 'QuestionAsked', question: question('q1') });
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'WAITING_FOR_INPUT') });
+    apply({ __typename: 'QuestionAnswered', question: question('q1', { answer: 'blue', answeredAt: LATER }) });
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'RUNNING') });
+    apply({ __typename: 'QuestionAsked', question: question('q2') });
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'WAITING_FOR_INPUT') });
+    // The first answer's reply comes only now: the agent already asks again.
+    questionAnswered(cache, 's1', question('q1', { answer: 'blue', answeredAt: LATER }), run('r1', 'RUNNING'));
+    expect(read()).toMatchObject({ status: 'WAITING_FOR_INPUT', pendingQuestion: { id: 'q2' } });
+  });
+
+  it('a stop answer ends the run even when the stream has not said so yet', () => {
+    const { cache, read, apply } = loaded([], run('r1', 'RUNNING'));
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'RUNNING') });
+    runStopped(cache, 's1', run('r1', 'CANCELLED'));
+    expect(read()).toMatchObject({ status: 'IDLE', activeRun: null });
   });
 
   it('questions: asked waits for input, answered goes on', () => {
@@ -221,7 +273,7 @@ describe('stream events in the cache', () => {
     apply({ __typename: 'QuestionAsked', question });
     expect(read()).toMatchObject({ status: 'WAITING_FOR_INPUT', pendingQuestion: { id: 'q1', prompt: 'Colour?' } });
     // Answered here: the form goes before the event comes.
-    questionAnswered(cache, 's1', 'q1');
+    questionAnswered(cache, 's1', { ...question, answer: 'blue', answeredAt: LATER });
     expect(read()).toMatchObject({ status: 'RUNNING', pendingQuestion: null });
     apply({ __typename: 'QuestionAnswered', question: { ...question, answer: 'blue', answeredAt: LATER } });
     // The question message shows the answer: one Question object in the cache.

@@ -11,8 +11,12 @@ import { gql, type ApolloCache, type Reference } from '@apollo/client';
 import {
   MessageFieldsFragmentDoc,
   MessageStreamDocument,
+  QuestionFieldsFragmentDoc,
+  RunFieldsFragmentDoc,
   SessionStateFieldsFragmentDoc,
   type MessageFieldsFragment,
+  type QuestionFieldsFragment,
+  type RunFieldsFragment,
   type MessageStreamSubscription,
   type RunStatus,
   type SessionStateFieldsFragment,
@@ -39,6 +43,12 @@ const MESSAGE_ID = gql`
 const RUN_STATUS = gql`
   fragment RunStatusOnly on Run {
     status
+  }
+`;
+
+const QUESTION_ANSWERED = gql`
+  fragment QuestionAnsweredAt on Question {
+    answeredAt
   }
 `;
 
@@ -240,23 +250,62 @@ function applyEventRelations(c: ApolloCache, sessionId: string, ev: StreamEvent)
   }
 }
 
+// ---------- mutation answers ----------
+//
+// A mutation's answer is a snapshot taken when the server answered, and it may reach the
+// page after later events of the stream (the agent can ask its question before addMessage's
+// answer arrives). The stream is ordered and the answer is not, so an answer only tells the
+// cache what the stream has not told yet; the mutations are sent with fetchPolicy
+// 'no-cache' and these functions write what is news.
+
+type RunAnswer = RunFieldsFragment;
+
+function writeRun(cache: ApolloCache, run: RunAnswer) {
+  cache.writeFragment({ id: `Run:${run.id}`, fragment: RunFieldsFragmentDoc, fragmentName: 'RunFields', data: run });
+}
+
+function known(cache: ApolloCache, id: string, fragment: typeof MESSAGE_ID): boolean {
+  return cache.readFragment({ id, fragment }) !== null;
+}
+
 /**
  * addMessage was accepted: the message goes into the history at once (before its event),
  * the session to the top of the list, and the run it started or queued into the session's
- * state, unless the stream has already told a later status of that run.
+ * state. When the stream has already brought the message, it is ahead of the answer and
+ * what it told of the run stands.
  */
-export function messageAccepted(cache: ApolloCache, message: { id: string; sessionId: string; createdAt: string }, runId: string) {
+export function messageAccepted(cache: ApolloCache, message: MessageFieldsFragment, run: RunAnswer) {
+  const streamAhead = known(cache, messageKey(message.id), MESSAGE_ID);
+  if (!streamAhead) {
+    cache.writeFragment({ id: messageKey(message.id), fragment: MessageFieldsFragmentDoc, fragmentName: 'MessageFields', data: message });
+  }
+  if (!streamAhead || !known(cache, `Run:${run.id}`, RUN_STATUS) || isFinishedRun(run.status)) writeRun(cache, run);
   appendMessage(cache, message.sessionId, message.id);
   moveSessionToTop(cache, message.sessionId, message.createdAt);
-  applyRun(cache, message.sessionId, runId);
+  applyRun(cache, message.sessionId, run.id);
 }
 
-/** A run answered by a mutation (respondToQuestion, cancelRun) updates the session's state. */
-export function runAnswered(cache: ApolloCache, sessionId: string, runId: string) {
-  applyRun(cache, sessionId, runId);
+/**
+ * The answer was accepted: the question form goes at once, and the run goes on, unless the
+ * stream has already told of the answer (and so of what the run did next).
+ */
+export function questionAnswered(
+  cache: ApolloCache,
+  sessionId: string,
+  question: QuestionFieldsFragment,
+  run?: RunAnswer,
+) {
+  const qid = `Question:${question.id}`;
+  const streamAhead = cache.readFragment<{ answeredAt: string | null }>({ id: qid, fragment: QUESTION_ANSWERED })?.answeredAt != null;
+  cache.writeFragment({ id: qid, fragment: QuestionFieldsFragmentDoc, fragmentName: 'QuestionFields', data: question });
+  updateSessionState(cache, sessionId, (s) => sessionAnswered(s, question.id));
+  if (!run) return;
+  if (!streamAhead || isFinishedRun(run.status)) writeRun(cache, run);
+  applyRun(cache, sessionId, run.id);
 }
 
-/** The answer was accepted: the question form goes at once, before its event arrives. */
-export function questionAnswered(cache: ApolloCache, sessionId: string, questionId: string) {
-  updateSessionState(cache, sessionId, (s) => sessionAnswered(s, questionId));
+/** The stop button ended a run: a finished status is final, whatever the stream says. */
+export function runStopped(cache: ApolloCache, sessionId: string, run: RunAnswer) {
+  if (isFinishedRun(run.status) || !known(cache, `Run:${run.id}`, RUN_STATUS)) writeRun(cache, run);
+  applyRun(cache, sessionId, run.id);
 }

@@ -12,7 +12,7 @@ import {
 } from '../gql/graphql';
 import { getToken, renewToken } from './auth';
 import { describeError, isUnauthenticated, randomId } from './errors';
-import { applyEvent, messageAccepted, questionAnswered, runAnswered } from './events';
+import { applyEvent, messageAccepted, questionAnswered, runStopped } from './events';
 
 export const HISTORY_PAGE = 200;
 
@@ -27,8 +27,10 @@ export async function addMessage(client: ApolloClient, sessionId: string, conten
   const res = await client.mutate({
     mutation: AddMessageDocument,
     variables: { input: { sessionId, content, idempotencyKey: randomId() } },
+    // The answer may come after newer events: messageAccepted writes only what is news.
+    fetchPolicy: 'no-cache',
     update(cache, { data }) {
-      if (data) messageAccepted(cache, data.addMessage.message, data.addMessage.run.id);
+      if (data) messageAccepted(cache, data.addMessage.message, data.addMessage.run);
     },
   });
   return res.data?.addMessage ?? null;
@@ -150,9 +152,9 @@ export function useChat(sessionId: string): Chat {
       await client.mutate({
         mutation: RespondToQuestionDocument,
         variables: { input: { questionId, answer: text } },
+        fetchPolicy: 'no-cache',
         update(cache, { data }) {
-          questionAnswered(cache, sessionId, questionId);
-          if (data) runAnswered(cache, sessionId, data.respondToQuestion.run.id);
+          if (data) questionAnswered(cache, sessionId, data.respondToQuestion.question, data.respondToQuestion.run);
         },
       });
     },
@@ -163,8 +165,9 @@ export function useChat(sessionId: string): Chat {
     await client.mutate({
       mutation: CancelRunDocument,
       variables: { sessionId },
+      fetchPolicy: 'no-cache',
       update(cache, { data }) {
-        if (data?.cancelRun) runAnswered(cache, sessionId, data.cancelRun.id);
+        if (data?.cancelRun) runStopped(cache, sessionId, data.cancelRun);
       },
     });
   }, [client, sessionId]);
