@@ -22,11 +22,13 @@ import (
 )
 
 // client talks to one talkgraph deployment: sign-in, GraphQL mutations over HTTP, and
-// websocket subscriptions. It is shared by all sessions.
+// websocket subscriptions. It is shared by all sessions; each simulated user sends its
+// operations on HTTP connections of its own (forUser), as a browser would.
 type client struct {
 	base    string // the server's URL, without a trailing slash
 	wsURL   string // its /query as ws:// or wss://
 	http    *http.Client
+	tr      *http.Transport
 	dialer  *websocket.Dialer
 	timeout time.Duration
 
@@ -61,6 +63,7 @@ func newClient(base string, timeout time.Duration, maxConns int) (*client, error
 		base:    u.String(),
 		wsURL:   ws.String(),
 		http:    &http.Client{Transport: tr, Timeout: timeout},
+		tr:      tr,
 		timeout: timeout,
 		dialer: &websocket.Dialer{
 			Proxy:            http.ProxyFromEnvironment,
@@ -156,8 +159,17 @@ func (e *gqlError) Error() string {
 	return e.Code + ": " + e.Message
 }
 
-// graphql posts one operation with the user's token and decodes its data into out.
-func (c *client) graphql(ctx context.Context, token, query string, vars map[string]any, out any) error {
+// forUser returns an HTTP client with a connection pool of its own, for one simulated
+// user: a burst of many users' operations then arrives on connections they opened
+// earlier (as from many browsers), not on a storm of new ones.
+func (c *client) forUser() *http.Client {
+	tr := c.tr.Clone()
+	tr.MaxIdleConnsPerHost = 2
+	return &http.Client{Transport: tr, Timeout: c.timeout}
+}
+
+// graphql posts one operation with the user's token on hc and decodes its data into out.
+func (c *client) graphql(ctx context.Context, hc *http.Client, token, query string, vars map[string]any, out any) error {
 	body, err := json.Marshal(map[string]any{"query": query, "variables": vars})
 	if err != nil {
 		return err
@@ -168,7 +180,7 @@ func (c *client) graphql(ctx context.Context, token, query string, vars map[stri
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}
@@ -202,14 +214,14 @@ func (c *client) graphql(ctx context.Context, token, query string, vars map[stri
 }
 
 // createSession creates a session with the agent and answers its ID and stream cursor.
-func (c *client) createSession(ctx context.Context, token, title, agent string) (id, cursor string, err error) {
+func (c *client) createSession(ctx context.Context, hc *http.Client, token, title, agent string) (id, cursor string, err error) {
 	var out struct {
 		S struct {
 			ID           string `json:"id"`
 			StreamCursor string `json:"streamCursor"`
 		} `json:"createTalkSession"`
 	}
-	err = c.graphql(ctx, token,
+	err = c.graphql(ctx, hc, token,
 		`mutation($t: String, $a: String) { createTalkSession(input: {title: $t, settings: {agent: $a, busyPolicy: INTERRUPT}}) { id streamCursor } }`,
 		map[string]any{"t": title, "a": agent}, &out)
 	if err == nil && out.S.ID == "" {
@@ -219,7 +231,7 @@ func (c *client) createSession(ctx context.Context, token, title, agent string) 
 }
 
 // addMessage sends a user message and answers the ID and status of the run it started.
-func (c *client) addMessage(ctx context.Context, token, sessionID, content string) (runID, status string, err error) {
+func (c *client) addMessage(ctx context.Context, hc *http.Client, token, sessionID, content string) (runID, status string, err error) {
 	var out struct {
 		P struct {
 			Run struct {
@@ -228,7 +240,7 @@ func (c *client) addMessage(ctx context.Context, token, sessionID, content strin
 			} `json:"run"`
 		} `json:"addMessage"`
 	}
-	err = c.graphql(ctx, token,
+	err = c.graphql(ctx, hc, token,
 		`mutation($s: ID!, $c: String!, $k: String) { addMessage(input: {sessionId: $s, content: $c, idempotencyKey: $k}) { message { id } run { id status } } }`,
 		map[string]any{"s": sessionID, "c": content, "k": uuid.NewString()}, &out)
 	return out.P.Run.ID, out.P.Run.Status, err
@@ -236,14 +248,14 @@ func (c *client) addMessage(ctx context.Context, token, sessionID, content strin
 
 // cancelRun presses the stop button; status is empty when the server answered null
 // (nothing was running).
-func (c *client) cancelRun(ctx context.Context, token, sessionID string) (runID, status string, err error) {
+func (c *client) cancelRun(ctx context.Context, hc *http.Client, token, sessionID string) (runID, status string, err error) {
 	var out struct {
 		Run *struct {
 			ID     string `json:"id"`
 			Status string `json:"status"`
 		} `json:"cancelRun"`
 	}
-	err = c.graphql(ctx, token, `mutation($s: ID!) { cancelRun(sessionId: $s) { id status } }`,
+	err = c.graphql(ctx, hc, token, `mutation($s: ID!) { cancelRun(sessionId: $s) { id status } }`,
 		map[string]any{"s": sessionID}, &out)
 	if err != nil || out.Run == nil {
 		return "", "", err

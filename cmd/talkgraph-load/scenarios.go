@@ -103,8 +103,8 @@ func (r *runner) setup(ctx context.Context, scen string, n int) *fleet {
 			r.errs.add(scen, "setup: sign-in failed", err.Error())
 			return
 		}
-		s.token = tok
-		s.id, s.cursor, err = r.cl.createSession(ctx, tok, fmt.Sprintf("load %s %d", scen, i), r.cfg.Agent)
+		s.token, s.http = tok, r.cl.forUser()
+		s.id, s.cursor, err = r.cl.createSession(ctx, s.http, tok, fmt.Sprintf("load %s %d", scen, i), r.cfg.Agent)
 		if err != nil {
 			r.errs.add(scen, "setup: createTalkSession failed", err.Error())
 			return
@@ -192,7 +192,7 @@ func (r *runner) expected(reply string) string {
 func (r *runner) send(ctx context.Context, s *session, t *turn, content string) (time.Duration, bool) {
 	s.markSent(t)
 	start := time.Now()
-	_, _, err := r.cl.addMessage(ctx, s.token, s.id, content)
+	_, _, err := r.cl.addMessage(ctx, s.http, s.token, s.id, content)
 	d := time.Since(start)
 	if err != nil {
 		r.errs.add(s.scen, "addMessage failed", fmt.Sprintf("session %s: %v", s.id, err))
@@ -335,7 +335,7 @@ func (r *runner) stopUnfinished(ctx context.Context, sessions []*session, res []
 	}
 	r.log("%s: stopping %d unfinished runs", left[0].scen, len(left))
 	forEach(ctx, len(left), r.cfg.Concurrency, func(i int) {
-		_, _, _ = r.cl.cancelRun(ctx, left[i].token, left[i].id)
+		_, _, _ = r.cl.cancelRun(ctx, left[i].http, left[i].token, left[i].id)
 	})
 }
 
@@ -624,7 +624,7 @@ func (r *runner) cancel(ctx context.Context, n int) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			sent[i] = time.Now()
-			_, status, err := r.cl.cancelRun(ctx, s.token, s.id)
+			_, status, err := r.cl.cancelRun(ctx, s.http, s.token, s.id)
 			rtt[i] = time.Since(sent[i])
 			switch {
 			case !ready[i]:

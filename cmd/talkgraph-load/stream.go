@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -147,6 +148,7 @@ type session struct {
 	idx    int
 	id     string
 	token  string
+	http   *http.Client // the user's own connections
 	cursor string
 	scen   string
 	conn   *wsConn

@@ -19,7 +19,7 @@ import (
 	"github.com/talkgraph/talkgraph/service"
 )
 
-// Agent is the demo agent. ChunkDelay is the pause before each streamed word, so a person
+// Agent is the demo agent. ChunkDelay is the pause between two streamed words, so a person
 // can watch a reply stream; SlowDelay is the pause between /slow chunks (default 100 ms).
 type Agent struct {
 	ChunkDelay time.Duration
@@ -148,13 +148,13 @@ func answered(after []service.HistoryMessage) (string, bool) {
 	return "", false
 }
 
-// say streams text word by word, at ChunkDelay per word on a schedule set at the start,
-// the way a model writes at its own pace however busy the server is: a late word does
-// not push the next ones back.
+// say streams text word by word, the first at once and then one every ChunkDelay on a
+// schedule set at the start, the way a model writes at its own pace however busy the
+// server is: a late word does not push the next ones back.
 func (a *Agent) say(ctx context.Context, out service.Output, text string) error {
 	start := time.Now()
 	for i, w := range strings.SplitAfter(text, " ") {
-		if err := pause(ctx, time.Until(start.Add(time.Duration(i+1)*a.ChunkDelay))); err != nil {
+		if err := pause(ctx, time.Until(start.Add(time.Duration(i)*a.ChunkDelay))); err != nil {
 			return err
 		}
 		if err := out.Text(w); err != nil {
