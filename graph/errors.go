@@ -66,7 +66,7 @@ func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 		}
 		log.Error("operation failed", "path", gerr.Path.String(), "err", err)
 		return &gqlerror.Error{Message: "internal error", Path: gerr.Path, Locations: gerr.Locations,
-			Extensions: map[string]any{"code": "INTERNAL"}}
+			Extensions: map[string]any{"code": codes[service.EINTERNAL]}}
 	}
 }
 
