@@ -1,8 +1,11 @@
 package graph
 
 import (
+	"bytes"
 	"context"
 	"time"
+
+	"github.com/99designs/gqlgen/graphql"
 
 	"github.com/talkgraph/talkgraph/graph/model"
 	"github.com/talkgraph/talkgraph/service"
@@ -19,6 +22,10 @@ type Stream struct {
 	sub *service.Subscription
 	ch  chan model.SessionEvent // buffered(1): what the response handler renders next
 	buf []*service.Event
+	// plans render text chunks and tool output without the executor (see chunkPlan);
+	// rendered is the event Next rendered so.
+	plans    map[string]*chunkPlan
+	rendered []byte
 }
 
 // StreamSink receives the Stream of a subscription the transport executes. Notify is
@@ -36,7 +43,8 @@ func WithStreamSink(ctx context.Context, sink *StreamSink) context.Context {
 	return context.WithValue(ctx, sinkKey{}, sink)
 }
 
-// Next makes the next event ready for the response handler. It returns false with a nil
+// Next makes the next event ready: rendered already (see Rendered), or for the response
+// handler. It returns false with a nil
 // error when the stream has caught up (Notify says when to try again), and false with an
 // error when it is over: service.ErrSessionDeleted when the session was deleted (the
 // subscription is complete), service.ErrShutdown when the server shuts down (the client
@@ -54,7 +62,9 @@ func (s *Stream) Next(ctx context.Context) (bool, error) {
 		s.buf[0] = nil
 		s.buf = s.buf[1:]
 		if m := s.r.event(ctx, ev); m != nil {
-			s.ch <- m
+			if s.rendered = s.fast(m); s.rendered == nil {
+				s.ch <- m
+			}
 			return true, nil
 		}
 	}
@@ -120,4 +130,128 @@ func (r *Resolver) streamChannel(ctx context.Context, sessionID, after string) (
 		}
 	}()
 	return out, nil
+}
+
+// chunkPlan renders the events a subscription sends most, text chunks and tool output,
+// without the executor: their fields are all scalars, so once the subscription's
+// selection for the type is known (collected as the executor would, with @skip and
+// @include applied) each event is a few writes with gqlgen's own marshalers, byte for byte
+// what the executor would answer. A selection the plan cannot render (a deferred field, a
+// field it does not know) leaves the type to the executor.
+type chunkPlan struct {
+	root   string   // the response key of messageStream
+	fields []string // the response keys in order, each with its field's name below
+	names  []string
+}
+
+// chunkTypes are the event types with a plan, with the types they satisfy.
+var chunkTypes = map[string][]string{
+	"MessageChunk":   {"MessageChunk", "SessionEvent"},
+	"ToolCallOutput": {"ToolCallOutput", "SessionEvent"},
+}
+
+// planChunks makes the plans of the subscription whose resolver runs in ctx.
+func planChunks(ctx context.Context) map[string]*chunkPlan {
+	if !graphql.HasOperationContext(ctx) {
+		return nil
+	}
+	oc, fc := graphql.GetOperationContext(ctx), graphql.GetFieldContext(ctx)
+	if fc == nil {
+		return nil
+	}
+	plans := make(map[string]*chunkPlan, len(chunkTypes))
+	for typ, satisfies := range chunkTypes {
+		if p := planChunk(oc, fc.Field, typ, satisfies); p != nil {
+			plans[typ] = p
+		}
+	}
+	return plans
+}
+
+func planChunk(oc *graphql.OperationContext, root graphql.CollectedField, typ string, satisfies []string) *chunkPlan {
+	p := &chunkPlan{root: root.Alias}
+	seen := map[string]bool{}
+	for _, f := range graphql.CollectFields(oc, root.Selections, satisfies) {
+		if len(f.Deferrables) > 0 || len(f.Selections) > 0 || len(f.Arguments) > 0 {
+			return nil
+		}
+		switch f.Name {
+		case "__typename", "cursor", "at", "messageId", "delta", "offset":
+		case "toolCallId":
+			if typ != "ToolCallOutput" {
+				return nil
+			}
+		default:
+			return nil
+		}
+		if seen[f.Alias] {
+			continue
+		}
+		seen[f.Alias] = true
+		p.fields = append(p.fields, f.Alias)
+		p.names = append(p.names, f.Name)
+	}
+	return p
+}
+
+// render writes the response data of one chunk event.
+func (p *chunkPlan) render(buf *bytes.Buffer, typ string, cursor string, at time.Time, messageID, toolCallID, delta string, offset int) {
+	buf.WriteByte('{')
+	graphql.MarshalString(p.root).MarshalGQL(buf)
+	buf.WriteString(":{")
+	for i, key := range p.fields {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		graphql.MarshalString(key).MarshalGQL(buf)
+		buf.WriteByte(':')
+		switch p.names[i] {
+		case "__typename":
+			graphql.MarshalString(typ).MarshalGQL(buf)
+		case "cursor":
+			graphql.MarshalString(cursor).MarshalGQL(buf)
+		case "at":
+			graphql.MarshalTime(at).MarshalGQL(buf)
+		case "messageId":
+			graphql.MarshalID(messageID).MarshalGQL(buf)
+		case "toolCallId":
+			graphql.MarshalID(toolCallID).MarshalGQL(buf)
+		case "delta":
+			graphql.MarshalString(delta).MarshalGQL(buf)
+		case "offset":
+			graphql.MarshalInt(offset).MarshalGQL(buf)
+		}
+	}
+	buf.WriteString("}}")
+}
+
+// fast renders m when a plan covers its type.
+func (s *Stream) fast(m model.SessionEvent) []byte {
+	var buf bytes.Buffer
+	switch e := m.(type) {
+	case *model.MessageChunk:
+		p := s.plans["MessageChunk"]
+		if p == nil {
+			return nil
+		}
+		p.render(&buf, "MessageChunk", e.Cursor, e.At, e.MessageID, "", e.Delta, e.Offset)
+	case *model.ToolCallOutput:
+		p := s.plans["ToolCallOutput"]
+		if p == nil {
+			return nil
+		}
+		p.render(&buf, "ToolCallOutput", e.Cursor, e.At, e.MessageID, e.ToolCallID, e.Delta, e.Offset)
+	default:
+		return nil
+	}
+	return buf.Bytes()
+}
+
+// Rendered returns the response data of the event Next made ready when it rendered it
+// itself (a text chunk or tool output), or nil when the executor's response handler must
+// render it.
+func (s *Stream) Rendered() []byte {
+	b := s.rendered
+	s.rendered = nil
+	return b
 }

@@ -441,6 +441,12 @@ func (c *conn) pump(s *sub) {
 		case !ok:
 			return // caught up: notify brings it back
 		}
+		if data := s.stream.Rendered(); data != nil {
+			if !c.writeNext(s.id, &graphql.Response{Data: data}) {
+				return
+			}
+			continue
+		}
 		resp := s.responses(s.ctx)
 		if resp == nil {
 			return
