@@ -152,13 +152,23 @@ func (r *runner) waitMetric(ctx context.Context, name string, wait time.Duration
 	}
 }
 
+// closeIdleHTTP closes the HTTP connections kept for reuse, the users' own included.
+func (r *runner) closeIdleHTTP(f *fleet) {
+	r.cl.http.CloseIdleConnections()
+	for _, s := range f.sessions {
+		if s.http != nil {
+			s.http.CloseIdleConnections()
+		}
+	}
+}
+
 // teardown closes every connection of the fleet and waits (up to -settle) for the
 // server to count their subscriptions as gone, so the next scenario starts clean.
 func (r *runner) teardown(ctx context.Context, f *fleet) {
 	forEach(context.WithoutCancel(ctx), len(f.sessions), max(r.cfg.Concurrency, 256), func(i int) {
 		f.sessions[i].conn.close()
 	})
-	r.cl.http.CloseIdleConnections()
+	r.closeIdleHTTP(f)
 	if f.haveBase && ctx.Err() == nil {
 		if v, ok := r.waitMetric(ctx, metricSubscriptions, r.cfg.Settle, func(v float64) bool { return v <= f.baseSubs }); !ok {
 			r.log("%s: the server still counts %v active subscriptions after closing (%v before)", f.scen, v, f.baseSubs)
@@ -683,7 +693,7 @@ func (r *runner) idle(ctx context.Context, n int) {
 		r.teardown(ctx, f)
 		return
 	}
-	r.cl.http.CloseIdleConnections() // their server goroutines are not the subscriptions'
+	r.closeIdleHTTP(f) // their server goroutines are not the subscriptions'
 	k := float64(len(f.sessions))
 	r.rep.add(scen, "subscriptions", k, "")
 	r.rep.add(scen, "setup time", f.setup.Seconds(), "s")
@@ -708,7 +718,7 @@ func (r *runner) idle(ctx context.Context, n int) {
 	forEach(context.WithoutCancel(ctx), len(f.sessions), max(r.cfg.Concurrency, 256), func(i int) {
 		f.sessions[i].conn.close()
 	})
-	r.cl.http.CloseIdleConnections()
+	r.closeIdleHTTP(f)
 	limit := baseG + float64(r.cfg.GoroutineSlack)
 	gAfter, back := r.waitMetric(ctx, metricGoroutines, r.cfg.Settle, func(v float64) bool { return v <= limit })
 	backIn := time.Since(closeStart)
