@@ -89,6 +89,7 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 	hcfg.Build = map[string]string{"version": b.Version, "revision": b.Revision, "goversion": b.GoVersion}
 	h := httpapi.New(svc, hcfg)
 	base, cancel := context.WithCancel(context.Background())
+	go releaseMemory(base, svc)
 	a := &App{Config: cfg, Log: log, Store: store, Service: svc, Handler: h, cancelFn: cancel, cluster: cluster}
 	a.http = &http.Server{
 		Handler:           h,

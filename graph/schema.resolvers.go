@@ -171,7 +171,8 @@ func (r *subscriptionResolver) MessageStream(ctx context.Context, sessionID stri
 	if err != nil {
 		return nil, err
 	}
-	st := &Stream{r: r.Resolver, sub: sub, ch: make(chan model.SessionEvent, 1), plans: planChunks(ctx)}
+	st := &Stream{r: r.Resolver, sub: sub, ch: make(chan model.SessionEvent, 1)}
+	st.planFrom(ctx)
 	sink.Stream = st
 	return st.ch, nil
 }

@@ -22,8 +22,11 @@ type Stream struct {
 	sub *service.Subscription
 	ch  chan model.SessionEvent // buffered(1): what the response handler renders next
 	buf []*service.Event
-	// plans render text chunks and tool output without the executor (see chunkPlan);
-	// rendered is the event Next rendered so.
+	// plans render text chunks and tool output without the executor (see chunkPlan),
+	// made from the operation and its messageStream field at the first chunk (an idle
+	// subscription never needs them); rendered is the event Next rendered so.
+	oc       *graphql.OperationContext
+	root     *graphql.CollectedField
 	plans    map[string]*chunkPlan
 	rendered []byte
 }
@@ -150,22 +153,31 @@ var chunkTypes = map[string][]string{
 	"ToolCallOutput": {"ToolCallOutput", "SessionEvent"},
 }
 
-// planChunks makes the plans of the subscription whose resolver runs in ctx.
-func planChunks(ctx context.Context) map[string]*chunkPlan {
+// planFrom keeps what the stream's plans are made from: the operation and the
+// messageStream field whose resolver runs in ctx.
+func (s *Stream) planFrom(ctx context.Context) {
 	if !graphql.HasOperationContext(ctx) {
-		return nil
+		return
 	}
-	oc, fc := graphql.GetOperationContext(ctx), graphql.GetFieldContext(ctx)
-	if fc == nil {
-		return nil
+	if fc := graphql.GetFieldContext(ctx); fc != nil {
+		s.oc, s.root = graphql.GetOperationContext(ctx), &fc.Field
 	}
-	plans := make(map[string]*chunkPlan, len(chunkTypes))
-	for typ, satisfies := range chunkTypes {
-		if p := planChunk(oc, fc.Field, typ, satisfies); p != nil {
-			plans[typ] = p
+}
+
+// plan returns the plan for typ, making the stream's plans on first use.
+func (s *Stream) plan(typ string) *chunkPlan {
+	if s.plans == nil {
+		s.plans = make(map[string]*chunkPlan, len(chunkTypes))
+		if s.oc != nil {
+			for t, satisfies := range chunkTypes {
+				if p := planChunk(s.oc, *s.root, t, satisfies); p != nil {
+					s.plans[t] = p
+				}
+			}
 		}
+		s.oc, s.root = nil, nil
 	}
-	return plans
+	return s.plans[typ]
 }
 
 func planChunk(oc *graphql.OperationContext, root graphql.CollectedField, typ string, satisfies []string) *chunkPlan {
@@ -230,13 +242,13 @@ func (s *Stream) fast(m model.SessionEvent) []byte {
 	var buf bytes.Buffer
 	switch e := m.(type) {
 	case *model.MessageChunk:
-		p := s.plans["MessageChunk"]
+		p := s.plan("MessageChunk")
 		if p == nil {
 			return nil
 		}
 		p.render(&buf, "MessageChunk", e.Cursor, e.At, e.MessageID, "", e.Delta, e.Offset)
 	case *model.ToolCallOutput:
-		p := s.plans["ToolCallOutput"]
+		p := s.plan("ToolCallOutput")
 		if p == nil {
 			return nil
 		}
