@@ -36,6 +36,13 @@ type Runner interface {
 	Run(ctx context.Context, req RunRequest, out Output) error
 }
 
+// ModelNamer is implemented by agents that talk to a model: ModelFor names the model a run
+// with the given settings uses (the session's choice, or the agent's default). The service
+// puts it in the log line of a failed run and on the run's span.
+type ModelNamer interface {
+	ModelFor(Settings) string
+}
+
 // RunnerFunc adapts a function to Runner.
 type RunnerFunc func(ctx context.Context, req RunRequest, out Output) error
 
