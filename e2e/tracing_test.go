@@ -69,7 +69,9 @@ func TestTracesOfOperationsRunsAndAgentCalls(t *testing.T) {
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	caller := *c
 	caller.HTTP = &http.Client{Timeout: tgtest.Wait, Transport: withHeader{"traceparent", "00-" + traceID + "-" + parentID + "-01"}}
-	var out struct{ AddMessage struct{ Run struct{ ID string } } }
+	var out struct {
+		AddMessage struct{ Run struct{ ID string } }
+	}
 	caller.Must(`mutation Ask($s: ID!){ addMessage(input: {sessionId: $s, content: "where am I?"}){ run { id } } }`, map[string]any{"s": sid}, &out)
 	run := out.AddMessage.Run.ID
 	if end := evs.Until("run ends", tgtest.RunEnds(run)); end.Run.Status != "COMPLETED" {
