@@ -111,3 +111,18 @@ func TestVersionFlagPrintsTheBuild(t *testing.T) {
 		t.Errorf("-version printed %q, want talkgraph's version and Go's", got)
 	}
 }
+
+// The README shows examples/embed/main.go whole, as it is.
+func TestReadmeShowsTheEmbedExample(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile("../examples/embed/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "```go\n"+string(example)+"```\n") {
+		t.Error("the README's copy of examples/embed/main.go differs from the file; paste the file into the README")
+	}
+}
