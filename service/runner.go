@@ -27,6 +27,8 @@ import (
 //   - Report tool calls with out.StartTool; the service shows them live.
 //   - Report what each call of a model cost with out.ReportUsage: it adds up on the run
 //     (Run.usage in the API) and in the server's per-model counters.
+//   - When the server traces, ctx carries the run's span: spans started from
+//     trace.SpanFromContext(ctx).TracerProvider() are its children (see the openai agent).
 //   - Return promptly when ctx is cancelled (stop, a newer message, deleting the session,
 //     shutdown). Whatever was streamed is kept. Returning ctx.Err() or nil then is fine.
 //   - Return an error to fail the run. The run shows ErrorMessage(err): use *Error (Errorf)
