@@ -91,7 +91,7 @@ func (r *Recorder) WaitNamed(t testing.TB, name string, n int) tracetest.SpanStu
 func Attr(s tracetest.SpanStub, k attribute.Key) string {
 	for _, kv := range s.Attributes {
 		if kv.Key == k {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
