@@ -882,3 +882,39 @@ func TestProviderFailureIsLoggedOnce(t *testing.T) {
 		})
 	}
 }
+
+// The openai agent asks for usage in the stream; what the provider reports reaches the
+// run (run(id).usage, cached tokens included) and the per-model counters.
+func TestOpenAIUsageReachesTheRunAndTheMetrics(t *testing.T) {
+	f := fakellm.New(t, fakellm.TextReply("One ", "two ", "three."))
+	a := startOpenAI(t, "sqlite", f, nil)
+	c := guest(t, a)
+	sid := openAISession(c, map[string]any{"model": "gpt-usage"})
+	ws := c.Connect("graphql-transport-ws")
+	_, evs := ws.Stream(sid, c.Cursor(sid))
+	_, run := c.Send(sid, "count")
+	if end := evs.Until("run ends", tgtest.RunEnds(run)); end.Run.Status != "COMPLETED" {
+		t.Fatalf("run ended %s: %s", end.Run.Status, end.Run.Error)
+	}
+	var out struct {
+		Run struct {
+			Usage *struct{ InputTokens, OutputTokens, CachedInputTokens int }
+		}
+	}
+	c.Must(`query($r: ID!){ run(id: $r){ usage { inputTokens outputTokens cachedInputTokens } } }`, map[string]any{"r": run}, &out)
+	if u := out.Run.Usage; u == nil || u.InputTokens != 20 || u.OutputTokens != 3 || u.CachedInputTokens != 5 {
+		t.Errorf("usage = %+v, want 20 in (5 cached), 3 out, as the provider said", u)
+	}
+	resp, err := http.Get(a.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`talkgraph_model_tokens_total{kind="input",model="gpt-usage"} 20`,
+		`talkgraph_model_tokens_total{kind="output",model="gpt-usage"} 3`, `talkgraph_model_tokens_total{kind="cached_input",model="gpt-usage"} 5`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
