@@ -26,6 +26,7 @@ import (
 	"github.com/talkgraph/talkgraph/jwtauth"
 	"github.com/talkgraph/talkgraph/service"
 	natsc "github.com/talkgraph/talkgraph/service/nats"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // App is a running talkgraph: the store, the service and the HTTP server.
@@ -39,24 +40,32 @@ type App struct {
 	http     *http.Server
 	cancelFn context.CancelFunc
 	cluster  *natsc.Cluster
+	traces   *sdktrace.TracerProvider // the exporter's, when the settings asked for one
 }
 
 // Open builds an App from cfg: it opens the store (running migrations), recovers runs
 // left by a previous process, and prepares the HTTP handler. Logs go to logOut.
 func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 	log := newLogger(cfg, logOut)
+	tp, traces, err := tracing(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	store, err := openStore(ctx, cfg)
 	if err != nil {
+		shutdownTraces(traces)
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	auth, guest, err := buildAuth(ctx, cfg, store, log)
 	if err != nil {
 		store.Close()
+		shutdownTraces(traces)
 		return nil, err
 	}
 	agents, err := buildAgents(cfg)
 	if err != nil {
 		store.Close()
+		shutdownTraces(traces)
 		return nil, err
 	}
 	scfg := cfg.Service
@@ -68,16 +77,19 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 		cfg.Service.ReplicaID = scfg.ReplicaID
 		if cluster, err = natsc.Connect(cfg.NatsURL, natsc.Options{Name: scfg.ReplicaID, Log: log}); err != nil {
 			store.Close()
+			shutdownTraces(traces)
 			return nil, fmt.Errorf("NATS_URL: %w", err)
 		}
 		scfg.Cluster = cluster
 	}
+	scfg.Tracing = tp
 	svc, err := service.New(ctx, store, agents, scfg, log)
 	if err != nil {
 		if cluster != nil {
 			cluster.Close()
 		}
 		store.Close()
+		shutdownTraces(traces)
 		return nil, fmt.Errorf("start service: %w", err)
 	}
 	hcfg := cfg.HTTP
@@ -87,10 +99,11 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 	hcfg.Web = webFiles()
 	b := Build()
 	hcfg.Build = map[string]string{"version": b.Version, "revision": b.Revision, "goversion": b.GoVersion}
+	hcfg.Tracing = tp
 	h := httpapi.New(svc, hcfg)
 	base, cancel := context.WithCancel(context.Background())
 	go releaseMemory(base, svc)
-	a := &App{Config: cfg, Log: log, Store: store, Service: svc, Handler: h, cancelFn: cancel, cluster: cluster}
+	a := &App{Config: cfg, Log: log, Store: store, Service: svc, Handler: h, cancelFn: cancel, cluster: cluster, traces: traces}
 	a.http = &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -150,7 +163,7 @@ func (a *App) ListenAndServe(ctx context.Context) error {
 	}
 	a.Log.Info("talkgraph listening: open "+browseURL(ln.Addr()),
 		"addr", ln.Addr().String(), "store", a.Config.RedactedDatabaseURL(), "agents", strings.Join(agents, ","),
-		"replica", a.Config.Service.ReplicaID, "version", Build().String())
+		"replica", a.Config.Service.ReplicaID, "traces", a.Config.Traces.Where(), "version", Build().String())
 	if a.Config.PprofAddr != "" {
 		go a.servePprof(a.Config.PprofAddr)
 	}
@@ -187,6 +200,22 @@ func (a *App) Close(ctx context.Context) {
 	if err := a.Store.Close(); err != nil {
 		a.Log.Warn("store close", "err", err)
 	}
+	if a.traces != nil {
+		if err := shutdownTraces(a.traces); err != nil {
+			a.Log.Warn("traces: the last spans were not sent", "err", err)
+		}
+	}
+}
+
+// shutdownTraces sends the spans not sent yet, for at most two seconds: a collector out of
+// reach does not hold up the shutdown.
+func shutdownTraces(tp *sdktrace.TracerProvider) error {
+	if tp == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return tp.Shutdown(ctx)
 }
 
 // browseURL is the address a person opens in a browser for a server listening on addr.

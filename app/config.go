@@ -22,6 +22,7 @@ import (
 	"github.com/talkgraph/talkgraph/service/demo"
 	"github.com/talkgraph/talkgraph/service/openai"
 	"github.com/talkgraph/talkgraph/service/sqlite"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config is everything the server can be told. Each setting is a flag and an
@@ -58,6 +59,12 @@ type Config struct {
 	// Agents, when set, registers more agents (or replaces built-in ones) for a program
 	// that embeds talkgraph.
 	Agents func(*service.Agents)
+
+	// Traces says where OpenTelemetry traces go (the OTEL_* settings).
+	Traces TracesConfig
+	// TracerProvider, when set, makes the spans instead of the exporter Traces describes:
+	// for a program that embeds talkgraph and traces already.
+	TracerProvider trace.TracerProvider
 }
 
 // OpenAIConfig configures the openai agent; it is registered when a base URL or key is set.
@@ -297,6 +304,30 @@ func Settings() []Setting {
 		{"shell-tool", "SHELL_TOOL", "false", "offer the openai agent a shell tool (runs commands on this machine!)", boolean(func(c *Config) *bool { return &c.OpenAI.Shell })},
 		{"shell-dir", "SHELL_DIR", ".", "working directory of the shell tool", str(func(c *Config) *string { return &c.OpenAI.ShellDir })},
 		{"shell-timeout", "SHELL_TIMEOUT", fmtDur(openai.DefaultShellTimeout), "longest shell tool command", dur(time.Second, func(c *Config) *time.Duration { return &c.OpenAI.ShellTimeout })},
+		{"otlp-endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT", "", "OpenTelemetry collector to send traces to, e.g. http://localhost:4318 (http/protobuf, to /v1/traces) or http://localhost:4317 (grpc); empty here and in OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: no traces", func(c *Config, v string) error {
+			c.Traces.Endpoint = v
+			return checkOTLPEndpoint(v)
+		}},
+		{"otlp-traces-endpoint", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "", "the collector's URL for traces, used as it is, e.g. http://localhost:4318/v1/traces (wins over OTEL_EXPORTER_OTLP_ENDPOINT)", func(c *Config, v string) error {
+			c.Traces.TracesEndpoint = v
+			return checkOTLPEndpoint(v)
+		}},
+		{"otlp-protocol", "OTEL_EXPORTER_OTLP_PROTOCOL", protoHTTP, "how traces are sent: http/protobuf or grpc", func(c *Config, v string) error {
+			c.Traces.Protocol = v
+			return checkOTLPProtocol(v)
+		}},
+		{"otlp-traces-protocol", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "", "http/protobuf or grpc for traces (wins over OTEL_EXPORTER_OTLP_PROTOCOL)", func(c *Config, v string) error {
+			c.Traces.TracesProtocol = v
+			return checkOTLPProtocol(v)
+		}},
+		{"traces-sampler", "OTEL_TRACES_SAMPLER", "parentbased_always_on", "which traces are kept: " + strings.Join(samplers, ", ") + " (parentbased_…: a caller's traceparent decides when it sends one)", func(c *Config, v string) error {
+			c.Traces.Sampler = v
+			return checkSampler(v)
+		}},
+		{"traces-sampler-arg", "OTEL_TRACES_SAMPLER_ARG", "", "the share of traces the traceidratio samplers keep, from 0 to 1 (empty: 1)", func(c *Config, v string) error {
+			c.Traces.SamplerArg = v
+			return checkSamplerArg(v)
+		}},
 	}
 }
 

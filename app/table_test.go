@@ -74,6 +74,12 @@ func TestConfigRejectsBadValuesClearly(t *testing.T) {
 		{"AUTH_SECRET", "short", "at least 16"},
 		{"OPENAI_BASE_URL", "localhost:11434", "http(s) URL"},
 		{"TOKEN_TTL", "0s", "duration"},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4318", "http://localhost:4318"},
+		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector", "http://localhost:4318"},
+		{"OTEL_EXPORTER_OTLP_PROTOCOL", "http/json", "http/protobuf or grpc"},
+		{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "udp", "http/protobuf or grpc"},
+		{"OTEL_TRACES_SAMPLER", "sometimes", "always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio"},
+		{"OTEL_TRACES_SAMPLER_ARG", "2", "from 0 to 1"},
 	} {
 		_, err := app.LoadConfig(nil, func(k string) string {
 			if k == tt.env {
@@ -103,5 +109,20 @@ func TestVersionFlagPrintsTheBuild(t *testing.T) {
 	}
 	if got := out.String(); !strings.HasPrefix(got, "talkgraph ") || !strings.Contains(got, "go1.") {
 		t.Errorf("-version printed %q, want talkgraph's version and Go's", got)
+	}
+}
+
+// The README shows examples/embed/main.go whole, as it is.
+func TestReadmeShowsTheEmbedExample(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := os.ReadFile("../examples/embed/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "```go\n"+string(example)+"```\n") {
+		t.Error("the README's copy of examples/embed/main.go differs from the file; paste the file into the README")
 	}
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -592,4 +593,91 @@ func TestSessionUpdatedIsASnapshotAndEmptyUpdatesWriteNothing(t *testing.T) {
 	if calls == 0 {
 		t.Error("no tool call in the history")
 	}
+}
+
+// Every assistant message that ends gets a MessageCompleted over the socket, before its
+// run's end, whatever ends it: a reply that completes, one interrupted by a newer message,
+// one stopped, a run that fails before writing anything and one that fails halfway.
+func TestEveryEndedMessageIsCompleted(t *testing.T) {
+	halfway := service.RunnerFunc(func(ctx context.Context, req service.RunRequest, out service.Output) error {
+		if err := out.Text("so far "); err != nil {
+			return err
+		}
+		return service.Errorf(service.EUNAVAILABLE, "the agent gave up halfway")
+	})
+	eachStore(t, func(t *testing.T, store string) {
+		a := startApp(t, store, func(c *app.Config) {
+			c.Agents = func(a *service.Agents) { a.Register("halfway", "fails after some text", halfway) }
+		})
+		c := guest(t, a)
+		ws := c.Connect("graphql-transport-ws")
+		demo, halfwaySession := c.CreateSession(nil), c.CreateSession(map[string]any{"agent": "halfway"})
+		_, evs := ws.Stream(demo, c.Cursor(demo))
+		_, evs2 := ws.Stream(halfwaySession, c.Cursor(halfwaySession))
+
+		// completed checks that run's one assistant message was completed with status,
+		// content and error, before the run's end, which had runStatus.
+		completed := func(evs *tgtest.Events, run, runStatus, status, content, errMsg string) {
+			t.Helper()
+			end := evs.Until("run "+run+" ends", tgtest.RunEnds(run))
+			if end.Run.Status != runStatus {
+				t.Errorf("run ended %s, want %s", end.Run.Status, runStatus)
+			}
+			var added, done []*tgtest.Message
+			for _, ev := range evs.All {
+				if ev.Message == nil || ev.Message.RunID != run || ev.Message.Role != "ASSISTANT" {
+					continue
+				}
+				switch ev.Typename {
+				case "MessageAdded":
+					added = append(added, ev.Message)
+				case "MessageCompleted":
+					done = append(done, ev.Message)
+				}
+			}
+			if len(added) != 1 || len(done) != 1 || added[0].ID != done[0].ID {
+				t.Fatalf("run %s (%s): %d messages added, %d completed, want the same one", run, runStatus, len(added), len(done))
+			}
+			m := done[0]
+			if m.Status != status || !strings.HasPrefix(m.Content, content) || m.Error != errMsg {
+				t.Errorf("run %s (%s): MessageCompleted %s %q error %q, want %s %q… error %q", run, runStatus, m.Status, m.Content, m.Error, status, content, errMsg)
+			}
+		}
+		firstChunk := func(evs *tgtest.Events, run string) {
+			t.Helper()
+			evs.Until("a chunk of "+run, func(ev tgtest.Event) bool {
+				return ev.Typename == "MessageChunk" && len(evs.All) > 0 && messageOfRun(evs.All, ev.MessageID) == run
+			})
+		}
+
+		_, run := c.Send(demo, "hi")
+		completed(evs, run, "COMPLETED", "COMPLETE", "You said: hi", "")
+
+		_, run = c.Send(demo, "/slow 1000")
+		firstChunk(evs, run)
+		_, next := c.Send(demo, "newer")
+		completed(evs, run, "INTERRUPTED", "INTERRUPTED", "chunk 1.", "")
+		completed(evs, next, "COMPLETED", "COMPLETE", "You said: newer", "")
+
+		_, run = c.Send(demo, "/slow 1000")
+		firstChunk(evs, run)
+		c.Cancel(demo)
+		completed(evs, run, "CANCELLED", "INTERRUPTED", "chunk 1.", "")
+
+		_, run = c.Send(demo, "/fail")
+		completed(evs, run, "FAILED", "FAILED", "", "The demo agent failed, as you asked.")
+
+		_, run = c.Send(halfwaySession, "go")
+		completed(evs2, run, "FAILED", "FAILED", "so far ", "the agent gave up halfway")
+	})
+}
+
+// messageOfRun returns the run of the message id, from its MessageAdded among evs.
+func messageOfRun(evs []tgtest.Event, id string) string {
+	for _, ev := range evs {
+		if ev.Typename == "MessageAdded" && ev.Message.ID == id {
+			return ev.Message.RunID
+		}
+	}
+	return ""
 }

@@ -19,12 +19,13 @@ import (
 )
 
 // TestMain lets the test binary double as the server: with TALKGRAPH_CHILD=1 it runs the
-// real server instead of tests, so crash tests can start and kill real processes.
+// real server instead of tests (with the arguments in TALKGRAPH_CHILD_ARGS), so crash tests
+// can start and kill real processes.
 func TestMain(m *testing.M) {
 	if os.Getenv("TALKGRAPH_CHILD") == "1" {
 		ctx, stop := app.SignalContext()
 		defer stop()
-		if err := app.Run(ctx, nil, os.Getenv, os.Stderr, nil); err != nil {
+		if err := app.Run(ctx, strings.Fields(os.Getenv("TALKGRAPH_CHILD_ARGS")), os.Getenv, os.Stderr, nil); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -802,9 +802,11 @@ func (b *syncBuffer) lines(substr string) []map[string]any {
 	return out
 }
 
-// A provider the server cannot reach fails the run with a reason fit for the user, and the
-// operator finds it in the log: one line with the code, the cause, the session, the run,
-// the agent and the model, and never the API key.
+// Every failed run is one log line for the operator: its code, its cause (the API key
+// redacted), the session, the run, the agent and the model (the session's, else the
+// server's default), whatever failed it: a provider out of reach, one that refuses the
+// request echoing the key, one that keeps answering 429 (retried, still one line), the
+// demo agent's /fail.
 func TestProviderFailureIsLoggedOnce(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -812,36 +814,107 @@ func TestProviderFailureIsLoggedOnce(t *testing.T) {
 	}
 	closed := "http://" + ln.Addr().String() + "/v1"
 	ln.Close() // nothing listens there now
-	env := map[string]string{"DATA_DIR": t.TempDir(), "DATABASE_URL": "memory:", "OPENAI_BASE_URL": closed, "OPENAI_API_KEY": llmKey, "RATE_LIMIT": "1000", "RATE_BURST": "1000"}
-	cfg, err := app.LoadConfig(nil, func(k string) string { return env[k] })
+	echo := `{"error":{"message":"invalid key ` + llmKey + `"}}`
+	limited := fakellm.ErrorReply(429, `{"error":{"message":"slow down"}}`, "Retry-After", "0")
+	for _, tc := range []struct {
+		name, baseURL string
+		script        []http.HandlerFunc
+		settings      map[string]any // nil: the demo agent
+		content       string
+		model, code   string
+		userSees      string
+		cause         []string // in the log line's err
+	}{
+		{name: "unreachable", baseURL: closed, settings: map[string]any{"model": "gpt-test"}, content: "hello",
+			model: "gpt-test", code: "unavailable", userSees: "could not reach the model provider", cause: []string{"connection refused"}},
+		{name: "refused with the key echoed", script: []http.HandlerFunc{fakellm.ErrorReply(400, echo)}, settings: map[string]any{}, content: "hello",
+			model: "server-model", code: "unavailable", userSees: "rejected the request (HTTP 400)", cause: []string{"HTTP 400", "invalid key [redacted]"}},
+		{name: "rate limited", script: []http.HandlerFunc{limited, limited, limited}, settings: map[string]any{"model": "m-2"}, content: "hello",
+			model: "m-2", code: "unavailable", userSees: "rate limiting", cause: []string{"HTTP 429", "slow down"}},
+		{name: "demo /fail", content: "/fail", model: "demo", code: "internal", userSees: "failed, as you asked", cause: []string{"failed, as you asked"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := tc.baseURL
+			if tc.script != nil {
+				base = fakellm.New(t, tc.script...).URL + "/v1"
+			}
+			env := map[string]string{"DATA_DIR": t.TempDir(), "DATABASE_URL": "memory:", "OPENAI_BASE_URL": base, "OPENAI_API_KEY": llmKey,
+				"OPENAI_MODEL": "server-model", "RATE_LIMIT": "1000", "RATE_BURST": "1000"}
+			cfg, err := app.LoadConfig(nil, func(k string) string { return env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			log := &syncBuffer{}
+			a := serveAppLog(t, cfg, log)
+			c := guest(t, a)
+			agent, sid := "demo", ""
+			if tc.settings != nil {
+				agent, sid = "openai", openAISession(c, tc.settings)
+			} else {
+				sid = c.CreateSession(nil)
+			}
+			ws := c.Connect("graphql-transport-ws")
+			_, evs := ws.Stream(sid, c.Cursor(sid))
+			_, run := c.Send(sid, tc.content)
+			end := evs.Until("run ends", tgtest.RunEnds(run))
+			if end.Run.Status != "FAILED" || !strings.Contains(end.Run.Error, tc.userSees) {
+				t.Fatalf("run ended %s: %q, want FAILED saying %q", end.Run.Status, end.Run.Error, tc.userSees)
+			}
+			lines := log.lines(`"run failed"`)
+			if len(lines) != 1 {
+				t.Fatalf("%d log lines for the failed run, want 1:\n%s", len(lines), log.buf.String())
+			}
+			l := lines[0]
+			for k, want := range map[string]string{"level": "ERROR", "session": sid, "run": run, "agent": agent, "model": tc.model, "code": tc.code} {
+				if got, _ := l[k].(string); got != want {
+					t.Errorf("log %s = %q, want %q", k, got, want)
+				}
+			}
+			cause, _ := l["err"].(string)
+			for _, want := range tc.cause {
+				if !strings.Contains(cause, want) {
+					t.Errorf("log err = %q, want it to say %q", cause, want)
+				}
+			}
+			if strings.Contains(log.buf.String(), llmKey) {
+				t.Error("the API key is in the log")
+			}
+		})
+	}
+}
+
+// The openai agent asks for usage in the stream; what the provider reports reaches the
+// run (run(id).usage, cached tokens included) and the per-model counters.
+func TestOpenAIUsageReachesTheRunAndTheMetrics(t *testing.T) {
+	f := fakellm.New(t, fakellm.TextReply("One ", "two ", "three."))
+	a := startOpenAI(t, "sqlite", f, nil)
+	c := guest(t, a)
+	sid := openAISession(c, map[string]any{"model": "gpt-usage"})
+	ws := c.Connect("graphql-transport-ws")
+	_, evs := ws.Stream(sid, c.Cursor(sid))
+	_, run := c.Send(sid, "count")
+	if end := evs.Until("run ends", tgtest.RunEnds(run)); end.Run.Status != "COMPLETED" {
+		t.Fatalf("run ended %s: %s", end.Run.Status, end.Run.Error)
+	}
+	var out struct {
+		Run struct {
+			Usage *struct{ InputTokens, OutputTokens, CachedInputTokens int }
+		}
+	}
+	c.Must(`query($r: ID!){ run(id: $r){ usage { inputTokens outputTokens cachedInputTokens } } }`, map[string]any{"r": run}, &out)
+	if u := out.Run.Usage; u == nil || u.InputTokens != 20 || u.OutputTokens != 3 || u.CachedInputTokens != 5 {
+		t.Errorf("usage = %+v, want 20 in (5 cached), 3 out, as the provider said", u)
+	}
+	resp, err := http.Get(a.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := &syncBuffer{}
-	a := serveAppLog(t, cfg, log)
-	c := guest(t, a)
-	sid := openAISession(c, map[string]any{"model": "gpt-test"})
-	ws := c.Connect("graphql-transport-ws")
-	_, evs := ws.Stream(sid, c.Cursor(sid))
-	_, run := c.Send(sid, "hello")
-	end := evs.Until("run ends", tgtest.RunEnds(run))
-	if end.Run.Status != "FAILED" || !strings.Contains(end.Run.Error, "could not reach the model provider") {
-		t.Fatalf("run ended %s: %q", end.Run.Status, end.Run.Error)
-	}
-	lines := log.lines(`"run failed"`)
-	if len(lines) != 1 {
-		t.Fatalf("%d log lines for the failed run, want 1:\n%s", len(lines), log.buf.String())
-	}
-	l := lines[0]
-	for k, want := range map[string]string{"session": sid, "run": run, "agent": "openai", "model": "gpt-test", "code": "unavailable"} {
-		if got, _ := l[k].(string); got != want {
-			t.Errorf("log %s = %q, want %q", k, got, want)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`talkgraph_model_tokens_total{kind="input",model="gpt-usage"} 20`,
+		`talkgraph_model_tokens_total{kind="output",model="gpt-usage"} 3`, `talkgraph_model_tokens_total{kind="cached_input",model="gpt-usage"} 5`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
 		}
-	}
-	if cause, _ := l["err"].(string); !strings.Contains(cause, "connection refused") {
-		t.Errorf("log err = %q, want the cause (connection refused)", cause)
-	}
-	if strings.Contains(log.buf.String(), llmKey) {
-		t.Error("the API key is in the log")
 	}
 }

@@ -38,6 +38,9 @@ func (s *Service) AddMessage(ctx context.Context, sessionID, content, key string
 	if err != nil {
 		return nil, nil, err
 	}
+	if r.Run != nil {
+		s.annotate(ctx, sessionID, r.Run.ID)
+	}
 	return r.Message, r.Run, nil
 }
 
@@ -127,7 +130,7 @@ func (s *Service) addMessage(ctx context.Context, u, sessionID, content, key str
 	t.onCommit(func() {
 		s.counted(u, 0, int64(len(content)))
 		if st.active == nil {
-			s.startLocked(st, run, false, admitted)
+			s.startLocked(st, run, false, admitted, ctx)
 		} else {
 			st.queue = append(st.queue, run)
 		}

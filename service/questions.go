@@ -35,6 +35,7 @@ func (s *Service) Respond(ctx context.Context, questionID, answer string) (*Ques
 	if err != nil {
 		return nil, nil, err
 	}
+	s.annotate(ctx, q.SessionID, q.RunID)
 	return r.Question, r.Run, nil
 }
 
@@ -90,7 +91,7 @@ func (s *Service) respond(ctx context.Context, q *Question, answer string) (*Que
 		ar.sealed = true
 		ar.cancel()
 		st.active = nil
-		s.startLocked(st, ar.run, true, false)
+		s.startLocked(st, ar.run, true, false, ctx)
 		ar.parked = false
 		s.releaseState(st)
 	})

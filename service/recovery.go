@@ -22,7 +22,7 @@ func (s *Service) recover(ctx context.Context) error {
 func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *Run) error {
 	if run.Status == RunQueued {
 		if st.active == nil {
-			s.startLocked(st, run, false, false)
+			s.startLocked(st, run, false, false, nil)
 		} else {
 			st.queue = append(st.queue, run)
 		}

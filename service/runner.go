@@ -27,6 +27,8 @@ import (
 //   - Report tool calls with out.StartTool; the service shows them live.
 //   - Report what each call of a model cost with out.ReportUsage: it adds up on the run
 //     (Run.usage in the API) and in the server's per-model counters.
+//   - When the server traces, ctx carries the run's span: spans started from
+//     trace.SpanFromContext(ctx).TracerProvider() are its children (see the openai agent).
 //   - Return promptly when ctx is cancelled (stop, a newer message, deleting the session,
 //     shutdown). Whatever was streamed is kept. Returning ctx.Err() or nil then is fine.
 //   - Return an error to fail the run. The run shows ErrorMessage(err): use *Error (Errorf)
@@ -34,6 +36,13 @@ import (
 //     A panic fails the run the same way; the server goes on.
 type Runner interface {
 	Run(ctx context.Context, req RunRequest, out Output) error
+}
+
+// ModelNamer is implemented by agents that talk to a model: ModelFor names the model a run
+// with the given settings uses (the session's choice, or the agent's default). The service
+// puts it in the log line of a failed run and on the run's span.
+type ModelNamer interface {
+	ModelFor(Settings) string
 }
 
 // RunnerFunc adapts a function to Runner.

@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // activeRun is the in-memory side of a run that owns its session: queued for a slot,
@@ -16,6 +18,7 @@ type activeRun struct {
 	run    *Run
 	ctx    context.Context
 	cancel context.CancelFunc
+	span   trace.Span // nil unless the service traces
 	// sealed is set once the run's end is recorded (or it is left for a restart): nothing
 	// the agent does afterwards is written.
 	sealed bool
@@ -64,10 +67,19 @@ func runEvent(r *Run) *Event {
 
 // startLocked makes run the session's active run and starts a goroutine that waits for a
 // slot and executes it. resumed runs (after an answer) go first in their user's line; a run
-// admitted already (holding) has its slot.
-func (s *Service) startLocked(st *sessionState, run *Run, resumed, holding bool) *activeRun {
+// admitted already (holding) has its slot. from is the context of the operation that
+// starts the run, if any (for its trace).
+func (s *Service) startLocked(st *sessionState, run *Run, resumed, holding bool, from context.Context) *activeRun {
 	ctx, cancel := context.WithCancel(context.Background())
-	ar := &activeRun{st: st, run: run, ctx: ctx, cancel: cancel, answer: make(chan string, 1), tools: map[string]*toolState{}}
+	var span trace.Span
+	if s.tracer != nil {
+		var cause trace.SpanContext
+		if from != nil {
+			cause = trace.SpanContextFromContext(from)
+		}
+		ctx, span = s.startRunSpan(ctx, st, run, cause)
+	}
+	ar := &activeRun{st: st, run: run, ctx: ctx, cancel: cancel, span: span, answer: make(chan string, 1), tools: map[string]*toolState{}}
 	ar.holdsSlot.Store(holding)
 	ar.done, ar.prev = make(chan struct{}), st.agentDone
 	st.agentDone = ar.done
@@ -86,7 +98,7 @@ func (s *Service) startNextLocked(st *sessionState) {
 	}
 	next := st.queue[0]
 	st.queue = st.queue[1:]
-	s.startLocked(st, next, false, false)
+	s.startLocked(st, next, false, false, nil)
 }
 
 // execute runs the agent of ar: it waits for a slot, marks the run RUNNING, calls the
@@ -99,6 +111,10 @@ func (s *Service) execute(ar *activeRun, resumed bool) {
 		s.waitPrevious(ar)
 		close(ar.done)
 	}()
+	var err error // what the agent returned
+	if ar.span != nil {
+		defer func() { s.endRunSpan(ar, err) }()
+	}
 	if !ar.holdsSlot.Load() {
 		if err := s.sched.acquire(ar.ctx, ar.run.UserID, resumed); err != nil {
 			return // stopped while queued, or the server is shutting down: it stays as stored
@@ -118,8 +134,12 @@ func (s *Service) execute(ar *activeRun, resumed bool) {
 	if sealed {
 		return
 	}
+	runner, ok := s.agents.Get(ar.run.Agent)
+	model := modelOf(runner, req.Settings)
+	if ar.span != nil && model != "" {
+		ar.span.SetAttributes(AttrModel.String(model))
+	}
 	if err == nil {
-		runner, ok := s.agents.Get(ar.run.Agent)
 		s.waitPrevious(ar)
 		switch {
 		case !ok:
@@ -138,14 +158,19 @@ func (s *Service) execute(ar *activeRun, resumed bool) {
 	case ar.sealed:
 		return
 	case ar.writeErr != nil:
-		status, msg = RunFailed, ErrorMessage(ar.writeErr)
+		err = ar.writeErr
+		status, msg = RunFailed, ErrorMessage(err)
 	case err == nil:
 	case isCtxErr(err) && ar.ctx.Err() != nil:
 		status = RunCancelled
 	default:
 		status, msg = RunFailed, ErrorMessage(err)
+	}
+	if status == RunFailed {
+		// The one line an operator gets for a failed run: what the user was told is in
+		// the run's error; err says why (agents keep secrets out of it).
 		s.log.Error("run failed", "session", st.id, "run", ar.run.ID, "agent", ar.run.Agent,
-			"model", modelOf(req.Settings), "code", ErrorCode(err), "err", err)
+			"model", model, "code", ErrorCode(err), "err", err)
 	}
 	s.finishLockedRetrying(ar, status, msg)
 }
@@ -168,7 +193,12 @@ func (s *Service) waitPrevious(ar *activeRun) {
 	ar.prev = nil
 }
 
-func modelOf(set Settings) string {
+// modelOf names the model a run of runner with set uses: the agent's word when it is a
+// ModelNamer, else the session's model setting ("" when neither says).
+func modelOf(runner Runner, set Settings) string {
+	if n, ok := runner.(ModelNamer); ok {
+		return n.ModelFor(set)
+	}
 	if set.Model != nil {
 		return *set.Model
 	}
@@ -395,6 +425,9 @@ func (s *Service) CancelRun(ctx context.Context, sessionID string) (*Run, error)
 	if err != nil {
 		return nil, err
 	}
+	if r.Run != nil {
+		s.annotate(ctx, sessionID, r.Run.ID)
+	}
 	return r.Run, nil
 }
 
@@ -433,6 +466,9 @@ func (s *Service) Run(ctx context.Context, id string) (*Run, error) {
 	r, err := s.store.Run(ctx, id)
 	if ErrorCode(err) == ENOTFOUND || (err == nil && r.UserID != u) {
 		return nil, Errorf(ENOTFOUND, "run not found")
+	}
+	if err == nil {
+		s.annotate(ctx, r.SessionID, r.ID)
 	}
 	return r, err
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config holds the service's limits. A zero field takes its value from DefaultConfig,
@@ -47,6 +48,10 @@ type Config struct {
 	ReplicaID string
 	RunLease  time.Duration
 	Cluster   Cluster
+
+	// Tracing, when set, gives every run a span (see AttrSessionID) whose context the
+	// agent gets, so that its own spans are the run's children. nil: no spans, at no cost.
+	Tracing trace.TracerProvider
 }
 
 // DefaultConfig returns the defaults.
@@ -118,6 +123,7 @@ type Service struct {
 	cfg    Config
 	log    *slog.Logger
 	now    func() time.Time
+	tracer trace.Tracer // nil: no spans
 	sched  *scheduler
 	writer *writer
 
@@ -172,6 +178,9 @@ func New(ctx context.Context, store Store, agents *Agents, cfg Config, log *slog
 		compactions:   make(chan compaction, 4096),
 		compactorQuit: make(chan struct{}),
 		compactorDone: make(chan struct{}),
+	}
+	if cfg.Tracing != nil {
+		s.tracer = cfg.Tracing.Tracer(tracerName)
 	}
 	s.stats.runsDone = make(map[RunStatus]int64)
 	s.stats.usage = make(map[string]Usage)

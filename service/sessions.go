@@ -157,6 +157,7 @@ func (s *Service) CreateTalkSession(ctx context.Context, title string, settings 
 		return nil, err
 	}
 	s.counted(u, 1, sess.Size())
+	s.annotate(ctx, sess.ID, "")
 	return &SessionView{TalkSession: sess, Status: SessionIdle, StreamCursor: EncodeCursor(sess.ID, Cursor{})}, nil
 }
 

@@ -106,6 +106,9 @@ func (s *Service) session(ctx context.Context, id string) (*TalkSession, error) 
 	if ErrorCode(err) == ENOTFOUND || (err == nil && sess.UserID != u) {
 		return nil, Errorf(ENOTFOUND, "session not found")
 	}
+	if err == nil {
+		s.annotate(ctx, id, "")
+	}
 	return sess, err
 }
 

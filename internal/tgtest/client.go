@@ -134,6 +134,7 @@ func (c *Client) Send(sessionID, content string) (msgID, runID string) {
 // Message is a message as the API shows it.
 type Message struct {
 	ID, Role, Kind, Content, Status, RunID string
+	Error                                  string // the failure reason of a FAILED message (in MessageCompleted)
 }
 
 // Messages returns the session's whole history, oldest first, page by page.
@@ -170,7 +171,7 @@ const StreamQuery = `subscription($s: ID!, $a: String){ messageStream(sessionId:
   __typename cursor at
   ... on MessageAdded { message { id role kind content status runId } }
   ... on MessageChunk { messageId delta offset }
-  ... on MessageCompleted { message { id role kind content status runId } }
+  ... on MessageCompleted { message { id role kind content status runId error } }
   ... on RunStatusChanged { run { id status error } }
   ... on QuestionAsked { question { id prompt runId } }
   ... on QuestionAnswered { question { id answer } }

@@ -177,3 +177,7 @@ func pause(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// ModelFor names the model the demo agent's runs report their usage under
+// (service.ModelNamer).
+func (a *Agent) ModelFor(service.Settings) string { return Model }

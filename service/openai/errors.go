@@ -32,6 +32,7 @@ type failure struct {
 	retry   bool   // worth another attempt, if nothing was streamed yet
 	// retryAfter is the provider's Retry-After, or -1 when it sent none.
 	retryAfter time.Duration
+	status     int // the HTTP status the provider answered, 0 when it answered none
 }
 
 func (f *failure) Error() string { return f.message + ": " + f.cause }
@@ -70,7 +71,7 @@ func (e *statusError) Error() string {
 
 // failureFor turns an error status into a failure with a message for the user.
 func failureFor(e *statusError) *failure {
-	f := &failure{cause: e.Error(), retryAfter: e.retryAfter}
+	f := &failure{cause: e.Error(), retryAfter: e.retryAfter, status: e.status}
 	switch {
 	case e.status == http.StatusUnauthorized:
 		f.message = "the model provider refused the API key"

@@ -191,10 +191,7 @@ func New(cfg Config) (*Agent, error) {
 // EINVALID when no model is configured). Neither errors nor anything written to out
 // contain the API key, even when the provider or a tool echoes it.
 func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Output) error {
-	model, temperature, system := a.cfg.Model, a.cfg.Temperature, a.cfg.SystemPrompt
-	if s := req.Settings.Model; s != nil && *s != "" {
-		model = *s
-	}
+	model, temperature, system := a.ModelFor(req.Settings), a.cfg.Temperature, a.cfg.SystemPrompt
 	if s := req.Settings.Temperature; s != nil {
 		temperature = s
 	}
@@ -206,6 +203,7 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 	}
 
 	g := guard(out, a.secret)
+	rt := a.tracing(ctx, req, model)
 	used := map[string]bool{"": true}
 	for _, h := range req.History {
 		for _, tc := range h.ToolCalls {
@@ -229,7 +227,7 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 		if round == maxRounds {
 			return service.Errorf(service.EUNAVAILABLE, "the model kept calling tools without finishing its reply")
 		}
-		t, err := a.stream(ctx, params, g, used)
+		t, err := a.stream(ctx, params, g, used, rt)
 		if t != nil && t.usage != nil {
 			if uerr := g.ReportUsage(model, *t.usage); uerr != nil {
 				return uerr
@@ -247,11 +245,20 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 				abandon(t.calls[i:], "not run: the run was stopped")
 				return ctx.Err()
 			}
-			result := a.runTool(ctx, c, g)
+			result := a.runTool(ctx, c, g, rt)
 			params.Messages = append(params.Messages, oai.ToolMessage(result, c.id))
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
+}
+
+// ModelFor names the model a run with set uses: the session's model, or the agent's
+// default (service.ModelNamer).
+func (a *Agent) ModelFor(set service.Settings) string {
+	if m := set.Model; m != nil && *m != "" {
+		return *m
+	}
+	return a.cfg.Model
 }

@@ -49,9 +49,11 @@ func (t *turn) wireCalls() []wireCall {
 // stream makes one request, retrying it while that is safe: the failure is transient
 // (429, 5xx, a connection error) and nothing of the response reached out yet, so a retry
 // can never show the user something twice.
-func (a *Agent) stream(ctx context.Context, params oai.ChatCompletionNewParams, out *guardedOutput, used map[string]bool) (*turn, error) {
+func (a *Agent) stream(ctx context.Context, params oai.ChatCompletionNewParams, out *guardedOutput, used map[string]bool, rt *runTrace) (*turn, error) {
 	for attempt := 0; ; attempt++ {
+		span := rt.startCall(ctx, attempt)
 		t, emitted, err := a.attempt(ctx, params, out, used)
+		rt.endCall(span, t, err, a.secret)
 		if err == nil {
 			return t, nil
 		}

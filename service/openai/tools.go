@@ -68,9 +68,11 @@ func toolDef(t Tool) oai.ChatCompletionToolUnionParam {
 
 // runTool runs one reported call and returns what the model should read. It finishes the
 // call's handle with the result or the error.
-func (a *Agent) runTool(ctx context.Context, c *call, out service.Output) string {
+func (a *Agent) runTool(ctx context.Context, c *call, out service.Output, rt *runTrace) string {
 	var result string
 	var err error
+	ctx, span := rt.startTool(ctx, c)
+	defer func() { rt.endTool(span, err, a.secret) }()
 	switch tool := a.tools[c.name]; {
 	case c.name == askUserName:
 		result, err = askUser(ctx, c.args.String(), out)
