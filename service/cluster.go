@@ -166,8 +166,17 @@ func (s *Service) ownerOf(ctx context.Context, sessionID string) (string, error)
 	if run.Owner == s.id || s.alive(run.Owner) {
 		return run.Owner, nil
 	}
+	// Its owner was not alive at this replica's last heartbeat: it may be gone, or have
+	// started since. The store decides: runs whose owner's lease lapsed are claimed here,
+	// and the run's owner is read again.
 	s.claim(ctx)
-	return s.id, nil
+	run, err = s.coord.ActiveRun(ctx, sessionID)
+	if ErrorCode(err) == ENOTFOUND {
+		return "", nil
+	} else if err != nil {
+		return "", err
+	}
+	return run.Owner, nil
 }
 
 // alive reports whether replica id was alive at the last heartbeat.
@@ -307,17 +316,32 @@ func (s *Service) resync() {
 	}
 }
 
-// leases keeps this replica alive in the store and takes over the runs of replicas that
-// are not, until the service closes.
+// leases keeps this replica alive in the store, until the service closes: a heartbeat
+// every third of the lease, each followed by a claim of the runs of replicas that are not
+// alive. Claims run apart (claimer), so that a slow takeover never delays a heartbeat.
 func (s *Service) leases() {
 	defer close(s.leasesDone)
+	claimerDone := make(chan struct{})
+	go s.claimer(claimerDone)
+	defer func() { <-claimerDone }()
 	t := time.NewTicker(s.cfg.RunLease / 3)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
 			s.heartbeat(context.Background())
-			s.claim(context.Background())
+			s.claimSoon()
+		case <-s.closing:
+			return
+		}
+	}
+}
+
+// claimer claims runs whenever claimSoon asks, until the service closes.
+func (s *Service) claimer(done chan struct{}) {
+	defer close(done)
+	for {
+		select {
 		case <-s.claimNow:
 			s.claim(context.Background())
 		case <-s.closing:
@@ -326,7 +350,17 @@ func (s *Service) leases() {
 	}
 }
 
-// heartbeat tells the store this replica lives for another lease, and learns who else does.
+// claimSoon asks the claimer to claim orphaned runs.
+func (s *Service) claimSoon() {
+	select {
+	case s.claimNow <- struct{}{}:
+	default:
+	}
+}
+
+// heartbeat tells the store this replica lives for another lease, and learns who else
+// does. When its lease had lapsed meanwhile (the store was out of reach for that long),
+// survivors may have taken its runs over: each is checked, and dropped here if so.
 func (s *Service) heartbeat(ctx context.Context) error {
 	now := time.Now()
 	live, err := s.coord.Heartbeat(ctx, s.id, now, now.Add(s.cfg.RunLease))
@@ -335,7 +369,74 @@ func (s *Service) heartbeat(ctx context.Context) error {
 		return err
 	}
 	s.live.Store(live)
+	s.leaseMu.Lock()
+	lapsed := !s.leaseUntil.IsZero() && time.Now().After(s.leaseUntil)
+	s.leaseUntil = now.Add(s.cfg.RunLease)
+	s.leaseMu.Unlock()
+	if lapsed {
+		s.log.Warn("this replica's lease lapsed (the store was out of reach); checking whether its runs were taken over")
+		for _, st := range s.liveStates() {
+			st.mu.Lock()
+			mine := st.active != nil || len(st.queue) > 0
+			st.mu.Unlock()
+			if mine {
+				s.holdState(st)
+				go s.reconcile(st)
+			}
+		}
+	}
 	return nil
+}
+
+// reconcileSoon reconciles st once a write of it found that the log moved on without
+// this replica (ErrNotNext) while it has a run here; st.mu must be held.
+func (s *Service) reconcileSoon(st *sessionState) {
+	if s.coord == nil || st.reconciling || (st.active == nil && len(st.queue) == 0) {
+		return
+	}
+	st.reconciling = true
+	s.holdState(st)
+	go s.reconcile(st)
+}
+
+// reconcile brings st back in line with the store: its log is read again, and the runs
+// this replica has for it are checked against their rows. A run that is no longer this
+// replica's (a survivor took it over while this replica could not renew its lease) stops
+// here without a write; the others go on. It releases st's reference when done.
+func (s *Service) reconcile(st *sessionState) {
+	defer s.releaseState(st)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	defer func() { st.reconciling = false }()
+	st.synced = false
+	if err := s.readyLocked(ctx, st); err != nil {
+		return
+	}
+	lost := func(r *Run) bool {
+		stored, err := s.store.Run(ctx, r.ID)
+		return err == nil && (stored.Owner != s.id || stored.Status.Final())
+	}
+	queue := st.queue[:0]
+	for _, r := range st.queue {
+		if !lost(r) {
+			queue = append(queue, r)
+		}
+	}
+	st.queue = queue
+	if ar := st.active; ar != nil && !ar.sealed && lost(ar.run) {
+		s.log.Warn("another replica took this run over; it stops here", "run", ar.run.ID, "session", st.id, "replica", s.id)
+		ar.sealed = true
+		ar.cancel()
+		st.active = nil
+		if ar.parked {
+			ar.parked = false
+			s.releaseState(st)
+		}
+		s.startNextLocked(st)
+	}
+	s.unserveLocked(st)
 }
 
 // claim takes over the active runs of replicas that are no longer alive: a run that was
@@ -367,10 +468,7 @@ func (s *Service) onLeft(id string) {
 	if id == s.id {
 		return
 	}
-	select {
-	case s.claimNow <- struct{}{}:
-	default:
-	}
+	s.claimSoon()
 }
 
 // pause waits d or until ctx ends.
@@ -420,6 +518,9 @@ func (s *Service) join(ctx context.Context) error {
 		return err
 	}
 	s.live.Store(live)
+	s.leaseMu.Lock()
+	s.leaseUntil = now.Add(s.cfg.RunLease)
+	s.leaseMu.Unlock()
 	if s.cluster == nil {
 		for _, id := range live {
 			if id != s.id {

@@ -99,24 +99,38 @@ func (s *Service) execute(ar *activeRun, resumed bool) {
 		s.waitPrevious(ar)
 		close(ar.done)
 	}()
-	if !ar.holdsSlot.Load() {
-		if err := s.sched.acquire(ar.ctx, ar.run.UserID, resumed); err != nil {
-			return // stopped while queued, or the server is shutting down: it stays as stored
-		}
-		ar.holdsSlot.Store(true)
-	}
 	defer func() {
 		if ar.holdsSlot.Swap(false) {
 			s.sched.release(ar.run.UserID)
 		}
 	}()
-
-	st.mu.Lock()
-	req, err := s.startRunLocked(ar)
-	sealed := ar.sealed
-	st.mu.Unlock()
-	if sealed {
-		return
+	var req RunRequest
+	var err error
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+		if !ar.holdsSlot.Load() {
+			if err := s.sched.acquire(ar.ctx, ar.run.UserID, resumed); err != nil {
+				return // stopped while queued, or the server is shutting down: it stays as stored
+			}
+			ar.holdsSlot.Store(true)
+		}
+		st.mu.Lock()
+		req, err = s.startRunLocked(ar)
+		sealed := ar.sealed
+		st.mu.Unlock()
+		if sealed {
+			return
+		}
+		if ErrorCode(err) != ERATELIMIT {
+			break
+		}
+		// The user's other runs hold every slot RunsPerUser gives them, on other
+		// replicas: give this replica's slot back and try again once one may be free.
+		if ar.holdsSlot.Swap(false) {
+			s.sched.release(ar.run.UserID)
+		}
+		if pauseOrStop(ar.ctx, s.closing, pause) != nil {
+			return // stopped while queued, or the server is shutting down: it stays as stored
+		}
 	}
 	if err == nil {
 		runner, ok := s.agents.Get(ar.run.Agent)
@@ -195,6 +209,11 @@ func (s *Service) startRunLocked(ar *activeRun) (RunRequest, error) {
 		now := s.now()
 		snap.Status, snap.StartedAt = RunRunning, &now
 		s.add(t, runEvent(&snap))
+		if s.coord != nil {
+			// Across replicas: ERATELIMIT while the user's runs hold RunsPerUser slots
+			// elsewhere (execute tries again).
+			t.b.Admit = &Admission{UserID: ar.run.UserID, RunID: ar.run.ID, Limit: s.cfg.RunsPerUser}
+		}
 		t.onCommit(func() { ar.run.setState(&snap) })
 		if err := s.commitLocked(ar.ctx, t); err != nil {
 			return RunRequest{}, err
@@ -435,4 +454,18 @@ func (s *Service) Run(ctx context.Context, id string) (*Run, error) {
 		return nil, Errorf(ENOTFOUND, "run not found")
 	}
 	return r, err
+}
+
+// pauseOrStop waits d, or until ctx ends or stop is closed (then it returns an error).
+func pauseOrStop(ctx context.Context, stop <-chan struct{}, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-stop:
+		return Errorf(EUNAVAILABLE, "the server is shutting down")
+	}
 }
