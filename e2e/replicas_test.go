@@ -255,7 +255,9 @@ func TestReplicas(t *testing.T) {
 			t.Fatalf("history on replica 0: %+v", msgs)
 		}
 		var list struct {
-			Sessions struct{ Edges []struct{ Node struct{ ID string } } }
+			Sessions struct {
+				Edges []struct{ Node struct{ ID string } }
+			}
 		}
 		c2.Must(`{ sessions(first: 10){ edges { node { id } } } }`, nil, &list)
 		if len(list.Sessions.Edges) != 1 || list.Sessions.Edges[0].Node.ID != sid {
@@ -552,4 +554,3 @@ func TestReplicas(t *testing.T) {
 		}
 	})
 }
-
