@@ -2,10 +2,14 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/talkgraph/talkgraph/internal/testsvc"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
@@ -78,6 +84,7 @@ func newReplicaSet(t *testing.T, o setOptions) *replicaSet {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
+			rs.dumpRuns()
 			for _, r := range rs.reps {
 				log, _ := os.ReadFile(filepath.Join(r.dir, "child.log"))
 				if len(log) > 6000 {
@@ -88,6 +95,36 @@ func newReplicaSet(t *testing.T, o setOptions) *replicaSet {
 		}
 	})
 	return rs
+}
+
+// dumpRuns logs the runs that are not over and the replicas' leases, as the database
+// has them, for a failed test.
+func (rs *replicaSet) dumpRuns() {
+	u, err := url.Parse(rs.db)
+	if err != nil {
+		return
+	}
+	admin, err := url.Parse(testsvc.AdminURL())
+	if err != nil {
+		return
+	}
+	u.Host = admin.Host // not through a test's proxy
+	conn, err := pgx.Connect(context.Background(), u.String())
+	if err != nil {
+		rs.t.Logf("runs: %v", err)
+		return
+	}
+	defer conn.Close(context.Background())
+	for _, q := range []string{`SELECT 'run ' || id || ' session ' || session_id || ' ' || status || ' owner ' || owner FROM runs WHERE status NOT IN ('COMPLETED','CANCELLED','INTERRUPTED','FAILED') ORDER BY created_at`,
+		`SELECT 'replica ' || id || ' until ' || until FROM replicas`} {
+		rows, err := conn.Query(context.Background(), q)
+		if err != nil {
+			rs.t.Logf("%s: %v", q, err)
+			continue
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		rs.t.Logf("database: %q %v", lines, err)
+	}
 }
 
 // start starts the replica's process (again), and waits until it is ready.
@@ -553,4 +590,521 @@ func TestReplicas(t *testing.T) {
 			t.Fatalf("its message does not say what to set:\n%s", out)
 		}
 	})
+}
+
+// logLines returns the replica logs' lines that contain every one of words.
+func logLines(rs []*replica, words ...string) []string {
+	var out []string
+	for _, r := range rs {
+		for _, line := range strings.Split(r.log(), "\n") {
+			ok := true
+			for _, w := range words {
+				ok = ok && strings.Contains(line, w)
+			}
+			if ok {
+				out = append(out, line)
+			}
+		}
+	}
+	return out
+}
+
+// untilOK repeats op while it answers UNAVAILABLE (what a client does while a replica's
+// runs are being taken over), for up to d; it returns the last answer and how long it
+// took.
+func untilOK(t *testing.T, d time.Duration, op func() *tgtest.Response) (*tgtest.Response, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	for {
+		res := op()
+		if res.Code() != "UNAVAILABLE" || time.Since(start) > d {
+			return res, time.Since(start)
+		}
+		time.Sleep(50 * time.Millisecond) // a client's pause before it tries again
+	}
+}
+
+// TestReplicasSIGKILL kills the replica running two sessions' agents, one streaming and
+// one waiting for an answer: a survivor ends the streaming run INTERRUPTED within the lease
+// (plus the time to notice), keeping its text, and says so in its log and metrics; the
+// session stays usable; the answer, given on a survivor, resumes the waiting run there.
+func TestReplicasSIGKILL(t *testing.T) {
+	t.Parallel()
+	rs := newReplicaSet(t, setOptions{})
+	r := rs.reps
+	c := tgtest.Guest(t, r[0].URL)
+	streaming, asking := c.CreateSession(nil), c.CreateSession(nil)
+	on1 := c.On(r[1].URL)
+	ws := on1.Connect("graphql-transport-ws")
+	_, s1 := ws.Stream(streaming, c.Cursor(streaming))
+	_, s2 := ws.Stream(asking, c.Cursor(asking))
+	_, slow := c.Send(streaming, "/slow 300") // taken, and run, by replica 0
+	_, ask := c.Send(asking, "/ask still there?")
+	s1.Until("text", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" })
+	q := s2.Until("the question", func(e tgtest.Event) bool { return e.Typename == "QuestionAsked" })
+
+	killed := time.Now()
+	r[0].kill()
+	end := s1.Until("the killed replica's run to end", tgtest.RunEnds(slow))
+	took := time.Since(killed)
+	t.Logf("a survivor ended the killed replica's run %s %v after SIGKILL (RUN_LEASE %v)", end.Run.Status, took, lease)
+	if end.Run.Status != "INTERRUPTED" {
+		t.Errorf("run ended %s, want INTERRUPTED", end.Run.Status)
+	}
+	if took > lease+2*time.Second {
+		t.Errorf("takeover took %v, more than the lease (%v) plus 2s", took, lease)
+	}
+	text := checkStream(t, streaming, s1.All)
+	msgs := on1.Messages(streaming)
+	if reply := msgs[len(msgs)-1]; reply.Status != "INTERRUPTED" || !strings.HasPrefix(reply.Content, "chunk 1.") || text[reply.ID] != reply.Content {
+		t.Errorf("the killed run's reply: %+v, streamed %q", reply, text[reply.ID])
+	}
+	_, again := c.On(r[2].URL).Send(streaming, "still usable?")
+	if end := s1.Until("the next run", tgtest.RunEnds(again)); end.Run.Status != "COMPLETED" {
+		t.Errorf("next run ended %s", end.Run.Status)
+	}
+
+	res, waited := untilOK(t, lease+5*time.Second, func() *tgtest.Response {
+		return c.On(r[2].URL).Do(`mutation($q: ID!){ respondToQuestion(input:{questionId:$q, answer:"after the kill"}){ run { id } } }`,
+			map[string]any{"q": q.Question.ID})
+	})
+	if len(res.Errors) > 0 {
+		t.Fatalf("answer on a survivor: %+v", res.Errors)
+	}
+	t.Logf("the answer on a survivor was taken %v after SIGKILL (%v of it retrying)", time.Since(killed), waited)
+	if end := s2.Until("the resumed run", tgtest.RunEnds(ask)); end.Run.Status != "COMPLETED" {
+		t.Fatalf("resumed run ended %s", end.Run.Status)
+	}
+	if reply := lastAssistant(on1.Messages(asking)); !strings.Contains(reply.Content, "after the kill") {
+		t.Errorf("resumed reply %q does not use the answer", reply.Content)
+	}
+
+	// Every takeover has its log line, and the survivors count them.
+	for _, run := range []string{slow, ask} {
+		if lines := logLines(r[1:], `"msg":"took over a run"`, run); len(lines) != 1 {
+			t.Errorf("log lines of the takeover of %s: %q", run, lines)
+		}
+	}
+	if n := r[1].metric(t, "talkgraph_runs_taken_over_total") + r[2].metric(t, "talkgraph_runs_taken_over_total"); n != 2 {
+		t.Errorf("talkgraph_runs_taken_over_total adds up to %v on the survivors, want 2", n)
+	}
+	for _, rep := range r[1:] {
+		rep.metric(t, "talkgraph_runs_owned")
+		rep.metric(t, "talkgraph_broker_reconnects_total")
+	}
+
+	// The killed replica comes back under its name and serves again.
+	r[0].start()
+	_, back := c.Send(streaming, "back again")
+	if end := s1.Until("a run on the restarted replica", tgtest.RunEnds(back)); end.Run.Status != "COMPLETED" {
+		t.Errorf("run through the restarted replica ended %s", end.Run.Status)
+	}
+}
+
+// TestReplicasSIGTERM stops a replica gracefully while it runs an agent, has one waiting
+// for an answer and a run queued behind another: the others take them over at once, not
+// after the lease (a minute here).
+func TestReplicasSIGTERM(t *testing.T) {
+	t.Parallel()
+	rs := newReplicaSet(t, setOptions{env: []string{"RUN_LEASE=60s"}})
+	r := rs.reps
+	c := tgtest.Guest(t, r[0].URL)
+	streaming, asking := c.CreateSession(nil), c.CreateSession(nil)
+	queued := c.CreateSession(map[string]any{"busyPolicy": "ENQUEUE"})
+	on1 := c.On(r[1].URL)
+	ws := on1.Connect("graphql-transport-ws")
+	_, s1 := ws.Stream(streaming, c.Cursor(streaming))
+	_, s2 := ws.Stream(asking, c.Cursor(asking))
+	_, s3 := ws.Stream(queued, c.Cursor(queued))
+	_, slow := c.Send(streaming, "/slow 300")
+	_, ask := c.Send(asking, "/ask still there?")
+	_, first := c.Send(queued, "/slow 300")
+	s1.Until("text", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" })
+	q := s2.Until("the question", func(e tgtest.Event) bool { return e.Typename == "QuestionAsked" })
+	// The queued message is sent once the run before it works (a run reads the history as
+	// it is when it starts).
+	s3.Until("text", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" })
+	_, second := c.Send(queued, "waiting my turn")
+
+	stopped := time.Now()
+	r[0].signal(syscall.SIGTERM)
+	t.Logf("replica 0 exited %v after SIGTERM", time.Since(stopped))
+	if end := s1.Until("the running run's end", tgtest.RunEnds(slow)); end.Run.Status != "INTERRUPTED" {
+		t.Errorf("running run ended %s at SIGTERM", end.Run.Status)
+	}
+	if end := s3.Until("the running run's end", tgtest.RunEnds(first)); end.Run.Status != "INTERRUPTED" {
+		t.Errorf("running run ended %s at SIGTERM", end.Run.Status)
+	}
+	if end := s3.Until("the queued run's end", tgtest.RunEnds(second)); end.Run.Status != "COMPLETED" {
+		t.Errorf("queued run ended %s on a survivor", end.Run.Status)
+	}
+	res, waited := untilOK(t, 10*time.Second, func() *tgtest.Response {
+		return on1.Do(`mutation($q: ID!){ respondToQuestion(input:{questionId:$q, answer:"handed over"}){ run { id } } }`,
+			map[string]any{"q": q.Question.ID})
+	})
+	if len(res.Errors) > 0 {
+		t.Fatalf("answer on a survivor: %+v", res.Errors)
+	}
+	if end := s2.Until("the resumed run", tgtest.RunEnds(ask)); end.Run.Status != "COMPLETED" {
+		t.Fatalf("resumed run ended %s", end.Run.Status)
+	}
+	took := time.Since(stopped)
+	t.Logf("every run handed over and done %v after SIGTERM (the answer retried for %v)", took, waited)
+	if took > 10*time.Second {
+		t.Errorf("the handover took %v: it should not wait for the lease", took)
+	}
+}
+
+// load sends messages to sessions through every replica in turn, one sender per session,
+// until stopped, and records those acknowledged.
+type load struct {
+	c     *tgtest.Client
+	rs    []*replica
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	acked map[string]ackedMessage // by message ID
+	codes map[string]int          // refusals, by code
+}
+
+type ackedMessage struct{ session, content string }
+
+func startLoad(c *tgtest.Client, rs []*replica, sids []string) *load {
+	l := &load{c: c, rs: rs, stop: make(chan struct{}), acked: map[string]ackedMessage{}, codes: map[string]int{}}
+	for i, sid := range sids {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			tick := time.NewTicker(40 * time.Millisecond) // the pace of the load
+			defer tick.Stop()
+			for n := 0; ; n++ {
+				select {
+				case <-l.stop:
+					return
+				case <-tick.C:
+				}
+				content := fmt.Sprintf("load %d.%d: a few words to echo", i, n)
+				res, err := sendWith(l.c.On(l.rs[(i+n)%len(l.rs)].URL), sid, content, "")
+				l.mu.Lock()
+				switch {
+				case err != nil:
+					l.codes["(no answer)"]++
+				case len(res.Errors) > 0:
+					l.codes[res.Code()]++
+				default:
+					var out added
+					if json.Unmarshal(res.Data, &out) == nil && out.AddMessage.Message.ID != "" {
+						l.acked[out.AddMessage.Message.ID] = ackedMessage{sid, content}
+					}
+				}
+				l.mu.Unlock()
+			}
+		}()
+	}
+	return l
+}
+
+// count returns the number of messages acknowledged so far.
+func (l *load) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.acked)
+}
+
+// end stops the senders and checks, through c, that every acknowledged message is in its
+// session's history as it was sent.
+func (l *load) end(t *testing.T, c *tgtest.Client) {
+	t.Helper()
+	close(l.stop)
+	l.wg.Wait()
+	bySession := map[string]map[string]string{}
+	for id, m := range l.acked {
+		if bySession[m.session] == nil {
+			stored := map[string]string{}
+			for _, msg := range c.Messages(m.session) {
+				stored[msg.ID] = msg.Content
+			}
+			bySession[m.session] = stored
+		}
+		if got, ok := bySession[m.session][id]; !ok || got != m.content {
+			t.Errorf("acknowledged message %s (%q) lost or changed: %q", id, m.content, got)
+		}
+	}
+	t.Logf("%d messages acknowledged and kept; refused: %v", len(l.acked), l.codes)
+	if len(l.acked) == 0 {
+		t.Error("no message was acknowledged: the load did nothing")
+	}
+}
+
+// TestReplicasKillAll kills every replica with SIGKILL while messages are being sent
+// through all of them, and starts them again: every message acknowledged is there, no
+// reply is left streaming, and the sessions work.
+func TestReplicasKillAll(t *testing.T) {
+	t.Parallel()
+	rs := newReplicaSet(t, setOptions{})
+	r := rs.reps
+	c := tgtest.Guest(t, r[0].URL)
+	var sids []string
+	for range 4 {
+		sids = append(sids, c.CreateSession(nil))
+	}
+	l := startLoad(c, r, sids)
+	for l.count() < 40 {
+		time.Sleep(20 * time.Millisecond) // the load's progress has no event of its own
+	}
+	for _, rep := range r {
+		_ = rep.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	for _, rep := range r {
+		<-rep.done
+	}
+	close(l.stop)
+	l.wg.Wait()
+	l.stop = make(chan struct{}) // end closes it again
+	for _, rep := range r {
+		rep.start()
+	}
+	l.end(t, c)
+	for i, sid := range sids {
+		on := c.On(r[i%3].URL)
+		st := stateOf(on, sid)
+		for _, m := range on.Messages(sid) {
+			if m.Status == "STREAMING" && (st.ActiveRun == nil || m.RunID != st.ActiveRun.ID) {
+				t.Errorf("session %d: message %s still STREAMING, its run not active: %+v", i, m.ID, st)
+			}
+		}
+		_, evs := on.Connect("graphql-transport-ws").Stream(sid, on.Cursor(sid))
+		_, run := on.Send(sid, "after the restart")
+		if end := evs.Until("a run after the restart", tgtest.RunEnds(run)); end.Run.Status != "COMPLETED" {
+			t.Errorf("session %d: run after the restart ended %s", i, end.Run.Status)
+		}
+	}
+}
+
+// pgProxy forwards TCP connections to PostgreSQL and can cut them: the way these tests
+// take the database away from the replicas and give it back, without restarting the
+// machine's PostgreSQL, which other tests use at the same time.
+type pgProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	down   bool
+	conns  map[net.Conn]bool
+}
+
+func startProxy(t *testing.T, target string) *pgProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pgProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.forward(in)
+		}
+	}()
+	return p
+}
+
+func (p *pgProxy) forward(in net.Conn) {
+	p.mu.Lock()
+	down := p.down
+	p.mu.Unlock()
+	if down {
+		in.Close()
+		return
+	}
+	out, err := net.Dial("tcp", p.target)
+	if err != nil {
+		in.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.down {
+		p.mu.Unlock()
+		in.Close()
+		out.Close()
+		return
+	}
+	p.conns[in], p.conns[out] = true, true
+	p.mu.Unlock()
+	go func() { _, _ = io.Copy(out, in); out.Close(); in.Close() }()
+	_, _ = io.Copy(in, out)
+	in.Close()
+	out.Close()
+	p.mu.Lock()
+	delete(p.conns, in)
+	delete(p.conns, out)
+	p.mu.Unlock()
+}
+
+// cut closes every connection and refuses new ones until restore.
+func (p *pgProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+func (p *pgProxy) restore() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
+}
+
+// via returns dbURL with its host replaced by the proxy's address.
+func (p *pgProxy) via(t *testing.T, dbURL string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = p.ln.Addr().String()
+	return u.String()
+}
+
+// streamAcross starts a long reply in a session through replica 0 and follows it on the
+// others; done checks, once it ended, that each follower saw it whole, with no gap and no
+// duplicate.
+func streamAcross(t *testing.T, c *tgtest.Client, r []*replica) (done func()) {
+	t.Helper()
+	sid := c.CreateSession(nil)
+	cursor := c.Cursor(sid)
+	var streams []*tgtest.Events
+	for _, rep := range r[1:] {
+		_, evs := c.On(rep.URL).Connect("graphql-transport-ws").Stream(sid, cursor)
+		streams = append(streams, evs)
+	}
+	_, run := c.On(r[0].URL).Send(sid, "/slow 40")
+	streams[0].Until("text", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" })
+	return func() {
+		t.Helper()
+		for i, evs := range streams {
+			if end := evs.Until("the long reply's end", tgtest.RunEnds(run)); end.Run.Status != "COMPLETED" {
+				t.Errorf("the long reply ended %s", end.Run.Status)
+			}
+			text := checkStream(t, sid, evs.All)
+			reply := lastAssistant(c.Messages(sid))
+			if text[reply.ID] != reply.Content || !strings.HasSuffix(reply.Content, "chunk 40. ") {
+				t.Errorf("follower on replica %d: deltas %q, content %q", i+1, text[reply.ID], reply.Content)
+			}
+		}
+	}
+}
+
+// TestReplicasPostgresOutage takes PostgreSQL away from three replicas under load, twice:
+// its connections terminated on the server (pg_terminate_backend, as a restart of
+// PostgreSQL does), then a TCP proxy between the replicas and PostgreSQL cutting every
+// connection and refusing new ones for a while. While it is away /readyz is red and
+// operations answer UNAVAILABLE; once it is back /readyz is green, no acknowledged
+// message is lost, and a reply streamed meanwhile reaches followers on other replicas
+// whole. The machine's PostgreSQL itself is never restarted: other tests use it.
+func TestReplicasPostgresOutage(t *testing.T) {
+	t.Parallel()
+	db := testsvc.NewDatabase(t)
+	target, err := url.Parse(testsvc.AdminURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startProxy(t, target.Host)
+	// A lease longer than the outage: the replicas keep their runs through it.
+	rs := newReplicaSet(t, setOptions{db: proxy.via(t, db), env: []string{"RUN_LEASE=15s"}})
+	r := rs.reps
+	c := tgtest.Guest(t, r[0].URL)
+	var sids []string
+	for range 3 {
+		sids = append(sids, c.CreateSession(nil))
+	}
+	streamed := streamAcross(t, c, r)
+	l := startLoad(c, r, sids)
+
+	admin := testsvc.Admin(t)
+	name := testsvc.DatabaseName(t, db)
+	for range 5 {
+		var n int
+		if err := admin.QueryRow(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Fatal("no connection of the replicas to terminate")
+		}
+		for start := l.count(); l.count() < start+5; {
+			time.Sleep(20 * time.Millisecond) // the load's progress has no event of its own
+		}
+	}
+	t.Logf("%d messages acknowledged through 5 terminations of every connection", l.count())
+
+	proxy.cut()
+	cut := time.Now()
+	for _, rep := range r {
+		eventually(t, 10*time.Second, rep.id+"'s /readyz to go red", func() bool { return !rep.ready() })
+	}
+	for _, rep := range r {
+		if res := c.On(rep.URL).Do(`mutation($s: ID!){ addMessage(input:{sessionId:$s, content:"while away"}){ run { id } } }`,
+			map[string]any{"s": sids[0]}); res.Code() != "UNAVAILABLE" {
+			t.Errorf("addMessage on %s while PostgreSQL is away: %+v, want UNAVAILABLE", rep.id, res)
+		}
+	}
+	proxy.restore()
+	t.Logf("PostgreSQL was away for %v", time.Since(cut))
+	for _, rep := range r {
+		eventually(t, 15*time.Second, rep.id+"'s /readyz to go green", rep.ready)
+	}
+	for start := l.count(); l.count() < start+10; {
+		time.Sleep(20 * time.Millisecond) // the load's progress has no event of its own
+	}
+	l.end(t, c)
+	streamed()
+}
+
+// TestReplicasNATSOutage stops the NATS server under three replicas under load and starts
+// it again: meanwhile /readyz is red and operations answer UNAVAILABLE; once it is back
+// /readyz is green, the reconnection is counted, no acknowledged message is lost, and a
+// reply streamed meanwhile reaches followers on other replicas whole.
+func TestReplicasNATSOutage(t *testing.T) {
+	t.Parallel()
+	srv := testsvc.StartNATS(t)
+	rs := newReplicaSet(t, setOptions{nats: srv.URL})
+	r := rs.reps
+	c := tgtest.Guest(t, r[0].URL)
+	var sids []string
+	for range 3 {
+		sids = append(sids, c.CreateSession(nil))
+	}
+	streamed := streamAcross(t, c, r)
+	l := startLoad(c, r, sids)
+	for l.count() < 10 {
+		time.Sleep(20 * time.Millisecond) // the load's progress has no event of its own
+	}
+
+	srv.Stop()
+	stopped := time.Now()
+	for _, rep := range r {
+		eventually(t, 10*time.Second, rep.id+"'s /readyz to go red", func() bool { return !rep.ready() })
+	}
+	for _, rep := range r {
+		if res := c.On(rep.URL).Do(`mutation($s: ID!){ addMessage(input:{sessionId:$s, content:"while away"}){ run { id } } }`,
+			map[string]any{"s": sids[0]}); res.Code() != "UNAVAILABLE" {
+			t.Errorf("addMessage on %s while NATS is away: %+v, want UNAVAILABLE", rep.id, res)
+		}
+	}
+	srv.Start()
+	t.Logf("NATS was away for %v", time.Since(stopped))
+	for _, rep := range r {
+		eventually(t, 15*time.Second, rep.id+"'s /readyz to go green", rep.ready)
+		if n := rep.metric(t, "talkgraph_broker_reconnects_total"); n < 1 {
+			t.Errorf("%s counted %v reconnections", rep.id, n)
+		}
+	}
+	for start := l.count(); l.count() < start+10; {
+		time.Sleep(20 * time.Millisecond) // the load's progress has no event of its own
+	}
+	l.end(t, c)
+	streamed()
 }

@@ -39,6 +39,10 @@ type Cluster interface {
 	OnReconnect(fn func())
 	// Ready returns nil while the broker can be reached.
 	Ready() error
+	// Flush returns once the broker has taken everything this replica sent before it
+	// (subscriptions included): events published from then on reach this replica's
+	// followers.
+	Flush() error
 }
 
 // ErrNoServer is Cluster.Send's answer when no replica serves the session.
@@ -108,6 +112,13 @@ func forwarded(ctx context.Context) bool { return ctx.Value(forwardedKey{}) != n
 func (s *Service) route(ctx context.Context, cmd *Command, local func(ctx context.Context) (*Reply, error)) (*Reply, error) {
 	if s.coord == nil || forwarded(ctx) {
 		return local(ctx)
+	}
+	if s.cluster != nil {
+		// Without the broker this replica can neither reach the replica running the
+		// session's agent nor be reached by others for the run it would start.
+		if err := s.cluster.Ready(); err != nil {
+			return nil, err
+		}
 	}
 	var err error
 	var r *Reply
@@ -262,6 +273,15 @@ func (s *Service) followLocked(st *sessionState) {
 		return
 	}
 	st.following = stop
+	// Events another replica published before the broker knew this replica follows the
+	// session never come: once it knows, the log's end is read again.
+	s.holdState(st)
+	go func() {
+		defer s.releaseState(st)
+		if err := s.cluster.Flush(); err == nil {
+			s.resyncState(context.Background(), st)
+		}
+	}()
 }
 
 // remote takes events another replica wrote to st's session: those that follow the log
@@ -299,20 +319,49 @@ func (s *Service) remote(st *sessionState, evs []*Event) {
 // resync brings every followed session up to date with the store, after the broker was
 // out of reach and published events may have been missed.
 func (s *Service) resync() {
+	if s.cluster.Flush() != nil {
+		return // out of reach again: the next reconnection resyncs
+	}
 	ctx := context.Background()
 	for _, st := range s.liveStates() {
-		sess, err := s.store.Session(ctx, st.id)
-		st.mu.Lock()
-		switch {
-		case ErrorCode(err) == ENOTFOUND:
-			st.deleted = true
-			st.wakeLocked()
-		case err == nil && sess.LastSeq > st.lastSeq && st.active == nil:
-			st.lastSeq, st.lastOff = sess.LastSeq, 0
-			st.tail, st.tailStart = nil, sess.LastSeq+1
-			st.wakeLocked()
+		s.resyncState(ctx, st)
+	}
+}
+
+// resyncState moves st's end of the log to the store's, when the store's is further
+// (events other replicas wrote were missed), so that its subscribers read them there.
+func (s *Service) resyncState(ctx context.Context, st *sessionState) {
+	sess, err := s.store.Session(ctx, st.id)
+	if err != nil && ErrorCode(err) != ENOTFOUND {
+		return
+	}
+	var off int
+	if err == nil && sess.LastSeq > 0 {
+		last, err := s.store.Events(ctx, st.id, sess.LastSeq-1, 1)
+		if err != nil {
+			return
 		}
-		st.mu.Unlock()
+		if len(last) == 1 && last[0].Seq == sess.LastSeq {
+			off = CursorOf(last[0]).Off
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s.waitWriteLocked(st)
+	switch {
+	case st.deleted:
+	case err != nil: // ENOTFOUND
+		st.deleted = true
+		st.wakeLocked()
+	case sess.LastSeq > st.lastSeq && (st.active != nil || len(st.queue) > 0):
+		// This replica runs the session's agent, and yet the log moved on: see whether
+		// its run is still its own.
+		s.reconcileSoon(st)
+	case sess.LastSeq > st.lastSeq:
+		st.lastSeq, st.lastOff = sess.LastSeq, off
+		st.tail, st.tailStart = nil, sess.LastSeq+1
+		st.sess = nil
+		st.wakeLocked()
 	}
 }
 
@@ -410,9 +459,15 @@ func (s *Service) reconcile(st *sessionState) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	defer func() { st.reconciling = false }()
+	s.reconcileLocked(ctx, st)
+}
+
+// reconcileLocked is reconcile with st.mu held; it returns an error when the store could
+// not be read (nothing changed then).
+func (s *Service) reconcileLocked(ctx context.Context, st *sessionState) error {
 	st.synced = false
 	if err := s.readyLocked(ctx, st); err != nil {
-		return
+		return err
 	}
 	lost := func(r *Run) bool {
 		stored, err := s.store.Run(ctx, r.ID)
@@ -437,6 +492,7 @@ func (s *Service) reconcile(st *sessionState) {
 		s.startNextLocked(st)
 	}
 	s.unserveLocked(st)
+	return nil
 }
 
 // claim takes over the active runs of replicas that are no longer alive: a run that was
@@ -505,14 +561,11 @@ func DecodeReply(b []byte) (*Reply, error) {
 }
 
 // join makes this replica one of those sharing the store: it refuses to start beside a
-// live replica when there is no Cluster to reach it, takes over the runs left by replicas
-// that are gone (its own earlier life included), and starts to heartbeat.
+// live replica when there is no Cluster to reach it, takes back the runs of its own
+// earlier life (a replica restarted under the same ID), takes over those of replicas that
+// are gone, and starts to heartbeat.
 func (s *Service) join(ctx context.Context) error {
 	now := time.Now()
-	// A replica that restarts under the same ID is gone the moment it restarts.
-	if err := s.coord.Leave(ctx, s.id); err != nil {
-		return err
-	}
 	live, err := s.coord.Heartbeat(ctx, s.id, now, now.Add(s.cfg.RunLease))
 	if err != nil {
 		return err
@@ -524,12 +577,28 @@ func (s *Service) join(ctx context.Context) error {
 	if s.cluster == nil {
 		for _, id := range live {
 			if id != s.id {
+				_ = s.coord.Leave(ctx, s.id)
 				return Errorf(EUNAVAILABLE, "another replica (%s) uses this database: set NATS_URL on every replica so that they can reach each other, or stop it", id)
 			}
 		}
 	} else {
 		s.cluster.OnLeft(s.onLeft)
-		s.cluster.OnReconnect(s.resync)
+		s.cluster.OnReconnect(func() { go s.resync() })
+	}
+	// This replica is alive now, so no other claims its runs: those of its earlier life
+	// (its ID kept across a restart) are brought back here.
+	runs, err := s.store.RunsByStatus(ctx, RunRunning, RunQueued, RunWaitingForInput)
+	if err != nil {
+		return err
+	}
+	for _, run := range runs {
+		if run.Owner != s.id {
+			continue
+		}
+		s.log.Info("took back a run of this replica's earlier life", "run", run.ID, "session", run.SessionID, "status", string(run.Status), "replica", s.id)
+		if err := s.recoverRun(ctx, run); err != nil {
+			return err
+		}
 	}
 	s.claim(ctx)
 	return nil

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync/atomic"
@@ -106,6 +107,8 @@ func (s *Service) execute(ar *activeRun, resumed bool) {
 	}()
 	var req RunRequest
 	var err error
+	started := time.Now()
+start:
 	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
 		if !ar.holdsSlot.Load() {
 			if err := s.sched.acquire(ar.ctx, ar.run.UserID, resumed); err != nil {
@@ -120,13 +123,18 @@ func (s *Service) execute(ar *activeRun, resumed bool) {
 		if sealed {
 			return
 		}
-		if ErrorCode(err) != ERATELIMIT {
-			break
-		}
-		// The user's other runs hold every slot RunsPerUser gives them, on other
-		// replicas: give this replica's slot back and try again once one may be free.
-		if ar.holdsSlot.Swap(false) {
-			s.sched.release(ar.run.UserID)
+		switch {
+		case ErrorCode(err) == ERATELIMIT:
+			// The user's other runs hold every slot RunsPerUser gives them, on other
+			// replicas: give this replica's slot back and try again once one may be free.
+			if ar.holdsSlot.Swap(false) {
+				s.sched.release(ar.run.UserID)
+			}
+		case ErrorCode(err) == EUNAVAILABLE && time.Since(started) < s.cfg.WriteRetry:
+			// The storage failed for a moment (a restart, a broken connection): the run
+			// starts once it takes writes again, as streamed text is written again.
+		default:
+			break start
 		}
 		if pauseOrStop(ar.ctx, s.closing, pause) != nil {
 			return // stopped while queued, or the server is shutting down: it stays as stored
@@ -272,7 +280,14 @@ func (s *Service) finishLockedRetrying(ar *activeRun, status RunStatus, msg stri
 		if err == nil || ar.sealed {
 			return
 		}
-		if s.closed.Load() || ErrorCode(err) != EUNAVAILABLE {
+		if errors.Is(err, ErrNotNext) && !s.closed.Load() && s.coord != nil {
+			// Another replica wrote to the session: read the log again (and learn
+			// whether the run is still this replica's: if not, it ends here unwritten).
+			if s.reconcileLocked(context.Background(), ar.st) == nil {
+				continue
+			}
+		}
+		if s.closed.Load() || ErrorCode(err) != EUNAVAILABLE && !errors.Is(err, ErrNotNext) {
 			s.log.Error("recording the end of a run", "session", ar.st.id, "run", ar.run.ID, "err", err)
 			ar.sealed = true
 			ar.cancel()
