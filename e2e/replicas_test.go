@@ -51,6 +51,7 @@ type replica struct {
 	id   string
 	port int
 	dir  string
+	env  []string
 }
 
 // setOptions say what differs from the default set: three replicas on the machine's NATS
@@ -60,6 +61,8 @@ type setOptions struct {
 	nats string // NATS_URL; default the machine's
 	db   string // DATABASE_URL; default a new database
 	env  []string
+	// each adds to the environment of replica i (a variable set twice takes the last value).
+	each map[int][]string
 }
 
 func newReplicaSet(t *testing.T, o setOptions) *replicaSet {
@@ -78,7 +81,7 @@ func newReplicaSet(t *testing.T, o setOptions) *replicaSet {
 	}
 	rs := &replicaSet{t: t, db: o.db, nats: o.nats, env: o.env}
 	for i := range o.n {
-		r := &replica{rs: rs, id: fmt.Sprintf("replica-%d", i), port: freePort(t), dir: t.TempDir()}
+		r := &replica{rs: rs, id: fmt.Sprintf("replica-%d", i), port: freePort(t), dir: t.TempDir(), env: o.each[i]}
 		rs.reps = append(rs.reps, r)
 		r.start()
 	}
@@ -132,6 +135,7 @@ func (r *replica) start() {
 	r.rs.t.Helper()
 	env := append([]string{"DATABASE_URL=" + r.rs.db, "NATS_URL=" + r.rs.nats, "REPLICA_ID=" + r.id,
 		"RUN_LEASE=" + lease.String(), "LOG_LEVEL=info", "SHUTDOWN_TIMEOUT=10s"}, r.rs.env...)
+	env = append(env, r.env...)
 	r.child = startChild(r.rs.t, r.dir, r.port, env...)
 }
 
@@ -1107,4 +1111,58 @@ func TestReplicasNATSOutage(t *testing.T) {
 	}
 	l.end(t, c)
 	streamed()
+}
+
+// TestReplicasLeaseLost cuts PostgreSQL away from the replica running an agent (through a
+// TCP proxy of its own; the other replica reaches PostgreSQL directly) for longer than its
+// lease: the other takes the run over and ends it INTERRUPTED, and when the first reaches
+// PostgreSQL again it learns that it lost the run and stops its agent without writing. The
+// run ends once, its stream has no gap and no duplicate, and the session works afterwards.
+func TestReplicasLeaseLost(t *testing.T) {
+	t.Parallel()
+	db := testsvc.NewDatabase(t)
+	target, err := url.Parse(testsvc.AdminURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startProxy(t, target.Host)
+	rs := newReplicaSet(t, setOptions{n: 2, db: db, each: map[int][]string{0: {"DATABASE_URL=" + proxy.via(t, db)}}})
+	r := rs.reps
+	c := tgtest.Guest(t, r[0].URL)
+	sid := c.CreateSession(nil)
+	on1 := c.On(r[1].URL)
+	_, evs := on1.Connect("graphql-transport-ws").Stream(sid, c.Cursor(sid))
+	_, run := c.Send(sid, "/slow 100")
+	evs.Until("text", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" })
+
+	proxy.cut()
+	cut := time.Now()
+	end := evs.Until("the run's end", tgtest.RunEnds(run))
+	t.Logf("the other replica ended the run %s %v after replica 0 lost PostgreSQL", end.Run.Status, time.Since(cut))
+	if end.Run.Status != "INTERRUPTED" {
+		t.Errorf("the run ended %s, want INTERRUPTED", end.Run.Status)
+	}
+	proxy.restore()
+	eventually(t, 15*time.Second, "replica 0 to drop the run", func() bool {
+		return len(logLines(r[:1], "another replica took this run over", run)) > 0
+	})
+	// Nothing the first replica's agent said after the takeover reaches the log.
+	_, next := on1.Send(sid, "after the outage")
+	if end := evs.Until("the next run", tgtest.RunEnds(next)); end.Run.Status != "COMPLETED" {
+		t.Errorf("next run ended %s", end.Run.Status)
+	}
+	text := checkStream(t, sid, evs.All)
+	for _, m := range on1.Messages(sid) {
+		if m.Role == "ASSISTANT" && (text[m.ID] != m.Content || m.Status == "STREAMING") {
+			t.Errorf("reply %+v, streamed %q", m, text[m.ID])
+		}
+	}
+	for _, ev := range evs.All {
+		if ev.Typename == "RunStatusChanged" && ev.Run.ID == run && ev != end && tgtest.RunEnds(run)(ev) {
+			t.Errorf("the run ended twice: %s and %s", ev.Run.Status, end.Run.Status)
+		}
+	}
+	if st := stateOf(c, sid); st.ActiveRun != nil {
+		t.Errorf("a run is still active: %+v", st)
+	}
 }
