@@ -769,12 +769,13 @@ type load struct {
 	mu    sync.Mutex
 	acked map[string]ackedMessage // by message ID
 	codes map[string]int          // refusals, by code
+	more  chan struct{}           // buffered(1): a message was acknowledged
 }
 
 type ackedMessage struct{ session, content string }
 
 func startLoad(c *tgtest.Client, rs []*replica, sids []string) *load {
-	l := &load{c: c, rs: rs, stop: make(chan struct{}), acked: map[string]ackedMessage{}, codes: map[string]int{}}
+	l := &load{c: c, rs: rs, stop: make(chan struct{}), acked: map[string]ackedMessage{}, codes: map[string]int{}, more: make(chan struct{}, 1)}
 	for i, sid := range sids {
 		l.wg.Add(1)
 		go func() {
@@ -799,6 +800,10 @@ func startLoad(c *tgtest.Client, rs []*replica, sids []string) *load {
 					var out added
 					if json.Unmarshal(res.Data, &out) == nil && out.AddMessage.Message.ID != "" {
 						l.acked[out.AddMessage.Message.ID] = ackedMessage{sid, content}
+						select {
+						case l.more <- struct{}{}:
+						default:
+						}
 					}
 				}
 				l.mu.Unlock()
@@ -813,6 +818,20 @@ func (l *load) count() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.acked)
+}
+
+// await waits until n more messages than now are acknowledged.
+func (l *load) await(t *testing.T, n int) {
+	t.Helper()
+	want := l.count() + n
+	deadline := time.After(tgtest.Wait)
+	for l.count() < want {
+		select {
+		case <-l.more:
+		case <-deadline:
+			t.Fatalf("the load acknowledged %d messages, waited for %d", l.count(), want)
+		}
+	}
 }
 
 // end stops the senders and checks, through c, that every acknowledged message is in its
@@ -853,9 +872,7 @@ func TestReplicasKillAll(t *testing.T) {
 		sids = append(sids, c.CreateSession(nil))
 	}
 	l := startLoad(c, r, sids)
-	for l.count() < 40 {
-		time.Sleep(20 * time.Millisecond) // the load's progress has no event of its own
-	}
+	l.await(t, 40)
 	for _, rep := range r {
 		_ = rep.cmd.Process.Signal(syscall.SIGKILL)
 	}
@@ -1038,9 +1055,7 @@ func TestReplicasPostgresOutage(t *testing.T) {
 		if n == 0 {
 			t.Fatal("no connection of the replicas to terminate")
 		}
-		for start := l.count(); l.count() < start+5; {
-			time.Sleep(20 * time.Millisecond) // the load's progress has no event of its own
-		}
+		l.await(t, 5)
 	}
 	t.Logf("%d messages acknowledged through 5 terminations of every connection", l.count())
 
@@ -1060,9 +1075,7 @@ func TestReplicasPostgresOutage(t *testing.T) {
 	for _, rep := range r {
 		eventually(t, 15*time.Second, rep.id+"'s /readyz to go green", rep.ready)
 	}
-	for start := l.count(); l.count() < start+10; {
-		time.Sleep(20 * time.Millisecond) // the load's progress has no event of its own
-	}
+	l.await(t, 10)
 	l.end(t, c)
 	streamed()
 }
@@ -1083,9 +1096,7 @@ func TestReplicasNATSOutage(t *testing.T) {
 	}
 	streamed := streamAcross(t, c, r)
 	l := startLoad(c, r, sids)
-	for l.count() < 10 {
-		time.Sleep(20 * time.Millisecond) // the load's progress has no event of its own
-	}
+	l.await(t, 10)
 
 	srv.Stop()
 	stopped := time.Now()
@@ -1106,9 +1117,7 @@ func TestReplicasNATSOutage(t *testing.T) {
 			t.Errorf("%s counted %v reconnections", rep.id, n)
 		}
 	}
-	for start := l.count(); l.count() < start+10; {
-		time.Sleep(20 * time.Millisecond) // the load's progress has no event of its own
-	}
+	l.await(t, 10)
 	l.end(t, c)
 	streamed()
 }
