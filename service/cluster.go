@@ -39,6 +39,10 @@ type Cluster interface {
 	OnReconnect(fn func())
 	// Ready returns nil while the broker can be reached.
 	Ready() error
+	// Flush returns once the broker has taken everything this replica sent before it
+	// (subscriptions included): events published from then on reach this replica's
+	// followers.
+	Flush() error
 }
 
 // ErrNoServer is Cluster.Send's answer when no replica serves the session.
@@ -109,6 +113,13 @@ func (s *Service) route(ctx context.Context, cmd *Command, local func(ctx contex
 	if s.coord == nil || forwarded(ctx) {
 		return local(ctx)
 	}
+	if s.cluster != nil {
+		// Without the broker this replica can neither reach the replica running the
+		// session's agent nor be reached by others for the run it would start.
+		if err := s.cluster.Ready(); err != nil {
+			return nil, err
+		}
+	}
 	var err error
 	var r *Reply
 	for attempt := 0; attempt < 4; attempt++ {
@@ -166,8 +177,17 @@ func (s *Service) ownerOf(ctx context.Context, sessionID string) (string, error)
 	if run.Owner == s.id || s.alive(run.Owner) {
 		return run.Owner, nil
 	}
+	// Its owner was not alive at this replica's last heartbeat: it may be gone, or have
+	// started since. The store decides: runs whose owner's lease lapsed are claimed here,
+	// and the run's owner is read again.
 	s.claim(ctx)
-	return s.id, nil
+	run, err = s.coord.ActiveRun(ctx, sessionID)
+	if ErrorCode(err) == ENOTFOUND {
+		return "", nil
+	} else if err != nil {
+		return "", err
+	}
+	return run.Owner, nil
 }
 
 // alive reports whether replica id was alive at the last heartbeat.
@@ -253,6 +273,15 @@ func (s *Service) followLocked(st *sessionState) {
 		return
 	}
 	st.following = stop
+	// Events another replica published before the broker knew this replica follows the
+	// session never come: once it knows, the log's end is read again.
+	s.holdState(st)
+	go func() {
+		defer s.releaseState(st)
+		if err := s.cluster.Flush(); err == nil {
+			s.resyncState(context.Background(), st)
+		}
+	}()
 }
 
 // remote takes events another replica wrote to st's session: those that follow the log
@@ -290,34 +319,78 @@ func (s *Service) remote(st *sessionState, evs []*Event) {
 // resync brings every followed session up to date with the store, after the broker was
 // out of reach and published events may have been missed.
 func (s *Service) resync() {
+	if s.cluster.Flush() != nil {
+		return // out of reach again: the next reconnection resyncs
+	}
 	ctx := context.Background()
 	for _, st := range s.liveStates() {
-		sess, err := s.store.Session(ctx, st.id)
-		st.mu.Lock()
-		switch {
-		case ErrorCode(err) == ENOTFOUND:
-			st.deleted = true
-			st.wakeLocked()
-		case err == nil && sess.LastSeq > st.lastSeq && st.active == nil:
-			st.lastSeq, st.lastOff = sess.LastSeq, 0
-			st.tail, st.tailStart = nil, sess.LastSeq+1
-			st.wakeLocked()
-		}
-		st.mu.Unlock()
+		s.resyncState(ctx, st)
 	}
 }
 
-// leases keeps this replica alive in the store and takes over the runs of replicas that
-// are not, until the service closes.
+// resyncState moves st's end of the log to the store's, when the store's is further
+// (events other replicas wrote were missed), so that its subscribers read them there.
+func (s *Service) resyncState(ctx context.Context, st *sessionState) {
+	sess, err := s.store.Session(ctx, st.id)
+	if err != nil && ErrorCode(err) != ENOTFOUND {
+		return
+	}
+	var off int
+	if err == nil && sess.LastSeq > 0 {
+		last, err := s.store.Events(ctx, st.id, sess.LastSeq-1, 1)
+		if err != nil {
+			return
+		}
+		if len(last) == 1 && last[0].Seq == sess.LastSeq {
+			off = CursorOf(last[0]).Off
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s.waitWriteLocked(st)
+	switch {
+	case st.deleted:
+	case err != nil: // ENOTFOUND
+		st.deleted = true
+		st.wakeLocked()
+	case sess.LastSeq > st.lastSeq && (st.active != nil || len(st.queue) > 0):
+		// This replica runs the session's agent, and yet the log moved on: see whether
+		// its run is still its own.
+		s.reconcileSoon(st)
+	case sess.LastSeq > st.lastSeq:
+		st.lastSeq, st.lastOff = sess.LastSeq, off
+		st.tail, st.tailStart = nil, sess.LastSeq+1
+		st.sess = nil
+		st.wakeLocked()
+	}
+}
+
+// leases keeps this replica alive in the store, until the service closes: a heartbeat
+// every third of the lease, each followed by a claim of the runs of replicas that are not
+// alive. Claims run apart (claimer), so that a slow takeover never delays a heartbeat.
 func (s *Service) leases() {
 	defer close(s.leasesDone)
+	claimerDone := make(chan struct{})
+	go s.claimer(claimerDone)
+	defer func() { <-claimerDone }()
 	t := time.NewTicker(s.cfg.RunLease / 3)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
 			s.heartbeat(context.Background())
-			s.claim(context.Background())
+			s.claimSoon()
+		case <-s.closing:
+			return
+		}
+	}
+}
+
+// claimer claims runs whenever claimSoon asks, until the service closes.
+func (s *Service) claimer(done chan struct{}) {
+	defer close(done)
+	for {
+		select {
 		case <-s.claimNow:
 			s.claim(context.Background())
 		case <-s.closing:
@@ -326,7 +399,17 @@ func (s *Service) leases() {
 	}
 }
 
-// heartbeat tells the store this replica lives for another lease, and learns who else does.
+// claimSoon asks the claimer to claim orphaned runs.
+func (s *Service) claimSoon() {
+	select {
+	case s.claimNow <- struct{}{}:
+	default:
+	}
+}
+
+// heartbeat tells the store this replica lives for another lease, and learns who else
+// does. When its lease had lapsed meanwhile (the store was out of reach for that long),
+// survivors may have taken its runs over: each is checked, and dropped here if so.
 func (s *Service) heartbeat(ctx context.Context) error {
 	now := time.Now()
 	live, err := s.coord.Heartbeat(ctx, s.id, now, now.Add(s.cfg.RunLease))
@@ -335,6 +418,80 @@ func (s *Service) heartbeat(ctx context.Context) error {
 		return err
 	}
 	s.live.Store(live)
+	s.leaseMu.Lock()
+	lapsed := !s.leaseUntil.IsZero() && time.Now().After(s.leaseUntil)
+	s.leaseUntil = now.Add(s.cfg.RunLease)
+	s.leaseMu.Unlock()
+	if lapsed {
+		s.log.Warn("this replica's lease lapsed (the store was out of reach); checking whether its runs were taken over")
+		for _, st := range s.liveStates() {
+			st.mu.Lock()
+			mine := st.active != nil || len(st.queue) > 0
+			st.mu.Unlock()
+			if mine {
+				s.holdState(st)
+				go s.reconcile(st)
+			}
+		}
+	}
+	return nil
+}
+
+// reconcileSoon reconciles st once a write of it found that the log moved on without
+// this replica (ErrNotNext) while it has a run here; st.mu must be held.
+func (s *Service) reconcileSoon(st *sessionState) {
+	if s.coord == nil || st.reconciling || (st.active == nil && len(st.queue) == 0) {
+		return
+	}
+	st.reconciling = true
+	s.holdState(st)
+	go s.reconcile(st)
+}
+
+// reconcile brings st back in line with the store: its log is read again, and the runs
+// this replica has for it are checked against their rows. A run that is no longer this
+// replica's (a survivor took it over while this replica could not renew its lease) stops
+// here without a write; the others go on. It releases st's reference when done.
+func (s *Service) reconcile(st *sessionState) {
+	defer s.releaseState(st)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	defer func() { st.reconciling = false }()
+	s.reconcileLocked(ctx, st)
+}
+
+// reconcileLocked is reconcile with st.mu held; it returns an error when the store could
+// not be read (nothing changed then).
+func (s *Service) reconcileLocked(ctx context.Context, st *sessionState) error {
+	st.synced = false
+	if err := s.readyLocked(ctx, st); err != nil {
+		return err
+	}
+	lost := func(r *Run) bool {
+		stored, err := s.store.Run(ctx, r.ID)
+		return err == nil && (stored.Owner != s.id || stored.Status.Final())
+	}
+	queue := st.queue[:0]
+	for _, r := range st.queue {
+		if !lost(r) {
+			queue = append(queue, r)
+		}
+	}
+	st.queue = queue
+	if ar := st.active; ar != nil && !ar.sealed && lost(ar.run) {
+		s.log.Warn("another replica took this run over; it stops here", "run", ar.run.ID, "session", st.id, "replica", s.id)
+		ar.sealed = true
+		ar.cancel()
+		st.active = nil
+		if ar.parked {
+			ar.parked = false
+			s.releaseState(st)
+		}
+		s.startNextLocked(st)
+	}
+	s.unserveLocked(st)
 	return nil
 }
 
@@ -367,10 +524,7 @@ func (s *Service) onLeft(id string) {
 	if id == s.id {
 		return
 	}
-	select {
-	case s.claimNow <- struct{}{}:
-	default:
-	}
+	s.claimSoon()
 }
 
 // pause waits d or until ctx ends.
@@ -407,28 +561,44 @@ func DecodeReply(b []byte) (*Reply, error) {
 }
 
 // join makes this replica one of those sharing the store: it refuses to start beside a
-// live replica when there is no Cluster to reach it, takes over the runs left by replicas
-// that are gone (its own earlier life included), and starts to heartbeat.
+// live replica when there is no Cluster to reach it, takes back the runs of its own
+// earlier life (a replica restarted under the same ID), takes over those of replicas that
+// are gone, and starts to heartbeat.
 func (s *Service) join(ctx context.Context) error {
 	now := time.Now()
-	// A replica that restarts under the same ID is gone the moment it restarts.
-	if err := s.coord.Leave(ctx, s.id); err != nil {
-		return err
-	}
 	live, err := s.coord.Heartbeat(ctx, s.id, now, now.Add(s.cfg.RunLease))
 	if err != nil {
 		return err
 	}
 	s.live.Store(live)
+	s.leaseMu.Lock()
+	s.leaseUntil = now.Add(s.cfg.RunLease)
+	s.leaseMu.Unlock()
 	if s.cluster == nil {
 		for _, id := range live {
 			if id != s.id {
+				_ = s.coord.Leave(ctx, s.id)
 				return Errorf(EUNAVAILABLE, "another replica (%s) uses this database: set NATS_URL on every replica so that they can reach each other, or stop it", id)
 			}
 		}
 	} else {
 		s.cluster.OnLeft(s.onLeft)
-		s.cluster.OnReconnect(s.resync)
+		s.cluster.OnReconnect(func() { go s.resync() })
+	}
+	// This replica is alive now, so no other claims its runs: those of its earlier life
+	// (its ID kept across a restart) are brought back here.
+	runs, err := s.store.RunsByStatus(ctx, RunRunning, RunQueued, RunWaitingForInput)
+	if err != nil {
+		return err
+	}
+	for _, run := range runs {
+		if run.Owner != s.id {
+			continue
+		}
+		s.log.Info("took back a run of this replica's earlier life", "run", run.ID, "session", run.SessionID, "status", string(run.Status), "replica", s.id)
+		if err := s.recoverRun(ctx, run); err != nil {
+			return err
+		}
 	}
 	s.claim(ctx)
 	return nil

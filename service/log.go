@@ -68,12 +68,13 @@ func (s *Service) commitLocked(ctx context.Context, t *txn) error {
 	st.writing = false
 	st.idle.Broadcast()
 	if err != nil {
+		for _, f := range t.undo {
+			f()
+		}
 		if errors.Is(err, ErrNotNext) {
 			// The log moved on without this replica: read it again before the next write.
 			st.synced = false
-		}
-		for _, f := range t.undo {
-			f()
+			s.reconcileSoon(st)
 		}
 		s.log.Warn("write failed", "session", st.id, "err", err)
 		return err

@@ -64,11 +64,6 @@ func (s *Service) addMessage(ctx context.Context, u, sessionID, content, key str
 	if err := s.checkQuota(ctx, u, 0, int64(len(content))); err != nil {
 		return nil, nil, err
 	}
-
-	t := s.begin(st)
-	// willStart: the new run becomes the active one (nothing else runs, or INTERRUPT ends
-	// what runs).
-	willStart := st.active == nil || sess.Settings.BusyPolicy == BusyInterrupt
 	if st.active != nil || len(st.queue) > 0 {
 		switch sess.Settings.BusyPolicy {
 		case BusyReject:
@@ -77,30 +72,64 @@ func (s *Service) addMessage(ctx context.Context, u, sessionID, content, key str
 			if len(st.queue) >= s.cfg.MaxQueuedRuns {
 				return nil, nil, Errorf(ERATELIMIT, "too many messages are waiting in this session")
 			}
-		default:
-			// Queued runs are covered by the new run, which reads the whole history. They
-			// leave the queue first, so that stopping the active run starts none of them.
-			now := s.now()
-			for _, q := range st.queue {
-				snap := *q
-				snap.Status, snap.FinishedAt = RunInterrupted, &now
-				s.add(t, runEvent(&snap))
+		}
+	}
+
+	// A run that can start at once starts in the same write: RUNNING follows QUEUED.
+	// With replicas the store admits it only while the user has fewer than RunsPerUser
+	// runs RUNNING on all of them; refused, it is written QUEUED and waits for a slot.
+	tryAdmit := true
+	for {
+		t, msg, run, admitted := s.planAdd(ctx, st, sess, u, content, key, tryAdmit)
+		err := s.commitLocked(ctx, t)
+		switch {
+		case err == nil:
+			m, r := *msg, *run
+			return &m, &r, nil
+		case admitted && ErrorCode(err) == ERATELIMIT:
+			tryAdmit = false
+			continue
+		case ErrorCode(err) == ECONFLICT && key != "":
+			// Another request with the key won the race: answer what it created.
+			if rec, rerr := s.store.Idempotency(ctx, u, key); rerr == nil {
+				return s.replay(ctx, rec, sessionID, content)
 			}
-			t.onCommit(func() {
-				for range st.queue {
-					s.countRun(RunInterrupted)
-				}
-				st.queue = nil
-			})
-			if ar := st.active; ar != nil {
-				s.planFinish(t, ar, RunInterrupted, "")
+		}
+		return nil, nil, err
+	}
+}
+
+// planAdd builds addMessage's write: the message, its run (RUNNING at once when
+// tryAdmit and a slot is free here: admitted), and what the busy policy does to the runs
+// before it.
+func (s *Service) planAdd(ctx context.Context, st *sessionState, sess *TalkSession, u, content, key string, tryAdmit bool) (t *txn, msg *Message, run *Run, admitted bool) {
+	t = s.begin(st)
+	// willStart: the new run becomes the active one (nothing else runs, or INTERRUPT ends
+	// what runs).
+	willStart := st.active == nil || sess.Settings.BusyPolicy == BusyInterrupt
+	if (st.active != nil || len(st.queue) > 0) && sess.Settings.BusyPolicy == BusyInterrupt {
+		// Queued runs are covered by the new run, which reads the whole history. They
+		// leave the queue first, so that stopping the active run starts none of them.
+		now := s.now()
+		for _, q := range st.queue {
+			snap := *q
+			snap.Status, snap.FinishedAt = RunInterrupted, &now
+			s.add(t, runEvent(&snap))
+		}
+		t.onCommit(func() {
+			for range st.queue {
+				s.countRun(RunInterrupted)
 			}
+			st.queue = nil
+		})
+		if ar := st.active; ar != nil {
+			s.planFinish(t, ar, RunInterrupted, "")
 		}
 	}
 
 	now := s.now()
-	run := &Run{ID: newID(), SessionID: sess.ID, UserID: u, Status: RunQueued, Agent: sess.Settings.Agent, Owner: s.id, CreatedAt: now}
-	msg := &Message{ID: newID(), SessionID: sess.ID, Role: RoleUser, Kind: KindText, Content: content,
+	run = &Run{ID: newID(), SessionID: sess.ID, UserID: u, Status: RunQueued, Agent: sess.Settings.Agent, Owner: s.id, CreatedAt: now}
+	msg = &Message{ID: newID(), SessionID: sess.ID, Role: RoleUser, Kind: KindText, Content: content,
 		Status: MessageComplete, RunID: run.ID, CreatedAt: now}
 	added := *msg
 	s.add(t, &Event{Type: EventMessageAdded, Message: &added, At: now}, runEvent(run))
@@ -115,8 +144,7 @@ func (s *Service) addMessage(ctx context.Context, u, sessionID, content, key str
 	if key != "" {
 		t.b.Idempotency = &IdempotencyRecord{UserID: u, Key: key, SessionID: sess.ID, MessageID: msg.ID, RunID: run.ID, CreatedAt: now}
 	}
-	// A run that can start at once starts in the same write: RUNNING follows QUEUED.
-	admitted := willStart && s.sched.tryAcquire(u)
+	admitted = tryAdmit && willStart && s.sched.tryAcquire(u)
 	if admitted {
 		running := *run
 		running.Status, running.StartedAt = RunRunning, &now
@@ -135,17 +163,7 @@ func (s *Service) addMessage(ctx context.Context, u, sessionID, content, key str
 			st.queue = append(st.queue, run)
 		}
 	})
-	if err := s.commitLocked(ctx, t); err != nil {
-		if ErrorCode(err) == ECONFLICT && key != "" {
-			// Another request with the key won the race: answer what it created.
-			if rec, rerr := s.store.Idempotency(ctx, u, key); rerr == nil {
-				return s.replay(ctx, rec, sessionID, content)
-			}
-		}
-		return nil, nil, err
-	}
-	m, r := *msg, *run
-	return &m, &r, nil
+	return t, msg, run, admitted
 }
 
 // replay answers a retried addMessage with what the first call created.

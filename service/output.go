@@ -105,6 +105,7 @@ func (s *Service) flushed(t *txn, err error) {
 	}
 	if errors.Is(err, ErrNotNext) {
 		st.synced = false
+		s.reconcileSoon(st)
 	}
 	now := time.Now()
 	if st.failingSince.IsZero() {

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync/atomic"
@@ -111,28 +112,48 @@ func (s *Service) execute(ar *activeRun, resumed bool) {
 		s.waitPrevious(ar)
 		close(ar.done)
 	}()
-	var err error // what the agent returned
-	if ar.span != nil {
-		defer func() { s.endRunSpan(ar, err) }()
-	}
-	if !ar.holdsSlot.Load() {
-		if err := s.sched.acquire(ar.ctx, ar.run.UserID, resumed); err != nil {
-			return // stopped while queued, or the server is shutting down: it stays as stored
-		}
-		ar.holdsSlot.Store(true)
-	}
 	defer func() {
 		if ar.holdsSlot.Swap(false) {
 			s.sched.release(ar.run.UserID)
 		}
 	}()
-
-	st.mu.Lock()
-	req, err := s.startRunLocked(ar)
-	sealed := ar.sealed
-	st.mu.Unlock()
-	if sealed {
-		return
+	var req RunRequest
+	var err error // what the agent returned
+	if ar.span != nil {
+		defer func() { s.endRunSpan(ar, err) }()
+	}
+	started := time.Now()
+start:
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+		if !ar.holdsSlot.Load() {
+			if err := s.sched.acquire(ar.ctx, ar.run.UserID, resumed); err != nil {
+				return // stopped while queued, or the server is shutting down: it stays as stored
+			}
+			ar.holdsSlot.Store(true)
+		}
+		st.mu.Lock()
+		req, err = s.startRunLocked(ar)
+		sealed := ar.sealed
+		st.mu.Unlock()
+		if sealed {
+			return
+		}
+		switch {
+		case ErrorCode(err) == ERATELIMIT:
+			// The user's other runs hold every slot RunsPerUser gives them, on other
+			// replicas: give this replica's slot back and try again once one may be free.
+			if ar.holdsSlot.Swap(false) {
+				s.sched.release(ar.run.UserID)
+			}
+		case ErrorCode(err) == EUNAVAILABLE && time.Since(started) < s.cfg.WriteRetry:
+			// The storage failed for a moment (a restart, a broken connection): the run
+			// starts once it takes writes again, as streamed text is written again.
+		default:
+			break start
+		}
+		if pauseOrStop(ar.ctx, s.closing, pause) != nil {
+			return // stopped while queued, or the server is shutting down: it stays as stored
+		}
 	}
 	runner, ok := s.agents.Get(ar.run.Agent)
 	model := modelOf(runner, req.Settings)
@@ -225,6 +246,11 @@ func (s *Service) startRunLocked(ar *activeRun) (RunRequest, error) {
 		now := s.now()
 		snap.Status, snap.StartedAt = RunRunning, &now
 		s.add(t, runEvent(&snap))
+		if s.coord != nil {
+			// Across replicas: ERATELIMIT while the user's runs hold RunsPerUser slots
+			// elsewhere (execute tries again).
+			t.b.Admit = &Admission{UserID: ar.run.UserID, RunID: ar.run.ID, Limit: s.cfg.RunsPerUser}
+		}
 		t.onCommit(func() { ar.run.setState(&snap) })
 		if err := s.commitLocked(ar.ctx, t); err != nil {
 			return RunRequest{}, err
@@ -283,7 +309,14 @@ func (s *Service) finishLockedRetrying(ar *activeRun, status RunStatus, msg stri
 		if err == nil || ar.sealed {
 			return
 		}
-		if s.closed.Load() || ErrorCode(err) != EUNAVAILABLE {
+		if errors.Is(err, ErrNotNext) && !s.closed.Load() && s.coord != nil {
+			// Another replica wrote to the session: read the log again (and learn
+			// whether the run is still this replica's: if not, it ends here unwritten).
+			if s.reconcileLocked(context.Background(), ar.st) == nil {
+				continue
+			}
+		}
+		if s.closed.Load() || ErrorCode(err) != EUNAVAILABLE && !errors.Is(err, ErrNotNext) {
 			s.log.Error("recording the end of a run", "session", ar.st.id, "run", ar.run.ID, "err", err)
 			ar.sealed = true
 			ar.cancel()
@@ -471,4 +504,18 @@ func (s *Service) Run(ctx context.Context, id string) (*Run, error) {
 		s.annotate(ctx, r.SessionID, r.ID)
 	}
 	return r, err
+}
+
+// pauseOrStop waits d, or until ctx ends or stop is closed (then it returns an error).
+func pauseOrStop(ctx context.Context, stop <-chan struct{}, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-stop:
+		return Errorf(EUNAVAILABLE, "the server is shutting down")
+	}
 }

@@ -148,6 +148,8 @@ type Service struct {
 	cluster    Cluster
 	live       atomic.Value
 	claimMu    sync.Mutex
+	leaseMu    sync.Mutex
+	leaseUntil time.Time // when this replica's lease runs out, as of its last heartbeat
 	claimNow   chan struct{}
 	leasesDone chan struct{}
 }

@@ -54,6 +54,9 @@ type sessionState struct {
 	// (set while its runs are here), following stops receiving their events (set while it
 	// has subscribers here).
 	serving, following func()
+	// reconciling is set while the state is checked against the store, after a write
+	// found that the log moved on without this replica (see Service.reconcile).
+	reconciling bool
 }
 
 // acquireState returns the state of a session, creating it on first use, and holds a

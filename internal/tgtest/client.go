@@ -73,6 +73,17 @@ func (r *Response) Code() string {
 // request cannot be made.
 func (c *Client) Do(query string, vars map[string]any) *Response {
 	c.T.Helper()
+	out, err := c.Try(query, vars)
+	if err != nil {
+		c.T.Fatal(err)
+	}
+	return out
+}
+
+// Try posts a GraphQL operation and returns the response, or an error when the request
+// cannot be made or its answer is not GraphQL (a server going away, say). It is safe to
+// call from any goroutine.
+func (c *Client) Try(query string, vars map[string]any) (*Response, error) {
 	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
 	req, _ := http.NewRequest("POST", c.Base+"/query", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -81,14 +92,22 @@ func (c *Client) Do(query string, vars map[string]any) *Response {
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		c.T.Fatalf("POST /query: %v", err)
+		return nil, fmt.Errorf("POST /query: %w", err)
 	}
 	defer resp.Body.Close()
 	out := &Response{Status: resp.StatusCode}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		c.T.Fatalf("POST /query: status %d, decoding: %v", resp.StatusCode, err)
+		return nil, fmt.Errorf("POST /query: status %d, decoding: %w", resp.StatusCode, err)
 	}
-	return out
+	return out, nil
+}
+
+// On returns a client for the same user on another server (a replica of the same
+// deployment) at base.
+func (c *Client) On(base string) *Client {
+	cp := *c
+	cp.Base = base
+	return &cp
 }
 
 // Must posts an operation, fails the test on any error, and decodes data into out.

@@ -145,6 +145,15 @@ func (c *Cluster) Close() {
 	close(c.done)
 }
 
+// Flush returns once the NATS server has taken everything sent before it (subscriptions
+// included), or fails after a few seconds.
+func (c *Cluster) Flush() error {
+	if err := c.nc.FlushTimeout(5 * time.Second); err != nil {
+		return service.Errorf(service.EUNAVAILABLE, "the message broker (NATS) cannot be reached: %v", err)
+	}
+	return nil
+}
+
 // Reconnects counts the times the connection came back after a loss.
 func (c *Cluster) Reconnects() int64 { return c.reconnects.Load() }
 
@@ -284,6 +293,11 @@ func (c *Cluster) Send(ctx context.Context, sessionID string, cmd *service.Comma
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
 		defer cancel()
+	}
+	if err := c.Ready(); err != nil {
+		// While reconnecting, nats.go would keep the request for later and the caller
+		// would wait out its deadline: the command cannot reach anyone now.
+		return nil, err
 	}
 	m, err := c.nc.RequestWithContext(ctx, c.subject("cmd", sessionID), data)
 	switch {

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,79 +17,19 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/talkgraph/talkgraph/internal/testsvc"
 	"github.com/talkgraph/talkgraph/service"
 	"github.com/talkgraph/talkgraph/service/postgres"
 	"github.com/talkgraph/talkgraph/service/sqlite"
 	"github.com/talkgraph/talkgraph/service/storetest"
 )
 
-// These tests need a real PostgreSQL. They connect as an administrator to the URL in
-// TALKGRAPH_TEST_POSTGRES (by default the local server, user postgres without a
-// password), create a database per test function, a schema per Store in it, and drop the
-// database at the end. Without a server they are skipped, except under CI=true, where
-// they fail.
-const adminEnv = "TALKGRAPH_TEST_POSTGRES"
+// These tests need a real PostgreSQL (see testsvc): each test function has a database of
+// its own, and a schema per Store in it. Without a server they are skipped, except under
+// CI=true, where they fail.
 
-const defaultAdminURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-
-func adminURL() string {
-	if u := os.Getenv(adminEnv); u != "" {
-		return u
-	}
-	return defaultAdminURL
-}
-
-// admin connects to the administrator's database, or skips (fails under CI) the test.
-func admin(t testing.TB) *pgx.Conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, adminURL())
-	if err != nil {
-		msg := fmt.Sprintf("PostgreSQL is not reachable at %s: %v\n"+
-			"Start it (Debian: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start; to install one: "+
-			"apt-get install postgresql, with trust auth for 127.0.0.1 in pg_hba.conf; or "+
-			"docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:15), "+
-			"or set %s to an administrator's URL", redact(adminURL()), err, adminEnv)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
-}
-
-func redact(u string) string {
-	if p, err := url.Parse(u); err == nil {
-		return p.Redacted()
-	}
-	return "(unparsable URL)"
-}
-
-var dbCounter atomic.Int64
-
-// newDatabase creates a database for the test and returns its URL; it is dropped when the
-// test ends.
-func newDatabase(t testing.TB) string {
-	t.Helper()
-	conn := admin(t)
-	name := fmt.Sprintf("talkgraph_test_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6, dbCounter.Add(1))
-	if _, err := conn.Exec(t.Context(), "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create database: %v", err)
-	}
-	t.Cleanup(func() {
-		if _, err := conn.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop database %s: %v", name, err)
-		}
-	})
-	u, err := url.Parse(adminURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	return u.String()
-}
+func admin(t testing.TB) *pgx.Conn    { return testsvc.Admin(t) }
+func newDatabase(t testing.TB) string { return testsvc.NewDatabase(t) }
 
 var schemaCounter atomic.Int64
 

@@ -25,7 +25,11 @@ const (
 	// because Append relies on it, whatever the server's default: each statement sees
 	// what was committed before it began, so that the state read after the session rows
 	// are locked is current.
-	qBegin    = `BEGIN ISOLATION LEVEL READ COMMITTED`
+	qBegin = `BEGIN ISOLATION LEVEL READ COMMITTED`
+	// qTxID gives Append's transaction its ID (txid_current assigns one), and qTxStatus
+	// tells whether it committed, when the connection broke before its COMMIT answered.
+	qTxID     = `SELECT txid_current()`
+	qTxStatus = `SELECT txid_status($1)`
 	qCommit   = `COMMIT`
 	qRollback = `ROLLBACK`
 

@@ -318,7 +318,7 @@ func (s *Store) appendTx(ctx context.Context, preps []*prep, todo []int, errs []
 			queueWrites(wb, preps, round)
 		}
 		wb.Queue(qCommit)
-		return -1, sendAll(ctx, conn, wb)
+		return -1, s.commitOutcome(ctx, st.txid, sendAll(ctx, conn, wb))
 	}
 	for _, round := range rounds {
 		for _, i := range round {
@@ -334,7 +334,44 @@ func (s *Store) appendTx(ctx context.Context, preps []*prep, todo []int, errs []
 		}
 	}
 	_, err = conn.Exec(ctx, qCommit)
-	return -1, err
+	return -1, s.commitOutcome(ctx, st.txid, err)
+}
+
+// commitOutcome returns what became of transaction txid, whose last round trip (its
+// writes and COMMIT) ended with err. When the connection broke during that round trip
+// (a terminated backend, a restarting server, a network cut) the transaction may have
+// committed or not, and trying it again could write its batches twice: the server is
+// asked, on another connection, until it can tell (within ctx). nil: it committed; a
+// readError: it did not, and may be tried again.
+func (s *Store) commitOutcome(ctx context.Context, txid int64, err error) error {
+	if err == nil || !brokenConn(err) || txid == 0 {
+		return err
+	}
+	pause := 20 * time.Millisecond
+	for {
+		var status *string
+		qerr := s.pool.QueryRow(ctx, qTxStatus, txid).Scan(&status)
+		switch {
+		case qerr == nil && status != nil && *status == "committed":
+			return nil
+		case qerr == nil && status != nil && *status == "aborted":
+			return &readError{err}
+		case qerr == nil && status == nil:
+			return fmt.Errorf("the outcome of a commit is unknown (transaction %d is too old): %w", txid, err)
+		case qerr != nil && !brokenConn(qerr):
+			return fmt.Errorf("the outcome of a commit is unknown (%v): %w", qerr, err)
+		}
+		// In progress (its backend is still ending it), or the server cannot be reached:
+		// ask again.
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("the outcome of a commit is unknown (%v): %w", ctx.Err(), err)
+		}
+		pause = min(2*pause, time.Second)
+	}
 }
 
 // sendAll sends the statements of b in one round trip, and returns the first error.
@@ -357,6 +394,7 @@ type state struct {
 	used    map[[2]string]bool           // idempotency (user, key) pairs taken
 	running map[string]map[string]string // admitting user → RUNNING run → its session
 	owner   map[[2]string]string         // (table, row ID) → the session that has it
+	txid    int64                        // the transaction's ID
 }
 
 // readState begins the transaction, takes the locks and reads the state of the batches
@@ -407,6 +445,9 @@ func readState(ctx context.Context, conn *pgxpool.Conn, preps []*prep, todo []in
 
 	b := &pgx.Batch{}
 	b.Queue(qBegin)
+	// The transaction's ID, to learn whether it committed should the connection break
+	// while its COMMIT is under way (see commitOutcome).
+	b.Queue(qTxID).QueryRow(func(row pgx.Row) error { return row.Scan(&st.txid) })
 	if len(lockKeys) > 0 {
 		b.Queue(qLockAdmissions, lockKeys)
 	}
