@@ -29,14 +29,14 @@ const (
 	// qSessionLast reads the Seq of a session's last event; no row when it does not exist.
 	qSessionLast   = `SELECT ` + lastSeqOf + ` FROM sessions WHERE id = ?`
 	qInsertSession = `INSERT INTO sessions (` + sessionCols + `, bytes) VALUES (?, ?, ?, ?, ?, ?, ?)`
-	// qGrowSession adds to a session's weight against its user's quota.
-	qGrowSession = `UPDATE sessions SET bytes = bytes + ? WHERE id = ?`
+	// qGrowSession adds to a session's weight against its user's quota and moves its
+	// activity time forward (pass '' to leave it).
+	qGrowSession = `UPDATE sessions SET bytes = bytes + ?, updated_at = max(updated_at, ?) WHERE id = ?`
 	// qFootprint counts a user's sessions and their weight.
 	qFootprint = `SELECT count(*), coalesce(sum(bytes), 0) FROM sessions WHERE user_id = ?`
-	// qUpdateSession applies a SessionUpdated snapshot.
-	qUpdateSession = `UPDATE sessions SET title = ?, settings = ?, updated_at = ? WHERE id = ?`
-	// qTouchSession moves a session's activity time forward.
-	qTouchSession  = `UPDATE sessions SET updated_at = max(updated_at, ?) WHERE id = ?`
+	// qUpdateSession applies a SessionUpdated snapshot, with what the session grew by, and
+	// the latest activity after it (the snapshot's own time when none).
+	qUpdateSession = `UPDATE sessions SET bytes = bytes + ?, title = ?, settings = ?, updated_at = max(?, ?) WHERE id = ?`
 	qDeleteSession = `DELETE FROM sessions WHERE id = ?`
 )
 
@@ -66,14 +66,20 @@ const (
 	qMessagesLast = `SELECT ` + messageCols + ` FROM messages WHERE session_id = ? AND seq > ? AND seq < ?
 		ORDER BY seq DESC, id DESC LIMIT ?`
 	// The WHERE of each upsert refuses to move a row to another session: nothing changes
-	// then, which the caller sees as 0 rows affected.
-	qUpsertMessage = `INSERT INTO messages (` + messageCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET seq = excluded.seq,
+	// then, which the caller sees as fewer rows affected than sent.
+	upsertMessageTail = `ON CONFLICT (id) DO UPDATE SET seq = excluded.seq,
 		role = excluded.role, kind = excluded.kind, content = excluded.content, status = excluded.status,
 		run_id = excluded.run_id, question_id = excluded.question_id, created_at = excluded.created_at,
 		error = excluded.error
 		WHERE messages.session_id = excluded.session_id`
+	// qMessageSession reads the session a message belongs to.
+	qMessageSession = `SELECT session_id FROM messages WHERE id = ?`
 )
+
+// qUpsertMessages upserts n messages.
+func qUpsertMessages(n int) string {
+	return multiRow(`INSERT INTO messages (`+messageCols+`)`, 11, n, upsertMessageTail)
+}
 
 func messageArgs(m *service.Message) []any {
 	return []any{m.ID, m.SessionID, m.Seq, string(m.Role), string(m.Kind), m.Content, string(m.Status),
@@ -98,13 +104,18 @@ const (
 	// The statuses come as one JSON array.
 	qRunsByStatus = `SELECT ` + runCols + ` FROM runs WHERE status IN (SELECT value FROM json_each(?))
 		ORDER BY created_at, id`
-	qUpsertRun = `INSERT INTO runs (` + runCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id, status = excluded.status,
+	upsertRunTail = `ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id, status = excluded.status,
 		error = excluded.error, agent = excluded.agent, created_at = excluded.created_at,
 		started_at = excluded.started_at, finished_at = excluded.finished_at, usage = excluded.usage,
 		owner = excluded.owner
 		WHERE runs.session_id = excluded.session_id`
+	qRunSession = `SELECT session_id FROM runs WHERE id = ?`
 )
+
+// qUpsertRuns upserts n runs.
+func qUpsertRuns(n int) string {
+	return multiRow(`INSERT INTO runs (`+runCols+`)`, 11, n, upsertRunTail)
+}
 
 func runArgs(r *service.Run) []any {
 	var usage any // NULL when none was reported
@@ -133,12 +144,17 @@ const (
 	qQuestions = `SELECT ` + questionCols + ` FROM questions WHERE id IN (SELECT value FROM json_each(?))`
 	// qWithdrawQuestions withdraws the unanswered questions of a run that ended.
 	qWithdrawQuestions = `UPDATE questions SET withdrawn = 1 WHERE run_id = ? AND session_id = ? AND answer IS NULL`
-	qUpsertQuestion    = `INSERT INTO questions (` + questionCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET run_id = excluded.run_id, prompt = excluded.prompt,
+	upsertQuestionTail = `ON CONFLICT (id) DO UPDATE SET run_id = excluded.run_id, prompt = excluded.prompt,
 		choices = excluded.choices, answer = excluded.answer, asked_at = excluded.asked_at,
 		answered_at = excluded.answered_at, withdrawn = excluded.withdrawn
 		WHERE questions.session_id = excluded.session_id`
+	qQuestionSession = `SELECT session_id FROM questions WHERE id = ?`
 )
+
+// qUpsertQuestions upserts n questions.
+func qUpsertQuestions(n int) string {
+	return multiRow(`INSERT INTO questions (`+questionCols+`)`, 9, n, upsertQuestionTail)
+}
 
 func questionArgs(q *service.Question) ([]any, error) {
 	var choices any // NULL for nil, so that nil and empty stay apart
@@ -169,13 +185,18 @@ const (
 	// The message IDs come as one JSON array.
 	qToolCalls = `SELECT ` + toolCallCols + ` FROM tool_calls
 		WHERE message_id IN (SELECT value FROM json_each(?)) ORDER BY started_at, id`
-	qUpsertToolCall = `INSERT INTO tool_calls (` + toolCallCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET run_id = excluded.run_id, message_id = excluded.message_id,
+	upsertToolCallTail = `ON CONFLICT (id) DO UPDATE SET run_id = excluded.run_id, message_id = excluded.message_id,
 		name = excluded.name, arguments = excluded.arguments, output = excluded.output,
 		result = excluded.result, error = excluded.error, status = excluded.status,
 		started_at = excluded.started_at, finished_at = excluded.finished_at, call_id = excluded.call_id
 		WHERE tool_calls.session_id = excluded.session_id`
+	qToolCallSession = `SELECT session_id FROM tool_calls WHERE id = ?`
 )
+
+// qUpsertToolCalls upserts n tool calls.
+func qUpsertToolCalls(n int) string {
+	return multiRow(`INSERT INTO tool_calls (`+toolCallCols+`)`, 13, n, upsertToolCallTail)
+}
 
 func toolCallArgs(tc *service.ToolCall) []any {
 	return []any{tc.ID, tc.RunID, tc.SessionID, tc.MessageID, tc.Name, tc.Arguments, tc.Output,
@@ -206,18 +227,33 @@ const (
 	qRewriteEvent = `UPDATE events SET delta = ?3, delta_offset = ?4, coalesced_from = ?5 WHERE session_id = ?1 AND seq = ?2`
 )
 
-// qInsertEvents inserts n events. Append has checked that none is there yet; OR IGNORE
-// spares SQLite a statement journal for each insert (Append checks the count inserted).
-func qInsertEvents(n int) string {
+// multiRow is an INSERT of n rows of cols columns: head, the VALUES, then tail.
+func multiRow(head string, cols, n int, tail string) string {
+	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", cols), ", ") + ")"
 	var b strings.Builder
-	b.WriteString(`INSERT OR IGNORE INTO events (` + eventCols + `) VALUES `)
+	b.WriteString(head)
+	b.WriteString(" VALUES ")
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		b.WriteString(row)
+	}
+	if tail != "" {
+		b.WriteString(" ")
+		b.WriteString(tail)
 	}
 	return b.String()
+}
+
+// rowBatchSizes are the row counts of the multi-row writes, largest first (each is a
+// statement prepared once).
+var rowBatchSizes = []int{512, 64, 8, 1}
+
+// qInsertEvents inserts n events. Append has checked that none is there yet; OR IGNORE
+// spares SQLite a statement journal for each insert (Append checks the count inserted).
+func qInsertEvents(n int) string {
+	return multiRow(`INSERT OR IGNORE INTO events (`+eventCols+`)`, 14, n, "")
 }
 
 // eventArgs encodes e, an event of session sessionID, for qInsertEvent; payloads are
@@ -278,8 +314,7 @@ func scanEvent(sc scanner) (*service.Event, error) {
 const idemCols = `user_id, idem_key, session_id, message_id, run_id, created_at`
 
 const (
-	qIdempotency      = `SELECT ` + idemCols + ` FROM idempotency WHERE user_id = ? AND idem_key = ?`
-	qIdempotencyTaken = `SELECT 1 FROM idempotency WHERE user_id = ? AND idem_key = ?`
+	qIdempotency = `SELECT ` + idemCols + ` FROM idempotency WHERE user_id = ? AND idem_key = ?`
 	// No row is inserted when the key exists: the caller turns that into ECONFLICT.
 	qInsertIdempotency = `INSERT INTO idempotency (` + idemCols + `) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
 )
@@ -405,10 +440,15 @@ const (
 // writes are the statements Append and Compact run, prepared once on the writer
 // connection.
 var writes = []string{
-	qInsertSession, qUpdateSession, qTouchSession, qDeleteSession, qGrowSession,
-	qInsertEvents(1), qInsertEvents(8), qInsertEvents(64), qInsertEvents(512), qRewriteEvent, qDropEvents, qInsertIdempotency, qDeleteMessages, qDeleteRuns,
-	qDeleteQuestions, qDeleteToolCalls, qDeleteEvents, qDeleteIdempotency,
-	qUpsertMessage, qUpsertRun, qUpsertQuestion, qUpsertToolCall, qWithdrawQuestions,
+	qInsertSession, qUpdateSession, qDeleteSession, qGrowSession,
+	qRewriteEvent, qDropEvents, qInsertIdempotency, qDeleteMessages, qDeleteRuns,
+	qDeleteQuestions, qDeleteToolCalls, qDeleteEvents, qDeleteIdempotency, qWithdrawQuestions,
+}
+
+func init() {
+	for _, n := range rowBatchSizes {
+		writes = append(writes, qInsertEvents(n), qUpsertMessages(n), qUpsertRuns(n), qUpsertQuestions(n), qUpsertToolCalls(n))
+	}
 }
 
 // scanChunk scans qChunks: an event with what folding needs.

@@ -385,6 +385,14 @@ func BenchmarkAppend(b *testing.B) {
 	}
 }
 
+func BenchmarkTurns(b *testing.B) {
+	for _, n := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) {
+			storetest.BenchmarkTurns(b, mustOpen(b, tempPath(b), sqlite.Options{}), n)
+		})
+	}
+}
+
 // BenchmarkOpen100kMessages measures Open (and Close) of a database that holds 100,000
 // messages, with their MessageAdded events, in 100 sessions.
 func BenchmarkOpen100kMessages(b *testing.B) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -118,18 +119,8 @@ func (s *Store) appendTx(todo []int, batches []*service.Batch, errs []error) (ba
 	if err := w.insertEvents(events); err != nil {
 		return -1, err // the checks rule out conflicts: anything else is the storage's
 	}
-	for _, i := range accepted {
-		b := batches[i]
-		if r := b.Idempotency; r != nil {
-			if _, err := w.exec(qInsertIdempotency, idempotencyArgs(r)...); err != nil {
-				return w.failed(i, batches, errs, err)
-			}
-		}
-		if len(b.Events) > 0 {
-			if err := w.changes(b.SessionID, service.Derive(b.Events)); err != nil {
-				return w.failed(i, batches, errs, err)
-			}
-		}
+	if bad, err := w.changes(accepted, batches, errs); bad >= 0 || err != nil {
+		return bad, err
 	}
 	if err := tx.Commit(); err != nil {
 		return -1, err
@@ -236,8 +227,8 @@ func (w *txWriter) lastSeq(id string) (int64, error) {
 	return last, err
 }
 
-// check finds whether the stored state refuses b (refused), without writing; when it does
-// not, the end of b's session's log moves past b.
+// check finds whether the stored state refuses b (refused), writing nothing then; when it
+// does not, b's idempotency key is taken and the end of its session's log moves past b.
 func (w *txWriter) check(b *service.Batch) (refused, err error) {
 	id := b.SessionID
 	last, err := w.lastSeq(id)
@@ -258,15 +249,6 @@ func (w *txWriter) check(b *service.Batch) (refused, err error) {
 		return fmt.Errorf("sqlite: events beginning at %d do not follow the session's log, which ends at %d: %w",
 			b.Events[0].Seq, last, service.ErrNotNext), nil
 	}
-	if r := b.Idempotency; r != nil {
-		var taken int
-		err := w.tx.QueryRowContext(w.ctx, qIdempotencyTaken, r.UserID, r.Key).Scan(&taken)
-		if err == nil {
-			return service.Errorf(service.ECONFLICT, "idempotency key %q was already used", r.Key), nil
-		} else if !errors.Is(err, sql.ErrNoRows) {
-			return nil, err
-		}
-	}
 	if a := b.Admit; a != nil {
 		var running int
 		if err := w.tx.QueryRowContext(w.ctx, qRunningOfUser, a.UserID, a.RunID).Scan(&running); err != nil {
@@ -274,6 +256,17 @@ func (w *txWriter) check(b *service.Batch) (refused, err error) {
 		}
 		if running >= a.Limit {
 			return service.Errorf(service.ERATELIMIT, "the user has %d runs running, at most %d", running, a.Limit), nil
+		}
+	}
+	if r := b.Idempotency; r != nil {
+		// The key is taken by inserting it, the batch's first write and the last check:
+		// no row means that it was used already.
+		n, err := w.exec(qInsertIdempotency, idempotencyArgs(r)...)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return service.Errorf(service.ECONFLICT, "idempotency key %q was already used", r.Key), nil
 		}
 	}
 	if n := len(b.Events); n > 0 {
@@ -306,9 +299,21 @@ func (w *txWriter) create(b *service.Batch) error {
 // insertEvents inserts rows of event columns with as few statements as it can: SQLite
 // runs one multi-row insert of many events for little more than the price of one.
 func (w *txWriter) insertEvents(rows [][]any) error {
+	return w.multiRow(rows, qInsertEvents, func(n, inserted int) error {
+		if inserted != n {
+			return fmt.Errorf("sqlite: %d of %d events were already stored", n-inserted, n)
+		}
+		return nil
+	})
+}
+
+// multiRow writes rows (each a row's arguments) in multi-row statements of the sizes of
+// rowBatchSizes, query(n) being the statement for n rows; after each, check is told how
+// many rows it was given and how many it changed.
+func (w *txWriter) multiRow(rows [][]any, query func(n int) string, check func(n, changed int) error) error {
 	for len(rows) > 0 {
 		n := 1
-		for _, size := range eventBatchSizes {
+		for _, size := range rowBatchSizes {
 			if len(rows) >= size {
 				n = size
 				break
@@ -318,79 +323,162 @@ func (w *txWriter) insertEvents(rows [][]any) error {
 		for _, r := range rows[:n] {
 			args = append(args, r...)
 		}
-		inserted, err := w.exec(qInsertEvents(n), args...)
+		changed, err := w.exec(query(n), args...)
 		if err != nil {
 			return err
 		}
-		if inserted != int64(n) {
-			return fmt.Errorf("sqlite: %d of %d events were already stored", int64(n)-inserted, n)
+		if err := check(n, int(changed)); err != nil {
+			return err
 		}
 		rows = rows[n:]
 	}
 	return nil
 }
 
-// eventBatchSizes are the row counts of the multi-row inserts, largest first (each is a
-// statement prepared once).
-var eventBatchSizes = []int{512, 64, 8, 1}
+// sessionChange is what a round does to one session's row: what it grew by, the last
+// SessionUpdated snapshot, and the latest activity after it.
+type sessionChange struct {
+	id       string
+	bytes    int64
+	snapshot *service.TalkSession
+	activity time.Time
+}
 
-// changes writes the rows the events imply.
-func (w *txWriter) changes(id string, ch service.Changes) error {
-	upsert := func(what, rowID, query string, args ...any) error {
-		n, err := w.exec(query, args...)
-		if err == nil && n == 0 {
-			err = &rowError{what, rowID, id}
+// upserts are the rows of one table that a round writes, with the batch each comes from.
+type upserts struct {
+	what    string // for errors: "message", "run", …
+	query   func(n int) string
+	owner   string // reads the session a row belongs to
+	rows    [][]any
+	ids     []string
+	batches []int
+}
+
+func (u *upserts) add(batch int, id string, args []any) {
+	u.rows, u.ids, u.batches = append(u.rows, args), append(u.ids, id), append(u.batches, batch)
+}
+
+// changes writes the rows the events of the accepted batches imply, with as few
+// statements as it can: one update per session, and multi-row upserts of the messages,
+// runs, questions and tool calls of every batch at once, in the batches' order (so a row
+// written by two batches ends as the later one left it). It returns the index of a batch
+// whose rows the stored state refuses (a row of another session), its error in errs, or
+// -1; err when the storage failed.
+func (w *txWriter) changes(accepted []int, batches []*service.Batch, errs []error) (bad int, err error) {
+	var sessions []*sessionChange
+	bySession := map[string]*sessionChange{}
+	messages := &upserts{what: "message", query: qUpsertMessages, owner: qMessageSession}
+	runs := &upserts{what: "run", query: qUpsertRuns, owner: qRunSession}
+	questions := &upserts{what: "question", query: qUpsertQuestions, owner: qQuestionSession}
+	toolCalls := &upserts{what: "tool call", query: qUpsertToolCalls, owner: qToolCallSession}
+	type withdrawal struct{ run, session string }
+	var withdrawals []withdrawal
+	for _, i := range accepted {
+		b := batches[i]
+		if len(b.Events) == 0 {
+			continue
 		}
-		return err
-	}
-	if ch.Bytes > 0 {
-		if _, err := w.exec(qGrowSession, ch.Bytes, id); err != nil {
-			return err
+		ch := service.Derive(b.Events)
+		sc := bySession[b.SessionID]
+		if sc == nil {
+			sc = &sessionChange{id: b.SessionID}
+			bySession[b.SessionID] = sc
+			sessions = append(sessions, sc)
+		}
+		sc.bytes += ch.Bytes
+		if ch.Session != nil {
+			sc.snapshot, sc.activity = ch.Session, time.Time{}
+		} else if ch.Activity.After(sc.activity) {
+			sc.activity = ch.Activity
+		}
+		for _, m := range ch.Messages {
+			messages.add(i, m.ID, messageArgs(m))
+		}
+		for _, r := range ch.Runs {
+			runs.add(i, r.ID, runArgs(r))
+		}
+		for _, q := range ch.Questions {
+			args, err := questionArgs(q)
+			if err != nil {
+				return w.failed(i, batches, errs, err)
+			}
+			questions.add(i, q.ID, args)
+		}
+		for _, tc := range ch.ToolCalls {
+			toolCalls.add(i, tc.ID, toolCallArgs(tc))
+		}
+		for _, run := range ch.EndedRuns {
+			withdrawals = append(withdrawals, withdrawal{run, b.SessionID})
 		}
 	}
-	if s := ch.Session; s != nil {
+	for _, sc := range sessions {
+		if err := w.updateSession(sc); err != nil {
+			return -1, err
+		}
+	}
+	for _, u := range []*upserts{messages, runs, questions, toolCalls} {
+		if len(u.rows) == 0 {
+			continue
+		}
+		short := false
+		err := w.multiRow(u.rows, u.query, func(n, changed int) error {
+			short = short || changed < n
+			return nil
+		})
+		if err != nil {
+			return -1, err
+		}
+		if short {
+			return w.refusedRow(u, batches, errs)
+		}
+	}
+	// Questions are withdrawn after every question is written: a run ends after it asked.
+	for _, wd := range withdrawals {
+		if _, err := w.exec(qWithdrawQuestions, wd.run, wd.session); err != nil {
+			return -1, err
+		}
+	}
+	return -1, nil
+}
+
+// updateSession writes a round's change to a session's row in one statement.
+func (w *txWriter) updateSession(sc *sessionChange) error {
+	if s := sc.snapshot; s != nil {
 		settings, err := json.Marshal(s.Settings)
 		if err != nil {
 			return err
 		}
-		if _, err := w.exec(qUpdateSession, s.Title, string(settings), dbTime(s.UpdatedAt), id); err != nil {
-			return err
+		activity := s.UpdatedAt
+		if sc.activity.After(activity) {
+			activity = sc.activity
 		}
-	} else if !ch.Activity.IsZero() {
-		if _, err := w.exec(qTouchSession, dbTime(ch.Activity), id); err != nil {
-			return err
+		_, err = w.exec(qUpdateSession, sc.bytes, s.Title, string(settings), dbTime(s.UpdatedAt), dbTime(activity), sc.id)
+		return err
+	}
+	if sc.bytes == 0 && sc.activity.IsZero() {
+		return nil
+	}
+	activity := "" // max(updated_at, '') leaves it as it is
+	if !sc.activity.IsZero() {
+		activity = dbTime(sc.activity)
+	}
+	_, err := w.exec(qGrowSession, sc.bytes, activity, sc.id)
+	return err
+}
+
+// refusedRow finds, after a multi-row upsert of u changed fewer rows than it was given,
+// the first row that belongs to another session than its batch's, and fails that batch.
+func (w *txWriter) refusedRow(u *upserts, batches []*service.Batch, errs []error) (bad int, err error) {
+	for k, id := range u.ids {
+		var owner string
+		if err := w.tx.QueryRowContext(w.ctx, u.owner, id).Scan(&owner); err != nil {
+			return -1, err
+		}
+		if i := u.batches[k]; owner != batches[i].SessionID {
+			return w.failed(i, batches, errs, &rowError{u.what, id, batches[i].SessionID})
 		}
 	}
-	for _, m := range ch.Messages {
-		if err := upsert("message", m.ID, qUpsertMessage, messageArgs(m)...); err != nil {
-			return err
-		}
-	}
-	for _, r := range ch.Runs {
-		if err := upsert("run", r.ID, qUpsertRun, runArgs(r)...); err != nil {
-			return err
-		}
-	}
-	for _, q := range ch.Questions {
-		args, err := questionArgs(q)
-		if err != nil {
-			return err
-		}
-		if err := upsert("question", q.ID, qUpsertQuestion, args...); err != nil {
-			return err
-		}
-	}
-	for _, tc := range ch.ToolCalls {
-		if err := upsert("tool call", tc.ID, qUpsertToolCall, toolCallArgs(tc)...); err != nil {
-			return err
-		}
-	}
-	for _, run := range ch.EndedRuns {
-		if _, err := w.exec(qWithdrawQuestions, run, id); err != nil {
-			return err
-		}
-	}
-	return nil
+	return -1, fmt.Errorf("sqlite: an upsert of %ss changed fewer rows than it was given, none of another session", u.what)
 }
 
 // Compact implements service.Store. It reads only what folding needs, and drops each
