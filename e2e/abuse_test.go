@@ -522,3 +522,77 @@ func mustProxies(t *testing.T, s string) []netip.Prefix {
 	}
 	return p
 }
+
+// Every operation that takes an ID answers BAD_USER_INPUT for one this server could not
+// have made (the review saw NOT_FOUND), and NOT_FOUND for a well-formed one that is
+// missing, the same over HTTP and in a subscription.
+func TestMalformedIDsAnswerBadUserInput(t *testing.T) {
+	a := startApp(t, "sqlite", nil)
+	c := guest(t, a)
+	sid := c.CreateSession(nil)
+	ops := map[string]string{
+		"session":                   `query($id: ID!){ session(id: $id){ id } }`,
+		"renameTalkSession":         `mutation($id: ID!){ renameTalkSession(input:{id: $id, title: "x"}){ id } }`,
+		"updateTalkSessionSettings": `mutation($id: ID!){ updateTalkSessionSettings(input:{id: $id, settings:{model: "m"}}){ id } }`,
+		"deleteTalkSession":         `mutation($id: ID!){ deleteTalkSession(id: $id) }`,
+		"addMessage":                `mutation($id: ID!){ addMessage(input:{sessionId: $id, content: "hi"}){ run { id } } }`,
+		"cancelRun":                 `mutation($id: ID!){ cancelRun(sessionId: $id){ id } }`,
+		"respondToQuestion":         `mutation($id: ID!){ respondToQuestion(input:{questionId: $id, answer: "x"}){ run { id } } }`,
+	}
+	malformed := []string{"nope", "", strings.Repeat("z", 36), "6f1c0000-0000-4000-8000-00000000000g", sid + "x", strings.ToUpper(sid) + " "}
+	const missing = "00000000-0000-4000-8000-000000000001"
+	for name, q := range ops {
+		for _, id := range malformed {
+			wantCode(t, fmt.Sprintf("%s(%q)", name, id), c.Do(q, map[string]any{"id": id}), "BAD_USER_INPUT", "ID")
+		}
+		r := c.Do(q, map[string]any{"id": missing})
+		if name == "session" {
+			if len(r.Errors) > 0 || string(r.Data) != `{"session":null}` {
+				t.Errorf("session(missing): %s %+v, want null", r.Data, r.Errors)
+			}
+			continue
+		}
+		wantCode(t, name+"(missing)", r, "NOT_FOUND", "")
+	}
+	ws := c.Connect("graphql-transport-ws")
+	for _, id := range []string{"nope", missing} {
+		_, evs := ws.Stream(id, "")
+		want := map[string]string{"nope": "BAD_USER_INPUT", missing: "NOT_FOUND"}[id]
+		if _, ok := evs.TryNext(tgtest.Wait); ok || len(evs.Err) == 0 || evs.Err[0].Code() != want {
+			t.Errorf("messageStream(%q): errors %+v, want %s", id, evs.Err, want)
+		}
+	}
+}
+
+// A token that expired moments ago, within the clock-skew leeway plain requests are
+// allowed, is refused on a websocket before connection_ack (the review saw it acknowledged
+// and then closed with 4401) and gets no server-sent events stream (it used to get one
+// whose operation failed with INTERNAL); a plain request is still served.
+func TestTokenInsideClockSkewLeeway(t *testing.T) {
+	a := startApp(t, "memory", func(c *app.Config) { c.AuthSecret = testSecret })
+	exp := time.Now().Add(-3 * time.Second) // the leeway is 30 s
+	tok := mint(t, "skewed", &exp)
+	c := &tgtest.Client{T: t, Base: a.URL, Token: tok, HTTP: &http.Client{Timeout: tgtest.Wait}}
+	sid := c.CreateSession(nil) // within the leeway
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			ws := dialWS(t, a.URL, proto)
+			ws.mustSend(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + tok}})
+			code, seen := ws.closeCode(tgtest.Wait)
+			for _, m := range seen {
+				if m.Type == "connection_ack" {
+					t.Error("an expired token was acknowledged")
+				}
+			}
+			if code != 4401 {
+				t.Errorf("close code %d after %v, want 4401", code, types(seen))
+			}
+		})
+	}
+	t.Run("SSE", func(t *testing.T) {
+		_, err := c.SSEStream(context.Background(), tgtest.StreamQuery, map[string]any{"s": sid})
+		if err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "token expired") {
+			t.Errorf("SSE with an expired token: %v, want 401 token expired", err)
+		}
+	})
+}

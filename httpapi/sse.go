@@ -60,6 +60,12 @@ func (t sse) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecut
 	if id, ok := ctx.Value(identityKey{}).(jwtauth.Identity); ok {
 		expires = id.Expires
 	}
+	// As on a websocket, a token already past its expiry gets no stream, even within the
+	// clock skew single requests are allowed: it would end at once, its operation cut off.
+	if !expires.IsZero() && !time.Now().Before(expires) {
+		writeError(w, http.StatusUnauthorized, service.Errorf(service.EUNAUTHORIZED, "token expired"))
+		return
+	}
 	if !expires.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, expires)
