@@ -333,3 +333,41 @@ func TestReadinessStaysRedWhileTheDiskIsFull(t *testing.T) {
 	}
 	g.Send(sid, "room again")
 }
+
+// Finding 10: the database holds the token signing secret and every conversation; created
+// by a real server in a directory anyone may read, its files are its owner's only, and so
+// is the secret file kept beside memory: storage.
+func TestDataFilesAreTheOwnersOnly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	t.Parallel()
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	check := func(paths ...string) {
+		t.Helper()
+		for _, p := range paths {
+			fi, err := os.Stat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+				t.Errorf("%s has mode %o, want none for group and others", filepath.Base(p), perm)
+			}
+		}
+	}
+	db := filepath.Join(open, "talk.db")
+	srv := startChild(t, t.TempDir(), freePort(t), "DATABASE_URL=sqlite://"+db)
+	g := tgtest.Guest(t, srv.URL) // signs with the secret kept in the database
+	g.CreateSession(nil)
+	check(db, db+"-wal", db+"-shm", db+".lock")
+
+	dataDir := filepath.Join(open, "data")
+	if err := os.Mkdir(dataDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	startChild(t, dataDir, freePort(t), "DATABASE_URL=memory:")
+	check(filepath.Join(dataDir, "auth_secret"))
+}
