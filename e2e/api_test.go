@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -497,7 +498,21 @@ func TestPerUserStorageQuota(t *testing.T) {
 		}
 		// Another user is not held back.
 		other := guest(t, a)
-		other.CreateSession(nil)
+		sid := other.CreateSession(nil)
+		// Rewriting a system prompt over and over counts too: each version stays in the
+		// session's log (the review grew the database by 640 KB/s this way).
+		const set = `mutation($s: ID!, $p: String!){ updateTalkSessionSettings(input:{id:$s, settings:{systemPrompt:$p}}){ id } }`
+		for i := 0; ; i++ {
+			r := other.Do(set, map[string]any{"s": sid, "p": fmt.Sprintf("%d %s", i, strings.Repeat("p", 100))})
+			if len(r.Errors) == 0 {
+				if i > 4 {
+					t.Fatalf("%d rewrites of a 100-byte prompt within a quota of 400 bytes", i+1)
+				}
+				continue
+			}
+			wantCode(t, "a rewrite past the quota", r, "RATE_LIMITED", "MiB")
+			break
+		}
 		c.Must(`mutation($s: ID!){ deleteTalkSession(id: $s) }`, map[string]any{"s": s1}, nil)
 		if r := c.Do(`mutation{ createTalkSession(input:{title:"again"}){ id } }`, nil); len(r.Errors) > 0 {
 			t.Fatalf("no room after deleting a session: %+v", r.Errors)

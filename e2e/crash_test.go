@@ -54,19 +54,7 @@ func freePort(t *testing.T) int {
 // startChild starts the server in a new process and waits until it is ready.
 func startChild(t *testing.T, dataDir string, port int, env ...string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "TALKGRAPH_CHILD=1", "DATA_DIR="+dataDir, fmt.Sprintf("PORT=%d", port), "HOST=127.0.0.1",
-		"DEMO_CHUNK_DELAY=3ms", "FLUSH_INTERVAL=10ms", "RATE_LIMIT=1000", "RATE_BURST=1000", "LOG_LEVEL=warn",
-		"ANON_RATE_LIMIT=1000", "ANON_RATE_BURST=1000", "GUEST_SIGNIN_RATE=60000", "GUEST_SIGNIN_BURST=1000")
-	cmd.Env = append(cmd.Env, env...)
-	logf, _ := os.OpenFile(filepath.Join(dataDir, "child.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{t: t, cmd: cmd, URL: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan error, 1)}
-	go func() { c.done <- cmd.Wait(); logf.Close() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	c := spawnChild(t, dataDir, port, env...)
 	deadline := time.Now().Add(tgtest.Wait)
 	for {
 		resp, err := http.Get(c.URL + "/readyz")
@@ -86,6 +74,25 @@ func startChild(t *testing.T, dataDir string, port int, env ...string) *child {
 			t.Fatal("server not ready in time")
 		}
 	}
+}
+
+// spawnChild starts the server in a new process, its log going to child.log in dataDir.
+func spawnChild(t *testing.T, dataDir string, port int, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "TALKGRAPH_CHILD=1", "DATA_DIR="+dataDir, fmt.Sprintf("PORT=%d", port), "HOST=127.0.0.1",
+		"DEMO_CHUNK_DELAY=3ms", "FLUSH_INTERVAL=10ms", "RATE_LIMIT=1000", "RATE_BURST=1000", "LOG_LEVEL=warn",
+		"ANON_RATE_LIMIT=1000", "ANON_RATE_BURST=1000", "GUEST_SIGNIN_RATE=60000", "GUEST_SIGNIN_BURST=1000")
+	cmd.Env = append(cmd.Env, env...)
+	logf, _ := os.OpenFile(filepath.Join(dataDir, "child.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{t: t, cmd: cmd, URL: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan error, 1)}
+	go func() { c.done <- cmd.Wait(); logf.Close() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return c
 }
 
 func (c *child) kill() {

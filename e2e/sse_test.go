@@ -9,6 +9,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkgraph/talkgraph/app"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
 )
 
@@ -227,4 +230,51 @@ func TestSubscriptionOverPlainHTTPIsRefused(t *testing.T) {
 		req.Header.Set("Content-Type", "application/json")
 		refused(t, req, "text/event-stream")
 	})
+}
+
+// A client that stops reading a server-sent events stream is let go as a websocket's is:
+// once a write has been blocked for 10 s the stream ends (no complete: the client resumes
+// with its cursor), and its subscription and goroutines are released.
+func TestStalledSSEReaderIsLetGo(t *testing.T) {
+	t.Parallel()
+	a := startApp(t, "memory", func(c *app.Config) { c.Service.MaxMessageBytes = 600 << 10 })
+	g := guest(t, a)
+	sid := g.CreateSession(nil)
+	from := g.Cursor(sid)
+	// A history of several megabytes, more than the sockets' buffers hold, so that the
+	// server's writes to a client that does not read block.
+	watch := g.Connect("graphql-transport-ws")
+	_, evs := watch.Stream(sid, from)
+	for i := 0; i < 10; i++ {
+		_, run := g.Send(sid, fmt.Sprintf("%d %s", i, strings.Repeat("lorem ipsum ", 40000)))
+		evs.Until("the reply's end", tgtest.RunEnds(run))
+	}
+	watch.Close()
+	before := baseline(t, a)
+
+	const clients = 3
+	body, _ := json.Marshal(map[string]any{"query": tgtest.StreamQuery, "variables": map[string]any{"s": sid, "a": from}})
+	host := strings.TrimPrefix(a.URL, "http://")
+	var conns []*net.TCPConn
+	for i := 0; i < clients; i++ {
+		c, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn := c.(*net.TCPConn)
+		_ = conn.SetReadBuffer(4096)
+		defer conn.Close()
+		fmt.Fprintf(conn, "POST /query HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nAccept: text/event-stream\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", host, g.Token, len(body), body)
+		conns = append(conns, conn) // and never read
+	}
+	start := time.Now()
+	waitFor(t, "the stalled clients' subscriptions", func() bool { return a.Service.Stats().Subscriptions == clients })
+	if !waitUntil(writeTimeout+tgtest.Wait, func() bool { return a.Service.Stats().Subscriptions == 0 }) {
+		t.Fatalf("%d subscriptions of clients that stopped reading remain after %v", a.Service.Stats().Subscriptions, time.Since(start))
+	}
+	t.Logf("stalled SSE clients let go after %v", time.Since(start))
+	for _, c := range conns {
+		c.Close()
+	}
+	settle(t, a, before)
 }

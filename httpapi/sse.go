@@ -2,12 +2,15 @@ package httpapi
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"mime"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -22,11 +25,13 @@ import (
 // for clients that cannot open a websocket. Each result is an event "next" whose data is
 // the GraphQL response; "complete" follows only when the operation really ended (a query
 // or mutation answered, a subscription's session deleted). When the server shuts down, the
-// client goes away or the token expires (then after a last "next" with an UNAUTHENTICATED
-// error), the stream just ends, so that a client reconnects and resumes with its cursor.
-// A comment line every keepAlive keeps proxies from closing a quiet stream.
+// client goes away or stops reading (a write takes longer than writeTimeout), or the token
+// expires (then after a last "next" with an UNAUTHENTICATED error), the stream just ends,
+// so that a client reconnects and resumes with its cursor. A comment line every keepAlive
+// keeps proxies from closing a quiet stream.
 type sse struct {
-	keepAlive time.Duration
+	keepAlive    time.Duration
+	writeTimeout time.Duration // default 10s, as websockets'
 }
 
 var _ graphql.Transport = sse{}
@@ -41,8 +46,7 @@ func (sse) Supports(r *http.Request) bool {
 
 func (t sse) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
 	ctx := r.Context()
-	flusher, ok := w.(http.Flusher)
-	if !ok {
+	if _, ok := w.(http.Flusher); !ok {
 		writeError(w, http.StatusInternalServerError, service.Errorf(service.EINTERNAL, "streaming is not supported here"))
 		return
 	}
@@ -60,11 +64,25 @@ func (t sse) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecut
 	if id, ok := ctx.Value(identityKey{}).(jwtauth.Identity); ok {
 		expires = id.Expires
 	}
+	// As on a websocket, a token already past its expiry gets no stream, even within the
+	// clock skew single requests are allowed: it would end at once, its operation cut off.
+	if !expires.IsZero() && !time.Now().Before(expires) {
+		writeError(w, http.StatusUnauthorized, service.Errorf(service.EUNAUTHORIZED, "token expired"))
+		return
+	}
 	if !expires.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, expires)
 		defer cancel()
 	}
+
+	// A client that stops reading is let go: a write that does not get through within
+	// writeTimeout ends the operation, and with it the stream.
+	ctx, stuck := context.WithCancel(ctx)
+	defer stuck()
+	var broken atomic.Bool
+	ctl := http.NewResponseController(w)
+	timeout := cmp.Or(t.writeTimeout, 10*time.Second)
 
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -73,9 +91,24 @@ func (t sse) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecut
 	var mu sync.Mutex
 	write := func(b []byte) {
 		mu.Lock()
-		_, _ = w.Write(b)
-		flusher.Flush()
-		mu.Unlock()
+		defer mu.Unlock()
+		if broken.Load() {
+			return
+		}
+		// The deadline holds for this write only: one that passed while the stream was
+		// quiet could not be moved any more.
+		_ = ctl.SetWriteDeadline(time.Now().Add(timeout))
+		_, err := w.Write(b)
+		if err == nil {
+			err = ctl.Flush()
+		}
+		if err == nil {
+			err = ctl.SetWriteDeadline(time.Time{})
+		}
+		if err != nil && !errors.Is(err, http.ErrNotSupported) {
+			broken.Store(true)
+			stuck()
+		}
 	}
 	write([]byte(":\n\n"))
 	if t.keepAlive > 0 {
@@ -108,7 +141,7 @@ func (t sse) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecut
 		write(nextEvent(resp))
 	}
 	switch {
-	case r.Context().Err() != nil: // the client left or the server shuts down
+	case r.Context().Err() != nil || broken.Load(): // the client left or stopped reading, or the server shuts down
 	case ctx.Err() != nil: // the token expired
 		write(nextEvent(&graphql.Response{Errors: gqlerror.List{graph.Error(service.Errorf(service.EUNAUTHORIZED, "token expired"))}}))
 	default:

@@ -198,16 +198,16 @@ func (c *conn) subscribe(id string, raw json.RawMessage) bool {
 		c.mu.Unlock()
 		return false
 	}
-	if c.subs[id] != nil {
+	old := c.subs[id]
+	if old != nil && !c.proto.legacy {
 		c.mu.Unlock()
-		if c.proto.legacy {
-			c.sendError(id, gqlerror.List{{Message: "subscription " + truncate(id, 40) + " already exists"}})
-			return true
-		}
 		c.closeWith(CloseSubscriberUsed, "Subscriber for "+truncate(id, 40)+" already exists")
 		return false
 	}
-	if len(c.subs) >= c.t.MaxSubscriptions {
+	// The legacy protocol has no such code: like its reference server
+	// (subscriptions-transport-ws), a start with an ID in use stops that operation, without
+	// complete, and the ID names the new one from now on.
+	if old == nil && len(c.subs) >= c.t.MaxSubscriptions {
 		c.mu.Unlock()
 		c.sendError(id, gqlerror.List{graph.Error(service.Errorf(service.ERATELIMIT, "too many subscriptions on this connection (at most %d)", c.t.MaxSubscriptions))})
 		return true
@@ -219,6 +219,9 @@ func (c *conn) subscribe(id string, raw json.RawMessage) bool {
 	c.subs[id] = s
 	opCtx := c.opCtx
 	c.mu.Unlock()
+	if old != nil {
+		c.release(old)
+	}
 	go c.start(s, opCtx, raw, start)
 	return true
 }
@@ -232,10 +235,7 @@ func (c *conn) live(s *sub) bool {
 
 // fail ends an operation that could not start, with errors.
 func (c *conn) fail(s *sub, errs gqlerror.List) {
-	if c.live(s) {
-		c.drop(s)
-		c.sendError(s.id, errs)
-	}
+	c.finish(s, &message{ID: s.id, Type: "error", Payload: mustJSON(errs)})
 }
 
 // start parses and runs an operation: a query or mutation to its end, a subscription until
@@ -309,7 +309,6 @@ func (c *conn) start(s *sub, opCtx context.Context, raw json.RawMessage, start t
 
 // once runs a query or mutation sent over the socket.
 func (c *conn) once(s *sub, ctx context.Context, rc *graphql.OperationContext) {
-	defer c.drop(s)
 	var resp *graphql.Response
 	func() {
 		defer func() {
@@ -321,12 +320,16 @@ func (c *conn) once(s *sub, ctx context.Context, rc *graphql.OperationContext) {
 		responses, rctx := c.exec.DispatchOperation(ctx, rc)
 		resp = responses(rctx)
 	}()
-	if resp != nil && c.writeNext(s.id, resp) {
-		c.writeFrame(&message{ID: s.id, Type: "complete"})
+	if resp != nil && !c.writeNext(s, resp) {
+		c.finish(s, nil) // stopped by the client, or the connection is gone
+		return
 	}
+	// The ID is free again before the client hears complete: it may reuse it at once.
+	c.finish(s, &message{ID: s.id, Type: "complete"})
 }
 
-// stop ends an operation the client stopped.
+// stop ends an operation the client stopped. Once the reader has taken the stop in,
+// nothing more is written for it (see writeFor).
 func (c *conn) stop(id string) {
 	c.mu.Lock()
 	s := c.subs[id]
@@ -334,18 +337,40 @@ func (c *conn) stop(id string) {
 	if s == nil {
 		return
 	}
-	c.drop(s)
+	var end *message
 	if c.proto.legacy {
-		c.writeFrame(&message{ID: id, Type: "complete"})
+		end = &message{ID: id, Type: "complete"}
 	}
+	c.finish(s, end)
 }
 
-// drop forgets an operation and ends it.
-func (c *conn) drop(s *sub) {
+// finish ends s from either side: it forgets s, so that its ID is free and nothing more
+// is written for it, then writes end (a complete or an error; nil for none), and releases
+// what s holds. It reports whether s was still the connection's operation under its ID;
+// if not, someone else ended it and nothing is written.
+func (c *conn) finish(s *sub, end *message) bool {
 	c.mu.Lock()
-	if c.subs[s.id] == s {
+	live := !c.closed && c.subs[s.id] == s
+	if live {
 		delete(c.subs, s.id)
 	}
+	c.mu.Unlock()
+	if !live {
+		return false
+	}
+	// A write for s that began before s was forgotten ends before end is written (both
+	// hold wmu), and none begins after (writeFor checks under wmu).
+	if end != nil {
+		c.writeFrame(end)
+	}
+	c.release(s)
+	return true
+}
+
+// release ends an operation that is no longer in c.subs, and closes the connection when
+// the server shuts down and it was the last.
+func (c *conn) release(s *sub) {
+	c.mu.Lock()
 	st, cancel := s.stream, s.cancel
 	if s.retry != nil {
 		s.retry.Stop()
@@ -412,19 +437,17 @@ func (c *conn) pump(s *sub) {
 	defer func() {
 		if p := recover(); p != nil {
 			c.t.Log.Error("subscription panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			c.drop(s)
-			c.sendError(s.id, gqlerror.List{graph.Error(service.Errorf(service.EINTERNAL, "internal error"))})
+			c.fail(s, gqlerror.List{graph.Error(service.Errorf(service.EINTERNAL, "internal error"))})
 		}
 	}()
 	for range perTurn {
 		ok, err := s.stream.Next(s.ctx)
 		switch {
 		case errors.Is(err, service.ErrSessionDeleted):
-			c.drop(s)
-			c.writeFrame(&message{ID: s.id, Type: "complete"})
+			c.finish(s, &message{ID: s.id, Type: "complete"})
 			return
 		case errors.Is(err, service.ErrShutdown):
-			c.drop(s) // closes the connection with 1001 once it has no subscription left
+			c.finish(s, nil) // closes the connection with 1001 once it has no subscription left
 			return
 		case err != nil:
 			if s.ctx.Err() != nil || service.ErrorCode(err) == service.ECONFLICT {
@@ -451,20 +474,20 @@ func (c *conn) pump(s *sub) {
 		if resp == nil {
 			return
 		}
-		if !c.writeNext(s.id, resp) {
-			return
+		if !c.writeNext(s, resp) {
+			return // stopped, or the connection is gone
 		}
 	}
 	s.notify() // more may be waiting: back of the line
 }
 
-// writeNext sends one result of an operation.
-func (c *conn) writeNext(id string, resp *graphql.Response) bool {
+// writeNext sends one result of s; false when s is over or the connection is gone.
+func (c *conn) writeNext(s *sub, resp *graphql.Response) bool {
 	buf := bufPool.Get().(*bytes.Buffer)
 	defer bufPool.Put(buf)
 	buf.Reset()
 	buf.WriteString(`{"id":`)
-	writeString(buf, id)
+	writeString(buf, s.id)
 	buf.WriteString(`,"type":"` + c.proto.next + `","payload":{"data":`)
 	if len(resp.Data) == 0 {
 		buf.WriteString("null")
@@ -480,7 +503,7 @@ func (c *conn) writeNext(id string, resp *graphql.Response) bool {
 		buf.Write(mustJSON(resp.Extensions))
 	}
 	buf.WriteString("}}")
-	return c.write(buf.Bytes())
+	return c.writeFor(s, buf.Bytes())
 }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -497,9 +520,36 @@ func (c *conn) writeFrame(m *message) bool { return c.write(mustJSON(m)) }
 // resumes.
 func (c *conn) write(data []byte) bool {
 	c.wmu.Lock()
-	_ = c.ws.SetWriteDeadline(time.Now().Add(c.t.WriteTimeout))
-	err := c.ws.WriteMessage(websocket.TextMessage, data)
+	err := c.writeLocked(data)
 	c.wmu.Unlock()
+	return c.written(err)
+}
+
+// writeFor sends one message of s, unless s is over: once finish has forgotten s, nothing
+// more is written for it, even by a goroutine that was rendering an event of s meanwhile.
+// False when s is over or the connection is gone.
+func (c *conn) writeFor(s *sub, data []byte) bool {
+	c.wmu.Lock()
+	c.mu.Lock()
+	live := !c.closed && c.subs[s.id] == s
+	c.mu.Unlock()
+	if !live {
+		c.wmu.Unlock()
+		return false
+	}
+	err := c.writeLocked(data)
+	c.wmu.Unlock()
+	return c.written(err)
+}
+
+// writeLocked writes one message; c.wmu must be held.
+func (c *conn) writeLocked(data []byte) error {
+	_ = c.ws.SetWriteDeadline(time.Now().Add(c.t.WriteTimeout))
+	return c.ws.WriteMessage(websocket.TextMessage, data)
+}
+
+// written ends the connection after a failed write; it reports whether the write worked.
+func (c *conn) written(err error) bool {
 	if err != nil {
 		c.closeWith(CloseGoingAway, "the connection is not keeping up")
 		return false

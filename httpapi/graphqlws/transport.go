@@ -18,8 +18,11 @@
 // socket with 1001, a connection that stopped answering or reading is closed with 1001 too,
 // so that clients reconnect and resume with their cursor; protocol errors close with the
 // graphql-transport-ws codes: 4400 (a bad message), 4401 (not authorised), 4408 (no
-// connection_init in time), 4409 (a subscription ID in use), 4429 (a second
-// connection_init), 1009 (a message over ReadLimit).
+// connection_init in time), 4409 (a subscription ID in use; the legacy protocol, which
+// has no such code, replaces the operation under that ID, as its reference server does),
+// 4429 (a second connection_init), 1009 (a message over ReadLimit). Once the reader has
+// taken a client's stop in, and once the server has ended an operation, nothing more is
+// written for its ID, which is free again.
 package graphqlws
 
 import (

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -573,8 +574,9 @@ func (c *Client) SSEStream(ctx context.Context, query string, vars map[string]an
 		return nil, err
 	}
 	if resp.StatusCode != 200 {
-		resp.Body.Close()
-		return nil, fmt.Errorf("SSE: status %d", resp.StatusCode)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		return nil, fmt.Errorf("SSE: status %d: %s", resp.StatusCode, b)
 	}
 	out := make(chan SSEEvent, 100000)
 	go func() {
