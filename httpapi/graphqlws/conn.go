@@ -465,8 +465,8 @@ func (c *conn) pump(s *sub) {
 			return // caught up: notify brings it back
 		}
 		if data := s.stream.Rendered(); data != nil {
-			if !c.writeNext(s.id, &graphql.Response{Data: data}) {
-				return
+			if !c.writeNext(s, &graphql.Response{Data: data}) {
+				return // stopped, or the connection is gone
 			}
 			continue
 		}
