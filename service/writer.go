@@ -31,7 +31,21 @@ type writer struct {
 
 	rounds, batches, failed atomic.Int64
 	busy                    atomic.Int64 // nanoseconds spent in Append
+
+	// inRound is when the round being written began (unix nanoseconds; 0 between rounds).
+	// While a round is out, new commands first ask health whether the storage answers,
+	// so that they are refused at once rather than queued behind a round that waits for
+	// storage that went away (see write).
+	inRound atomic.Int64
+	health  struct {
+		mu      sync.Mutex
+		checked time.Time
+		err     error
+	}
 }
+
+// healthEvery is how long a check of the storage's health stands.
+const healthEvery = 100 * time.Millisecond
 
 // writeReq is a command's batch waiting for its round.
 type writeReq struct {
@@ -66,7 +80,16 @@ func (w *writer) signal() {
 
 // write writes b in the next round and returns its outcome. The caller holds b's session
 // lock with writing set, so no round takes that session's streamed text meanwhile.
+//
+// A command that comes while a round is out and the storage does not answer is refused
+// with EUNAVAILABLE before it is queued (it changes nothing): the round may be waiting to
+// learn whether its commit went through, which can take until the storage is back.
 func (w *writer) write(ctx context.Context, b *Batch) error {
+	if w.inRound.Load() != 0 {
+		if err := w.healthy(ctx); err != nil {
+			return err
+		}
+	}
 	req := &writeReq{b: b, err: make(chan error, 1)}
 	w.mu.Lock()
 	if w.stopped {
@@ -77,6 +100,24 @@ func (w *writer) write(ctx context.Context, b *Batch) error {
 	w.mu.Unlock()
 	w.signal()
 	return <-req.err // the round finishes whatever the caller's context does
+}
+
+// healthy returns the store's Ping, checked at most every healthEvery.
+func (w *writer) healthy(ctx context.Context) error {
+	h := &w.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if time.Since(h.checked) < healthEvery {
+		return h.err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	h.err = w.s.store.Ping(ctx)
+	if h.err != nil && ErrorCode(h.err) != EUNAVAILABLE {
+		h.err = Errorf(EUNAVAILABLE, "storage is unavailable: %v", h.err)
+	}
+	h.checked = time.Now()
+	return h.err
 }
 
 // flushSoon puts st on the list of sessions whose streamed text the next round writes, at
@@ -209,7 +250,9 @@ func (w *writer) round() (progress bool) {
 		batches = append(batches, &f.t.b)
 	}
 	start := time.Now()
+	w.inRound.Store(start.UnixNano())
 	errs := w.s.store.Append(context.Background(), batches)
+	w.inRound.Store(0)
 	w.busy.Add(int64(time.Since(start)))
 	w.rounds.Add(1)
 	w.batches.Add(int64(len(batches)))
