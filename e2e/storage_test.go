@@ -270,7 +270,9 @@ func TestRefusedCommandsLeaveTheRunningAgentAsItWas(t *testing.T) {
 	still("after the CONFLICT")
 
 	fillStorage(t, g, filler)
-	r = g.Do(add, map[string]any{"s": sid, "c": "stop and listen"})
+	// Big enough to need pages of its own: a short message could still fit in what the
+	// filling left of a page.
+	r = g.Do(add, map[string]any{"s": sid, "c": "stop and listen " + strings.Repeat("x", 8<<10)})
 	wantCode(t, "addMessage on a full disk", r, "UNAVAILABLE", "full")
 	r = g.Do(`mutation($s: ID!){ cancelRun(sessionId: $s){ id } }`, map[string]any{"s": sid})
 	wantCode(t, "cancelRun on a full disk", r, "UNAVAILABLE", "full")
