@@ -32,10 +32,8 @@ type writer struct {
 	rounds, batches, failed atomic.Int64
 	busy                    atomic.Int64 // nanoseconds spent in Append
 
-	// inRound is when the round being written began (unix nanoseconds; 0 between rounds).
-	// While a round is out, new commands first ask health whether the storage answers,
-	// so that they are refused at once rather than queued behind a round that waits for
-	// storage that went away (see write).
+	// inRound is when the round being written began (unix nanoseconds; 0 between rounds);
+	// health is the storage's answer to the last check (see write).
 	inRound atomic.Int64
 	health  struct {
 		mu      sync.Mutex
@@ -44,8 +42,12 @@ type writer struct {
 	}
 }
 
-// healthEvery is how long a check of the storage's health stands.
-const healthEvery = 100 * time.Millisecond
+// slowRound is how long a command waits for its round before it asks whether the storage
+// answers, and healthEvery how long the answer stands.
+const (
+	slowRound   = 250 * time.Millisecond
+	healthEvery = 100 * time.Millisecond
+)
 
 // writeReq is a command's batch waiting for its round.
 type writeReq struct {
@@ -81,15 +83,11 @@ func (w *writer) signal() {
 // write writes b in the next round and returns its outcome. The caller holds b's session
 // lock with writing set, so no round takes that session's streamed text meanwhile.
 //
-// A command that comes while a round is out and the storage does not answer is refused
-// with EUNAVAILABLE before it is queued (it changes nothing): the round may be waiting to
-// learn whether its commit went through, which can take until the storage is back.
+// A command still waiting for its round after slowRound, behind a round that is out, asks
+// whether the storage answers; when it does not, the command leaves the queue and is
+// refused with EUNAVAILABLE (it changed nothing). The round may be waiting to learn whether
+// its commit went through, which can take until the storage is back.
 func (w *writer) write(ctx context.Context, b *Batch) error {
-	if w.inRound.Load() != 0 {
-		if err := w.healthy(ctx); err != nil {
-			return err
-		}
-	}
 	req := &writeReq{b: b, err: make(chan error, 1)}
 	w.mu.Lock()
 	if w.stopped {
@@ -99,7 +97,34 @@ func (w *writer) write(ctx context.Context, b *Batch) error {
 	w.reqs = append(w.reqs, req)
 	w.mu.Unlock()
 	w.signal()
-	return <-req.err // the round finishes whatever the caller's context does
+	t := time.NewTimer(slowRound)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-req.err: // the round finishes whatever the caller's context does
+			return err
+		case <-t.C:
+			if w.inRound.Load() != 0 {
+				if err := w.healthy(ctx); err != nil && w.withdraw(req) {
+					return err
+				}
+			}
+			t.Reset(healthEvery)
+		}
+	}
+}
+
+// withdraw takes req out of the queue; false when a round has taken it already.
+func (w *writer) withdraw(req *writeReq) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, r := range w.reqs {
+		if r == req {
+			w.reqs = append(w.reqs[:i], w.reqs[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 // healthy returns the store's Ping, checked at most every healthEvery.
