@@ -43,10 +43,14 @@ type writer struct {
 }
 
 // slowRound is how long a command waits for its round before it asks whether the storage
-// answers, and healthEvery how long the answer stands.
+// answers, and healthEvery how long the answer stands for those waiting.
+// A failed check stands healthStands for the commands that come meanwhile; a check waits
+// healthTimeout for the store's answer.
 const (
-	slowRound   = 250 * time.Millisecond
-	healthEvery = 100 * time.Millisecond
+	slowRound     = 250 * time.Millisecond
+	healthEvery   = 100 * time.Millisecond
+	healthStands  = time.Second
+	healthTimeout = 500 * time.Millisecond
 )
 
 // writeReq is a command's batch waiting for its round.
@@ -88,6 +92,13 @@ func (w *writer) signal() {
 // refused with EUNAVAILABLE (it changed nothing). The round may be waiting to learn whether
 // its commit went through, which can take until the storage is back.
 func (w *writer) write(ctx context.Context, b *Batch) error {
+	if w.inRound.Load() != 0 {
+		// The storage did not answer a moment ago, and the round is still out: refuse at
+		// once, rather than hold the session's lock while asking again.
+		if err := w.lastHealth(); err != nil {
+			return err
+		}
+	}
 	req := &writeReq{b: b, err: make(chan error, 1)}
 	w.mu.Lock()
 	if w.stopped {
@@ -127,6 +138,18 @@ func (w *writer) withdraw(req *writeReq) bool {
 	return false
 }
 
+// lastHealth returns the error of the last check of the storage when it failed less than
+// healthStands ago.
+func (w *writer) lastHealth() error {
+	h := &w.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err != nil && time.Since(h.checked) < healthStands {
+		return h.err
+	}
+	return nil
+}
+
 // healthy returns the store's Ping, checked at most every healthEvery.
 func (w *writer) healthy(ctx context.Context) error {
 	h := &w.health
@@ -135,7 +158,7 @@ func (w *writer) healthy(ctx context.Context) error {
 	if time.Since(h.checked) < healthEvery {
 		return h.err
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), healthTimeout)
 	defer cancel()
 	h.err = w.s.store.Ping(ctx)
 	if h.err != nil && ErrorCode(h.err) != EUNAVAILABLE {
