@@ -271,7 +271,7 @@ func Settings() []Setting {
 		{"max-sessions-per-user", "MAX_SESSIONS_PER_USER", itoa(svc.MaxSessionsPerUser), "sessions one user may keep", num(1, func(c *Config) *int { return &c.Service.MaxSessionsPerUser })},
 		{"max-user-bytes", "MAX_USER_BYTES", strconv.FormatInt(svc.MaxUserBytes, 10), "bytes one user may keep: what they wrote (messages, answers) and set (titles, settings) in their sessions", num64(1, func(c *Config) *int64 { return &c.Service.MaxUserBytes })},
 		{"max-queued-runs", "MAX_QUEUED_RUNS", itoa(svc.MaxQueuedRuns), "messages waiting in one session (busy policy ENQUEUE)", num(1, func(c *Config) *int { return &c.Service.MaxQueuedRuns })},
-		{"flush-interval", "FLUSH_INTERVAL", fmtDur(svc.FlushInterval), "least time between two writes of one reply's streamed text (0: as soon as the writer is free; under load the writer batches anyway)", dur(0, func(c *Config) *time.Duration { return &c.Service.FlushInterval })},
+		{"flush-interval", "FLUSH_INTERVAL", fmtDur(svc.FlushInterval), "least time between two writes of one reply's streamed text, its first going at once (0: as soon as the writer is free; under load the writer batches anyway)", dur(0, func(c *Config) *time.Duration { return &c.Service.FlushInterval })},
 		{"demo-chunk-delay", "DEMO_CHUNK_DELAY", fmtDur(demo.DefaultChunkDelay), "pause between two words the demo agent streams (the first comes at once)", dur(0, func(c *Config) *time.Duration { return &c.DemoChunkDelay })},
 		{"shutdown-timeout", "SHUTDOWN_TIMEOUT", "5s", "longest graceful shutdown", dur(time.Millisecond, func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
 		{"log-level", "LOG_LEVEL", "info", "debug, info, warn or error", func(c *Config, v string) error {

@@ -85,7 +85,8 @@ func (s *Service) startLocked(st *sessionState, run *Run, resumed, holding bool,
 	ar.done, ar.prev = make(chan struct{}), st.agentDone
 	st.agentDone = ar.done
 	st.active = ar
-	s.holdState(st) // the run holds the state until it returns
+	st.lastFlush = time.Time{} // the run's first text goes out at once
+	s.holdState(st)            // the run holds the state until it returns
 	s.runs.Add(1)
 	go s.execute(ar, resumed)
 	s.serveLocked(st)

@@ -27,7 +27,7 @@ type Config struct {
 	// they wrote and set in them (see Derive's Bytes).
 	MaxSessionsPerUser int
 	MaxUserBytes       int64
-	FlushInterval      time.Duration // least time between two writes of one run's streamed text (0: as soon as the writer is free)
+	FlushInterval      time.Duration // least time between two writes of one run's streamed text; a run's first goes at once (0: as soon as the writer is free)
 	// TailEvents is how many recent events of a session stay in memory for its
 	// subscribers; those further behind read the store.
 	TailEvents int
@@ -68,7 +68,7 @@ func DefaultConfig() Config {
 
 		MaxSessionsPerUser: 1000,
 		MaxUserBytes:       100 << 20,
-		FlushInterval:      0,
+		FlushInterval:      50 * time.Millisecond,
 		TailEvents:         1024,
 		ReadBatch:          256,
 		MaxSubscriptions:   100000,

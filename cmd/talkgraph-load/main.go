@@ -6,6 +6,7 @@
 //
 //	go run ./cmd/talkgraph-load -url http://localhost:8080 -scenario paced -sessions 1000 -words 200 -pace 40
 //	go run ./cmd/talkgraph-load -url http://localhost:8080 -scenario paced,burst,latency,cancel,idle -json
+//	go run ./cmd/talkgraph-load -url http://localhost:8081,http://localhost:8082,http://localhost:8083 -cross -scenario cancel
 //
 // Scenarios (-scenario, comma-separated, or "all"):
 //
@@ -29,6 +30,9 @@
 //
 // Server figures (CPU, RSS, goroutines) come from the server's Prometheus /metrics, read
 // before and after each scenario (-metrics, several URLs summed for several replicas).
+// Several -url (replicas without a load balancer) share the sessions round robin; with
+// -cross a session follows its stream on one replica and sends through the next, so that
+// every message, chunk and stop crosses between replicas.
 // The demo agent paces replies by the server's DEMO_CHUNK_DELAY (25ms = 40 words/s); runs
 // execute on the server's WORKERS slots, so a server with fewer workers than sessions
 // queues runs (the "peak runs waiting for a worker" figure shows it).
@@ -65,7 +69,8 @@ import (
 
 // config is what the flags say.
 type config struct {
-	URL            string
+	URLs           []string
+	Cross          bool
 	Scenarios      []string
 	Sessions       int
 	Words          int
@@ -99,8 +104,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("talkgraph-load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var scenarios, metrics string
-	fs.StringVar(&c.URL, "url", "http://localhost:8080", "the server's base URL")
+	var scenarios, metrics, urls string
+	fs.StringVar(&urls, "url", "http://localhost:8080", "the server's base URL; several, comma-separated, for replicas: session i uses the i-th (round robin)")
+	fs.BoolVar(&c.Cross, "cross", false, "with several -url: each session subscribes on one replica and sends its messages and stops through the next")
 	fs.StringVar(&scenarios, "scenario", "paced", "scenarios to run, comma-separated: "+strings.Join(scenarioNames, ", ")+", or all")
 	fs.IntVar(&c.Sessions, "sessions", 0, "sessions (one user and one websocket each); 0: the scenario's default (paced, burst, latency 1000; cancel 200; idle 5000)")
 	fs.IntVar(&c.Words, "words", 200, "words in each paced reply (at least 3: the demo agent answers X with \"You said: X\")")
@@ -147,10 +153,20 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if len(c.Scenarios) == 0 {
 		return c, fmt.Errorf("no scenario given")
 	}
+	for _, u := range strings.Split(urls, ",") {
+		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u != "" {
+			c.URLs = append(c.URLs, u)
+		}
+	}
+	if len(c.URLs) == 0 {
+		return c, fmt.Errorf("no -url given")
+	}
 	switch {
 	case metrics == "none":
 	case metrics == "":
-		c.MetricsURLs = []string{strings.TrimRight(c.URL, "/") + "/metrics"}
+		for _, u := range c.URLs {
+			c.MetricsURLs = append(c.MetricsURLs, u+"/metrics")
+		}
 	default:
 		for _, u := range strings.Split(metrics, ",") {
 			if u = strings.TrimSpace(u); u != "" {
@@ -362,21 +378,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else if limit > 0 {
 		progress("open-file limit %d", limit)
 	}
-	cl, err := newClient(cfg.URL, cfg.Timeout, 4*cfg.Concurrency)
-	if err != nil {
-		fmt.Fprintln(stderr, "talkgraph-load:", err)
-		return 2
-	}
-	if cfg.AuthSecret != "" {
-		cl.secret = []byte(cfg.AuthSecret)
-		cl.issuer, cl.audience = cfg.AuthIssuer, cfg.AuthAudience
+	var cls []*client
+	for _, u := range cfg.URLs {
+		cl, err := newClient(u, cfg.Timeout, 4*cfg.Concurrency)
+		if err != nil {
+			fmt.Fprintln(stderr, "talkgraph-load:", err)
+			return 2
+		}
+		if cfg.AuthSecret != "" {
+			cl.secret = []byte(cfg.AuthSecret)
+			cl.issuer, cl.audience = cfg.AuthIssuer, cfg.AuthAudience
+		}
+		cls = append(cls, cl)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	r := &runner{
 		cfg:  cfg,
-		cl:   cl,
+		cls:  cls,
 		sc:   &scraper{urls: cfg.MetricsURLs, http: &http.Client{Timeout: 30 * time.Second}},
 		rep:  &report{},
 		errs: newErrorLog(),

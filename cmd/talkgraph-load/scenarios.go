@@ -13,7 +13,7 @@ import (
 // runner runs scenarios against one server and collects their figures and errors.
 type runner struct {
 	cfg  config
-	cl   *client
+	cls  []*client // one per -url
 	sc   *scraper
 	rep  *report
 	errs *errorLog
@@ -98,23 +98,27 @@ func (r *runner) setup(ctx context.Context, scen string, n int) *fleet {
 	all := make([]*session, n)
 	forEach(ctx, n, r.cfg.Concurrency, func(i int) {
 		s := newSession(i, scen, r.errs)
-		tok, err := r.cl.token(ctx)
+		s.sub, s.cl = r.cls[i%len(r.cls)], r.cls[i%len(r.cls)]
+		if r.cfg.Cross {
+			s.cl = r.cls[(i+1)%len(r.cls)]
+		}
+		tok, err := s.cl.token(ctx)
 		if err != nil {
 			r.errs.add(scen, "setup: sign-in failed", err.Error())
 			return
 		}
 		// Users that send messages do it on connections of their own; idle ones share the
 		// pool, whose connections would otherwise count in the idle figures.
-		s.token, s.http = tok, r.cl.http
+		s.token, s.http = tok, s.cl.http
 		if scen != "idle" {
-			s.http = r.cl.forUser()
+			s.http = s.cl.forUser()
 		}
-		s.id, s.cursor, err = r.cl.createSession(ctx, s.http, tok, fmt.Sprintf("load %s %d", scen, i), r.cfg.Agent)
+		s.id, s.cursor, err = s.cl.createSession(ctx, s.http, tok, fmt.Sprintf("load %s %d", scen, i), r.cfg.Agent)
 		if err != nil {
 			r.errs.add(scen, "setup: createTalkSession failed", err.Error())
 			return
 		}
-		if s.conn, err = r.cl.subscribe(ctx, s); err != nil {
+		if s.conn, err = s.sub.subscribe(ctx, s); err != nil {
 			r.errs.add(scen, "setup: subscription failed", fmt.Sprintf("session %s: %v", s.id, err))
 			return
 		}
@@ -159,7 +163,9 @@ func (r *runner) waitMetric(ctx context.Context, name string, wait time.Duration
 
 // closeIdleHTTP closes the HTTP connections kept for reuse, the users' own included.
 func (r *runner) closeIdleHTTP(f *fleet) {
-	r.cl.http.CloseIdleConnections()
+	for _, cl := range r.cls {
+		cl.http.CloseIdleConnections()
+	}
 	for _, s := range f.sessions {
 		if s.http != nil {
 			s.http.CloseIdleConnections()
@@ -207,7 +213,7 @@ func (r *runner) expected(reply string) string {
 func (r *runner) send(ctx context.Context, s *session, t *turn, content string) (time.Duration, bool) {
 	s.markSent(t)
 	start := time.Now()
-	_, _, err := r.cl.addMessage(ctx, s.http, s.token, s.id, content)
+	_, _, err := s.cl.addMessage(ctx, s.http, s.token, s.id, content)
 	d := time.Since(start)
 	if err != nil {
 		r.errs.add(s.scen, "addMessage failed", fmt.Sprintf("session %s: %v", s.id, err))
@@ -350,7 +356,7 @@ func (r *runner) stopUnfinished(ctx context.Context, sessions []*session, res []
 	}
 	r.log("%s: stopping %d unfinished runs", left[0].scen, len(left))
 	forEach(ctx, len(left), r.cfg.Concurrency, func(i int) {
-		_, _, _ = r.cl.cancelRun(ctx, left[i].http, left[i].token, left[i].id)
+		_, _, _ = left[i].cl.cancelRun(ctx, left[i].http, left[i].token, left[i].id)
 	})
 }
 
@@ -639,7 +645,7 @@ func (r *runner) cancel(ctx context.Context, n int) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			sent[i] = time.Now()
-			_, status, err := r.cl.cancelRun(ctx, s.http, s.token, s.id)
+			_, status, err := s.cl.cancelRun(ctx, s.http, s.token, s.id)
 			rtt[i] = time.Since(sent[i])
 			switch {
 			case !ready[i]:
@@ -684,7 +690,9 @@ func (r *runner) idle(ctx context.Context, n int) {
 		return
 	}
 	// Baseline: nothing of ours open on the server, pooled HTTP connections included.
-	r.cl.http.CloseIdleConnections()
+	for _, cl := range r.cls {
+		cl.http.CloseIdleConnections()
+	}
 	sleepUntil(ctx, time.Now().Add(500*time.Millisecond))
 	base, err := r.sc.scrape(ctx)
 	if err != nil {

@@ -148,6 +148,8 @@ type session struct {
 	idx    int
 	id     string
 	token  string
+	cl     *client      // where its operations go
+	sub    *client      // where it subscribes
 	http   *http.Client // the user's own connections
 	cursor string
 	scen   string
