@@ -140,7 +140,7 @@ func (s *Service) route(ctx context.Context, cmd *Command, local func(ctx contex
 			// Its owner does not serve the session: it died or is handing over. Take its
 			// runs over if its lease has lapsed, then look again.
 			s.claim(ctx)
-			if pause(ctx, time.Duration(attempt+1)*50*time.Millisecond) != nil {
+			if pauseOrStop(ctx, nil, time.Duration(attempt+1)*50*time.Millisecond) != nil {
 				return nil, ctx.Err()
 			}
 			continue
@@ -525,18 +525,6 @@ func (s *Service) onLeft(id string) {
 		return
 	}
 	s.claimSoon()
-}
-
-// pause waits d or until ctx ends.
-func pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // encode and decode are the wire form of commands and replies, for Cluster

@@ -507,7 +507,8 @@ func (s *Service) Run(ctx context.Context, id string) (*Run, error) {
 	return r, err
 }
 
-// pauseOrStop waits d, or until ctx ends or stop is closed (then it returns an error).
+// pauseOrStop waits d, or until ctx ends or stop is closed (then it returns an error); a
+// nil stop is never closed.
 func pauseOrStop(ctx context.Context, stop <-chan struct{}, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
