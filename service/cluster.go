@@ -482,13 +482,7 @@ func (s *Service) reconcileLocked(ctx context.Context, st *sessionState) error {
 	st.queue = queue
 	if ar := st.active; ar != nil && !ar.sealed && lost(ar.run) {
 		s.log.Warn("another replica took this run over; it stops here", "run", ar.run.ID, "session", st.id, "replica", s.id)
-		ar.sealed = true
-		ar.cancel()
-		st.active = nil
-		if ar.parked {
-			ar.parked = false
-			s.releaseState(st)
-		}
+		s.dropActiveLocked(st)
 		s.startNextLocked(st)
 	}
 	s.unserveLocked(st)

@@ -93,6 +93,22 @@ func (s *Service) startLocked(st *sessionState, run *Run, resumed, holding bool,
 	return ar
 }
 
+// dropActiveLocked stops the session's active run, if any, writing nothing: it is over
+// elsewhere (the session was deleted, or another replica took the run over).
+func (s *Service) dropActiveLocked(st *sessionState) {
+	ar := st.active
+	if ar == nil {
+		return
+	}
+	ar.sealed = true
+	ar.cancel()
+	st.active = nil
+	if ar.parked {
+		ar.parked = false
+		s.releaseState(st)
+	}
+}
+
 // startNextLocked starts the session's oldest queued run, if any.
 func (s *Service) startNextLocked(st *sessionState) {
 	if st.active != nil || len(st.queue) == 0 || s.closed.Load() {

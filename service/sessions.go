@@ -386,15 +386,7 @@ func (s *Service) deleteSession(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if ar := st.active; ar != nil {
-		ar.sealed = true
-		ar.cancel()
-		st.active = nil
-		if ar.parked {
-			ar.parked = false
-			s.releaseState(st)
-		}
-	}
+	s.dropActiveLocked(st)
 	st.queue = nil
 	st.deleted = true
 	s.forget(st.userID)
