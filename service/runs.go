@@ -85,7 +85,13 @@ func (s *Service) startLocked(st *sessionState, run *Run, resumed, holding bool,
 	ar.done, ar.prev = make(chan struct{}), st.agentDone
 	st.agentDone = ar.done
 	st.active = ar
-	st.lastFlush = time.Time{} // the run's first text goes out at once
+	// The run's first text goes out at once, whatever an earlier run's last flush left
+	// waiting (that run's end wrote its text).
+	st.lastFlush = time.Time{}
+	if st.flushTimer != nil {
+		st.flushTimer.Stop()
+		st.flushTimer = nil
+	}
 	s.holdState(st)            // the run holds the state until it returns
 	s.runs.Add(1)
 	go s.execute(ar, resumed)

@@ -168,3 +168,36 @@ func waitRefused(t *testing.T, store *flakyStore, typ service.EventType) {
 		}
 	}
 }
+
+// FlushInterval spaces the writes of one run's text, but a run's first text goes at once,
+// the session's earlier runs notwithstanding.
+func TestFlushInterval(t *testing.T) {
+	p := newPuppet()
+	svc := start(t, setup{agents: map[string]service.Runner{"puppet": p},
+		config: func(c *service.Config) { c.FlushInterval = time.Hour }})
+	sess := newSession(t, svc, alice, "puppet", "")
+	f := follow(t, svc, alice, sess.ID, sess.StreamCursor)
+	for _, content := range []string{"first", "second"} {
+		_, run := send(t, svc, alice, sess.ID, content)
+		tn := p.next(t)
+		tn.say(t, content+" reply ")
+		// Within patience, not within the hour: the first text of the run went at once.
+		evs := f.until(is(service.EventMessageChunk))
+		if c := evs[len(evs)-1]; c.Delta != content+" reply " {
+			t.Errorf("run %q: first chunk %q", content, c.Delta)
+		}
+		// Later text waits for the interval, or for the run's end, which writes it in
+		// the same write as the reply's completion.
+		tn.say(t, "later")
+		tn.finish(nil)
+		evs = f.until(runEnds(run.ID))
+		for i, e := range evs {
+			if e.Type == service.EventMessageChunk && (i+1 == len(evs) || evs[i+1].Type != service.EventMessageCompleted) {
+				t.Errorf("run %q: text written before the interval passed or the run ended: %s", content, describe(evs))
+			}
+		}
+		if reply := replyOf(t, evs, run.ID); reply.Content != content+" reply later" {
+			t.Errorf("run %q: reply %q", content, reply.Content)
+		}
+	}
+}
