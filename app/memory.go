@@ -31,13 +31,20 @@ func releaseMemory(ctx context.Context, svc *service.Service) {
 			return
 		case <-t.C:
 		}
-		n := svc.Stats().Subscriptions
-		if abs(n-released) >= releaseAfter && abs(n-prev) < releaseAfter/10 {
+		n := svc.Subscriptions()
+		if shouldRelease(released, prev, n) {
 			debug.FreeOSMemory()
 			released = n
 		}
 		prev = n
 	}
+}
+
+// shouldRelease reports whether to collect now: the subscription count n moved by
+// releaseAfter or more since the last release (at released) and stayed put since the last
+// tick (at prev).
+func shouldRelease(released, prev, n int64) bool {
+	return abs(n-released) >= releaseAfter && abs(n-prev) < releaseAfter/10
 }
 
 func abs(n int64) int64 {

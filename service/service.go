@@ -231,6 +231,9 @@ type Stats struct {
 	BrokerReconnects int64
 }
 
+// Subscriptions returns how many subscriptions are open, without the rest of Stats.
+func (s *Service) Subscriptions() int64 { return s.subs.Load() }
+
 // Stats returns the current counters.
 func (s *Service) Stats() Stats {
 	busy, waiting := s.sched.stats()
