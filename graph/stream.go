@@ -239,23 +239,24 @@ func (p *chunkPlan) render(buf *bytes.Buffer, typ string, cursor string, at time
 
 // fast renders m when a plan covers its type.
 func (s *Stream) fast(m model.SessionEvent) []byte {
-	var buf bytes.Buffer
+	var typ, cursor, messageID, toolCallID, delta string
+	var at time.Time
+	var offset int
 	switch e := m.(type) {
 	case *model.MessageChunk:
-		p := s.plan("MessageChunk")
-		if p == nil {
-			return nil
-		}
-		p.render(&buf, "MessageChunk", e.Cursor, e.At, e.MessageID, "", e.Delta, e.Offset)
+		typ, cursor, at, messageID, delta, offset = "MessageChunk", e.Cursor, e.At, e.MessageID, e.Delta, e.Offset
 	case *model.ToolCallOutput:
-		p := s.plan("ToolCallOutput")
-		if p == nil {
-			return nil
-		}
-		p.render(&buf, "ToolCallOutput", e.Cursor, e.At, e.MessageID, e.ToolCallID, e.Delta, e.Offset)
+		typ, cursor, at, messageID, delta, offset = "ToolCallOutput", e.Cursor, e.At, e.MessageID, e.Delta, e.Offset
+		toolCallID = e.ToolCallID
 	default:
 		return nil
 	}
+	p := s.plan(typ)
+	if p == nil {
+		return nil
+	}
+	var buf bytes.Buffer
+	p.render(&buf, typ, cursor, at, messageID, toolCallID, delta, offset)
 	return buf.Bytes()
 }
 
