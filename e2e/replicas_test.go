@@ -1063,25 +1063,33 @@ func TestReplicasPostgresOutage(t *testing.T) {
 	}
 	t.Logf("%d messages acknowledged through 5 terminations of every connection", l.count())
 
-	proxy.cut()
-	cut := time.Now()
+	awayAndBack(t, c, r, quiet, "PostgreSQL", proxy.cut, proxy.restore)
+	l.await(t, 10)
+	l.end(t, c)
+	streamed()
+}
+
+// awayAndBack takes a service (what) away from the replicas with away, checks that every
+// replica's /readyz goes red and that addMessage on session sid answers UNAVAILABLE on
+// each, brings the service back with back and waits for every /readyz to go green.
+func awayAndBack(t *testing.T, c *tgtest.Client, r []*replica, sid, what string, away, back func()) {
+	t.Helper()
+	away()
+	gone := time.Now()
 	for _, rep := range r {
 		eventually(t, 10*time.Second, rep.id+"'s /readyz to go red", func() bool { return !rep.ready() })
 	}
 	for _, rep := range r {
 		if res := c.On(rep.URL).Do(`mutation($s: ID!){ addMessage(input:{sessionId:$s, content:"while away"}){ run { id } } }`,
-			map[string]any{"s": quiet}); res.Code() != "UNAVAILABLE" {
-			t.Errorf("addMessage on %s while PostgreSQL is away: %+v, want UNAVAILABLE", rep.id, res)
+			map[string]any{"s": sid}); res.Code() != "UNAVAILABLE" {
+			t.Errorf("addMessage on %s while %s is away: %+v, want UNAVAILABLE", rep.id, what, res)
 		}
 	}
-	proxy.restore()
-	t.Logf("PostgreSQL was away for %v", time.Since(cut))
+	back()
+	t.Logf("%s was away for %v", what, time.Since(gone))
 	for _, rep := range r {
 		eventually(t, 15*time.Second, rep.id+"'s /readyz to go green", rep.ready)
 	}
-	l.await(t, 10)
-	l.end(t, c)
-	streamed()
 }
 
 // TestReplicasNATSOutage stops the NATS server under three replicas under load and starts
@@ -1102,21 +1110,8 @@ func TestReplicasNATSOutage(t *testing.T) {
 	l := startLoad(c, r, sids)
 	l.await(t, 10)
 
-	srv.Stop()
-	stopped := time.Now()
+	awayAndBack(t, c, r, sids[0], "NATS", srv.Stop, srv.Start)
 	for _, rep := range r {
-		eventually(t, 10*time.Second, rep.id+"'s /readyz to go red", func() bool { return !rep.ready() })
-	}
-	for _, rep := range r {
-		if res := c.On(rep.URL).Do(`mutation($s: ID!){ addMessage(input:{sessionId:$s, content:"while away"}){ run { id } } }`,
-			map[string]any{"s": sids[0]}); res.Code() != "UNAVAILABLE" {
-			t.Errorf("addMessage on %s while NATS is away: %+v, want UNAVAILABLE", rep.id, res)
-		}
-	}
-	srv.Start()
-	t.Logf("NATS was away for %v", time.Since(stopped))
-	for _, rep := range r {
-		eventually(t, 15*time.Second, rep.id+"'s /readyz to go green", rep.ready)
 		if n := rep.metric(t, "talkgraph_broker_reconnects_total"); n < 1 {
 			t.Errorf("%s counted %v reconnections", rep.id, n)
 		}
