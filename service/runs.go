@@ -92,7 +92,7 @@ func (s *Service) startLocked(st *sessionState, run *Run, resumed, holding bool,
 		st.flushTimer.Stop()
 		st.flushTimer = nil
 	}
-	s.holdState(st)            // the run holds the state until it returns
+	s.holdState(st) // the run holds the state until it returns
 	s.runs.Add(1)
 	go s.execute(ar, resumed)
 	s.serveLocked(st)
