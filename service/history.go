@@ -117,41 +117,26 @@ func (s *Service) rebuild(ctx context.Context, sessionID string, out []*HistoryM
 // complete adds to messages their questions and tool calls, read with one query each, and,
 // with a snapshot, shows a message or tool call still being written as the snapshot saw it.
 func (s *Service) complete(ctx context.Context, msgs []*Message, snap *snapshot) ([]*HistoryMessage, error) {
-	out := make([]*HistoryMessage, len(msgs))
 	var qids, mids []string
-	byID := make(map[string]*HistoryMessage, len(msgs))
-	for i, m := range msgs {
-		h := &HistoryMessage{Message: *m, Loaded: true, ToolCalls: []*ToolCall{}}
-		out[i] = h
+	for _, m := range msgs {
 		if m.QuestionID != "" {
 			qids = append(qids, m.QuestionID)
 		}
 		if m.Role == RoleAssistant {
 			mids = append(mids, m.ID)
-			byID[m.ID] = h
-		}
-		if snap != nil && m.ID == snap.streamingID {
-			h.Content, h.Status = snap.streamed, MessageStreaming
 		}
 	}
+	var qs []*Question
 	if len(qids) > 0 {
-		qs, err := s.store.Questions(ctx, qids)
-		if err != nil {
+		var err error
+		if qs, err = s.store.Questions(ctx, qids); err != nil {
 			return nil, err
 		}
-		byQ := make(map[string]*Question, len(qs))
-		for _, q := range qs {
-			byQ[q.ID] = q
-		}
-		for _, h := range out {
-			if h.QuestionID != "" {
-				h.Question = byQ[h.QuestionID]
-			}
-		}
 	}
+	var calls []*ToolCall
 	if len(mids) > 0 {
-		calls, err := s.store.ToolCalls(ctx, mids)
-		if err != nil {
+		var err error
+		if calls, err = s.store.ToolCalls(ctx, mids); err != nil {
 			return nil, err
 		}
 		if snap != nil && len(calls) > 0 {
@@ -165,17 +150,52 @@ func (s *Service) complete(ctx context.Context, msgs []*Message, snap *snapshot)
 					c.Output = text
 				}
 			}
-			if h := byID[c.MessageID]; h != nil {
-				h.ToolCalls = append(h.ToolCalls, c)
+		}
+	}
+	out := join(msgs, qs, calls)
+	if snap != nil {
+		for _, h := range out {
+			if h.ID == snap.streamingID {
+				h.Content, h.Status = snap.streamed, MessageStreaming
+			}
+		}
+		if len(out) > 0 {
+			if err := s.rebuild(ctx, out[0].SessionID, out, snap); err != nil {
+				return nil, err
 			}
 		}
 	}
-	if snap != nil && len(out) > 0 {
-		if err := s.rebuild(ctx, out[0].SessionID, out, snap); err != nil {
-			return nil, err
+	return out, nil
+}
+
+// join makes history messages of msgs with their questions and, for the assistant's, their
+// tool calls (given in start order).
+func join(msgs []*Message, qs []*Question, calls []*ToolCall) []*HistoryMessage {
+	out := make([]*HistoryMessage, len(msgs))
+	byID := make(map[string]*HistoryMessage, len(msgs))
+	var byQ map[string]*Question
+	if len(qs) > 0 {
+		byQ = make(map[string]*Question, len(qs))
+		for _, q := range qs {
+			byQ[q.ID] = q
 		}
 	}
-	return out, nil
+	for i, m := range msgs {
+		h := &HistoryMessage{Message: *m, Loaded: true, ToolCalls: []*ToolCall{}}
+		out[i] = h
+		if m.QuestionID != "" {
+			h.Question = byQ[m.QuestionID]
+		}
+		if m.Role == RoleAssistant {
+			byID[m.ID] = h
+		}
+	}
+	for _, c := range calls {
+		if h := byID[c.MessageID]; h != nil {
+			h.ToolCalls = append(h.ToolCalls, c)
+		}
+	}
+	return out
 }
 
 // rollBack shows tool calls as they were at seq: the rows hold them as they are now, and

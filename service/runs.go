@@ -1,10 +1,12 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -263,6 +265,8 @@ func (s *Service) startRunLocked(ar *activeRun) (RunRequest, error) {
 		}
 		st.sess = sess
 	}
+	// With replicas the log may have moved on elsewhere; the write below proves it has not.
+	whole := s.coord == nil
 	if ar.run.Status != RunRunning {
 		t := s.begin(st)
 		snap := *ar.run
@@ -277,6 +281,12 @@ func (s *Service) startRunLocked(ar *activeRun) (RunRequest, error) {
 		t.onCommit(func() { ar.run.setState(&snap) })
 		if err := s.commitLocked(ar.ctx, t); err != nil {
 			return RunRequest{}, err
+		}
+		whole = true
+	}
+	if whole {
+		if hist, ok := s.historyFromTail(st); ok {
+			return s.requestOf(sess, ar.run, hist), nil
 		}
 	}
 	return s.request(ar.ctx, sess, ar.run)
@@ -295,13 +305,12 @@ func (s *Service) safeRun(r Runner, ar *activeRun, req RunRequest) (err error) {
 
 // request builds what the agent gets: the settings and the whole history.
 func (s *Service) request(ctx context.Context, sess *TalkSession, run *Run) (RunRequest, error) {
-	req := RunRequest{SessionID: sess.ID, RunID: run.ID, UserID: sess.UserID, Settings: sess.Settings}
 	var msgs []*Message
 	var after int64
 	for {
 		page, err := s.store.Messages(ctx, sess.ID, MessagePage{After: after, First: 500})
 		if err != nil {
-			return req, err
+			return RunRequest{}, err
 		}
 		msgs = append(msgs, page...)
 		if len(page) < 500 {
@@ -311,13 +320,53 @@ func (s *Service) request(ctx context.Context, sess *TalkSession, run *Run) (Run
 	}
 	hist, err := s.complete(ctx, msgs, nil)
 	if err != nil {
-		return req, err
+		return RunRequest{}, err
 	}
+	return s.requestOf(sess, run, hist), nil
+}
+
+// requestOf is what the agent of run gets, with the session's whole history.
+func (s *Service) requestOf(sess *TalkSession, run *Run, hist []*HistoryMessage) RunRequest {
+	req := RunRequest{SessionID: sess.ID, RunID: run.ID, UserID: sess.UserID, Settings: sess.Settings}
 	req.History = make([]HistoryMessage, len(hist))
 	for i, h := range hist {
 		req.History[i] = *h
 	}
-	return req, nil
+	return req
+}
+
+// historyFromTail returns the session's history as the store would, derived from the
+// events in memory, when they are the whole log (from its first event to its last): a run
+// then starts without reading the store. The caller holds st.mu and knows that no other
+// replica wrote to the session since its own last write.
+func (s *Service) historyFromTail(st *sessionState) ([]*HistoryMessage, bool) {
+	if st.tailStart != 1 || len(st.tail) == 0 || st.tail[len(st.tail)-1].Seq != st.lastSeq {
+		return nil, false
+	}
+	c := Derive(st.tail)
+	msgs := c.Messages
+	slices.SortStableFunc(msgs, func(a, b *Message) int { return cmp.Compare(a.Seq, b.Seq) })
+	ended := make(map[string]bool, len(c.EndedRuns))
+	for _, id := range c.EndedRuns {
+		ended[id] = true
+	}
+	qs := make([]*Question, len(c.Questions))
+	for i, q := range c.Questions {
+		cp := *q
+		if ended[cp.RunID] && cp.Answer == nil {
+			cp.Withdrawn = true // as every store does when the run ends
+		}
+		qs[i] = &cp
+	}
+	calls := make([]*ToolCall, len(c.ToolCalls))
+	for i, tc := range c.ToolCalls {
+		cp := *tc
+		calls[i] = &cp
+	}
+	slices.SortStableFunc(calls, func(a, b *ToolCall) int {
+		return cmp.Or(a.StartedAt.Compare(b.StartedAt), cmp.Compare(a.ID, b.ID))
+	})
+	return join(msgs, qs, calls), true
 }
 
 // finishLockedRetrying records the end of ar, trying again while the storage fails, until

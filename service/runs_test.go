@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -595,4 +596,122 @@ func TestScheduling(t *testing.T) {
 		tn.finish(nil)
 		f.until(runEnds(r1.ID))
 	})
+}
+
+func TestRunHistory(t *testing.T) {
+	t.Run("a run starts with the whole history as the store has it, read from memory when the session's log is all there", func(t *testing.T) {
+		store := &countingStore{Store: inmem.New()}
+		p := newPuppet()
+		svc, _ := startService(t, setup{store: store, agents: map[string]service.Runner{"puppet": p}})
+		sess := newSession(t, svc, alice, "puppet", "")
+		f := follow(t, svc, alice, sess.ID, sess.StreamCursor)
+
+		// Each run starts without reading messages, questions or tool calls, and its agent
+		// gets what History (read from the store) shows at that moment.
+		started := func(content string) (*turn, *service.Run) {
+			t.Helper()
+			store.take()
+			_, run := send(t, svc, alice, sess.ID, content)
+			tn := p.next(t)
+			for _, m := range []string{"Messages", "Questions", "ToolCalls"} {
+				if n := store.take()[m]; n > 0 {
+					t.Errorf("starting the run after %q read the store's %s %d times", content, m, n)
+				}
+			}
+			sameHistory(t, tn.req.History, history(t, svc, alice, sess.ID))
+			return tn, run
+		}
+
+		// A turn with text, a tool call and an answered question.
+		tn, run := started("first")
+		tn.say(t, "Looking. ")
+		tool, err := tn.out.StartTool("call-1", "search", `{"q":"x"}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tool.Output("found it"); err != nil {
+			t.Fatal(err)
+		}
+		if err := tool.Finish("x is 1", nil); err != nil {
+			t.Fatal(err)
+		}
+		a := tn.ask("Colour?", []string{"red", "blue"})
+		q := first(t, f.until(runIs(run.ID, service.RunWaitingForInput)), service.EventQuestionAsked, nil).Question
+		if _, _, err := svc.Respond(alice, q.ID, "blue"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.wait(t); err != nil {
+			t.Fatal(err)
+		}
+		tn.say(t, "Blue it is.")
+		tn.finish(nil)
+		f.until(runEnds(run.ID))
+
+		// A turn interrupted while it waits for an answer: its question is withdrawn.
+		tn, run = started("second")
+		tn.say(t, "One more thing: ")
+		a = tn.ask("Size?", nil)
+		f.until(runIs(run.ID, service.RunWaitingForInput))
+		tn3, _ := started("third")
+		tn.stopped(t)
+		a.wait(t)
+		tn.finish(nil)
+		f.until(runEnds(run.ID))
+		withdrawn := false
+		for _, h := range tn3.req.History {
+			if h.Question != nil && h.Question.Prompt == "Size?" {
+				withdrawn = h.Question.Withdrawn
+			}
+		}
+		if !withdrawn {
+			t.Error("the interrupted run's question is not withdrawn in the next run's history")
+		}
+		tn3.finish(nil)
+	})
+
+	t.Run("a run of a session whose log is not all in memory reads its history from the store", func(t *testing.T) {
+		store := inmem.New()
+		p := newPuppet()
+		svc, _ := startService(t, setup{store: store, agents: map[string]service.Runner{"puppet": p}})
+		sess := newSession(t, svc, alice, "puppet", "")
+		f := follow(t, svc, alice, sess.ID, sess.StreamCursor)
+		_, run := send(t, svc, alice, sess.ID, "first")
+		tn := p.next(t)
+		tn.say(t, "An answer.")
+		tn.finish(nil)
+		f.until(runEnds(run.ID))
+		svc.Close()
+
+		// A new service over the same store knows nothing of the session's log.
+		counting := &countingStore{Store: store}
+		p2 := newPuppet()
+		svc2, _ := startService(t, setup{store: counting, agents: map[string]service.Runner{"puppet": p2}})
+		counting.take()
+		send(t, svc2, alice, sess.ID, "second")
+		tn = p2.next(t)
+		if counting.take()["Messages"] == 0 {
+			t.Error("the run's history was not read from the store")
+		}
+		sameHistory(t, tn.req.History, history(t, svc2, alice, sess.ID))
+		if n := len(tn.req.History); n != 3 {
+			t.Errorf("history of %d messages, want 3", n)
+		}
+		tn.finish(nil)
+	})
+}
+
+// sameHistory reports an error when an agent's history differs from the one History gave.
+func sameHistory(t *testing.T, got []service.HistoryMessage, want []*service.HistoryMessage) {
+	t.Helper()
+	g, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(g) != string(w) {
+		t.Errorf("the agent's history\n%s\nis not the stored one\n%s", g, w)
+	}
 }

@@ -1,11 +1,13 @@
 package service_test
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
 
 	"github.com/talkgraph/talkgraph/service"
+	"github.com/talkgraph/talkgraph/service/inmem"
 )
 
 func TestCreateTalkSession(t *testing.T) {
@@ -655,4 +657,58 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+func TestLiveSessions(t *testing.T) {
+	t.Run("commands on a session held in memory do not read it from the store, and see it as stored", func(t *testing.T) {
+		store := &countingStore{Store: inmem.New()}
+		svc, _ := startService(t, setup{store: store})
+		sess := newSession(t, svc, alice, "", "")
+		f := follow(t, svc, alice, sess.ID, sess.StreamCursor) // holds the session's state
+		_, run := send(t, svc, alice, sess.ID, "/slow 2")
+		f.until(runEnds(run.ID))
+
+		store.take()
+		renamed, err := svc.RenameTalkSession(alice, sess.ID, "Renamed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, run = send(t, svc, alice, sess.ID, "again")
+		if n := store.take()["Session"]; n != 0 {
+			t.Errorf("a rename and a message read the session from the store %d times", n)
+		}
+		f.until(runEnds(run.ID))
+
+		// Nothing changes: the answer shows the session as the store has it, its
+		// updatedAt moved by the last message.
+		same, err := svc.RenameTalkSession(alice, sess.ID, "Renamed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored, err := store.Store.Session(alice, sess.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !same.UpdatedAt.Equal(stored.UpdatedAt) || !same.UpdatedAt.After(renamed.UpdatedAt) || same.Title != stored.Title {
+			t.Errorf("no-op rename answered %q updated %v; stored %q updated %v (renamed at %v)",
+				same.Title, same.UpdatedAt, stored.Title, stored.UpdatedAt, renamed.UpdatedAt)
+		}
+	})
+
+	t.Run("another user's session held in memory costs the store reads a missing one does", func(t *testing.T) {
+		store := &countingStore{Store: inmem.New()}
+		svc, _ := startService(t, setup{store: store})
+		sess := newSession(t, svc, alice, "", "")
+		follow(t, svc, alice, sess.ID, sess.StreamCursor)
+		store.take()
+		_, _, theirs := svc.AddMessage(bob, sess.ID, "hi", "")
+		theirReads := store.take()
+		_, _, missing := svc.AddMessage(bob, missingID, "hi", "")
+		missingReads := store.take()
+		wantCode(t, "another user's", theirs, service.ENOTFOUND)
+		wantSameError(t, theirs, missing)
+		if fmt.Sprint(theirReads) != fmt.Sprint(missingReads) {
+			t.Errorf("reads for another user's session %v, for a missing one %v", theirReads, missingReads)
+		}
+	})
 }

@@ -118,6 +118,9 @@ func (s *Service) session(ctx context.Context, id string) (*TalkSession, error) 
 // lockSession loads the caller's session and locks its state, current with the stored
 // log and with no write in flight; the returned func unlocks and releases it.
 func (s *Service) lockSession(ctx context.Context, id string) (*TalkSession, *sessionState, func(), error) {
+	if sess, st, unlock := s.lockLive(ctx, id); st != nil {
+		return sess, st, unlock, nil
+	}
 	sess, err := s.session(ctx, id)
 	if err != nil {
 		return nil, nil, nil, err
@@ -130,6 +133,40 @@ func (s *Service) lockSession(ctx context.Context, id string) (*TalkSession, *se
 		return nil, nil, nil, err
 	}
 	return sess, st, unlock, nil
+}
+
+// lockLive is lockSession for a session of the caller's whose state is in memory and
+// current (a subscriber, a run or another command holds it): the session is then known
+// without reading the store. It returns a nil state when it cannot tell; lockSession then
+// reads the store, as it does for every other session (another user's included, so an
+// answer takes as long whoever's the session is). Only a server without replicas knows its
+// states are current: with replicas another one may have changed the session.
+func (s *Service) lockLive(ctx context.Context, id string) (*TalkSession, *sessionState, func()) {
+	if s.coord != nil {
+		return nil, nil, nil
+	}
+	u, err := user(ctx)
+	if err != nil || checkID("session ID", id) != nil {
+		return nil, nil, nil
+	}
+	s.statesMu.Lock()
+	st := s.states[id]
+	if st == nil || st.userID != u {
+		s.statesMu.Unlock()
+		return nil, nil, nil
+	}
+	st.refs++
+	s.statesMu.Unlock()
+	st.mu.Lock()
+	unlock := func() { st.mu.Unlock(); s.releaseState(st) }
+	if s.readyLocked(ctx, st) != nil || st.sess == nil {
+		unlock()
+		return nil, nil, nil
+	}
+	sess := *st.sess
+	sess.LastSeq = st.lastSeq
+	s.annotate(ctx, id, "")
+	return &sess, st, unlock
 }
 
 // readyLocked waits until no write of st is in flight and brings st up to date with the
@@ -189,6 +226,8 @@ func (s *Service) appendLocked(st *sessionState, evs []*Event) {
 		st.tail = append(make([]*Event, 0, 2*s.cfg.TailEvents), st.tail[len(st.tail)-s.cfg.TailEvents:]...)
 	}
 	st.tailStart = st.tail[0].Seq
+	var activity time.Time
+	updated := false
 	for _, ev := range evs {
 		switch {
 		case ev.Type.Chunky():
@@ -197,7 +236,16 @@ func (s *Service) appendLocked(st *sessionState, evs []*Event) {
 			cp := *ev.Session
 			cp.LastSeq = st.lastSeq
 			st.sess = &cp
+			updated = true
+		case ev.Type == EventMessageAdded && ev.Message != nil && ev.Message.Role == RoleUser:
+			activity = ev.At
 		}
+	}
+	if !updated && !activity.IsZero() && st.sess != nil {
+		// As the stores do (see Changes.Activity): a user's message moves UpdatedAt.
+		cp := *st.sess
+		cp.UpdatedAt = activity
+		st.sess = &cp
 	}
 	st.wakeLocked()
 }

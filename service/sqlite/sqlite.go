@@ -171,6 +171,9 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 	// (appends check the session, deletion deletes what belongs to it), and a checked key
 	// makes SQLite keep a statement journal for every insert of the streaming path.
 	wq.Add("_pragma", "foreign_keys(0)")
+	// Statement journals and sorts stay in memory: a spilled one is a temporary file
+	// created, written and removed within a round, syscalls the writer waits on.
+	wq.Add("_pragma", "temp_store(MEMORY)")
 	// Checkpoints (copying the WAL into the file, with an fsync) run on a connection of
 	// their own, off the writer's commits (see checkpoints).
 	wq.Add("_pragma", "wal_autocheckpoint(0)")
@@ -211,6 +214,7 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 	rq := url.Values{}
 	rq.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", ms))
 	rq.Add("_pragma", "query_only(1)")
+	rq.Add("_pragma", "temp_store(MEMORY)")
 	r, err := sql.Open("sqlite", dsn(s.path, rq))
 	if err != nil {
 		return err
