@@ -9,6 +9,7 @@ import (
 	"net"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -62,6 +63,8 @@ type conn struct {
 	// keep-alive (keepBy) and the token's expiry (expires, zero for none).
 	timer                   *time.Timer
 	initBy, keepBy, expires time.Time
+	// pongAt is when the last pong came, readAt when the last read began (unix nanoseconds).
+	pongAt, readAt atomic.Int64
 }
 
 // sub is one operation of a connection: a subscription while it streams, or a query or
@@ -85,19 +88,30 @@ func (c *conn) run() {
 	c.initBy, c.keepBy = now.Add(c.t.InitTimeout), now.Add(c.t.KeepAlive)
 	c.timer = time.AfterFunc(c.nextLocked().Sub(now), c.tick)
 	c.mu.Unlock()
+	// A pong only notes when it came; tick moves the read deadline on from it. (The handler
+	// runs deep inside a waiting read: anything more would grow that goroutine's stack.)
 	c.ws.SetPongHandler(func(string) error {
-		return c.ws.SetReadDeadline(time.Now().Add(c.liveness()))
+		c.pongAt.Store(time.Now().UnixNano())
+		return nil
 	})
-	for {
-		_ = c.ws.SetReadDeadline(time.Now().Add(c.liveness()))
-		_, data, err := c.ws.ReadMessage()
-		if err != nil {
-			c.readFailed(err)
-			return
-		}
-		if !c.handle(data) {
-			return
-		}
+	c.read()
+}
+
+// read reads and handles the client's messages until the connection ends. After a message
+// that ran an operation it goes on in a new goroutine: the stack that the operation grew
+// would otherwise stay with the connection while it waits, and a new goroutine's is the
+// small one a waiting read needs. There is still one goroutine per connection.
+func (c *conn) read() {
+	now := time.Now()
+	c.readAt.Store(now.UnixNano())
+	_ = c.ws.SetReadDeadline(now.Add(c.liveness()))
+	_, data, err := c.ws.ReadMessage()
+	if err != nil {
+		c.readFailed(err)
+		return
+	}
+	if c.handle(data) {
+		go c.read()
 	}
 }
 
@@ -588,6 +602,8 @@ func (c *conn) tick() {
 		return
 	}
 	if keep {
+		// The client has until liveness after the last sign of life to give the next one.
+		_ = c.ws.SetReadDeadline(time.Unix(0, max(c.pongAt.Load(), c.readAt.Load())).Add(c.liveness()))
 		if err := c.ws.WriteControl(websocket.PingMessage, nil, now.Add(c.t.WriteTimeout)); err != nil {
 			c.closeWith(CloseGoingAway, "the connection is not keeping up")
 			return
