@@ -24,30 +24,41 @@ const (
 func releaseMemory(ctx context.Context, svc *service.Service) {
 	t := time.NewTicker(releaseEvery)
 	defer t.Stop()
-	var released, prev int64
-	again := false
+	var j janitor
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		n := svc.Subscriptions()
-		switch {
-		case shouldRelease(released, prev, n):
+		if j.tick(svc.Subscriptions()) {
 			debug.FreeOSMemory()
-			released, again = n, true
-		case again && abs(n-prev) < releaseAfter/10:
-			// Once more a tick later: a collection halves the goroutine stacks that the
-			// crowd's setup grew (and idle ones need little), and this returns what that
-			// freed.
-			debug.FreeOSMemory()
-			again = false
-		default:
-			again = false
 		}
-		prev = n
 	}
+}
+
+// janitor decides, tick by tick, when to release.
+type janitor struct {
+	released, prev int64 // the count at the last release, and at the last tick
+	again          bool  // released at the last tick
+}
+
+// tick takes the subscription count n and reports whether to release now: once the count
+// moved and stayed put (see shouldRelease), and once more the tick after if it still
+// stays: a collection halves the goroutine stacks that the crowd's setup grew (idle ones
+// need little), and the second release returns what that freed.
+func (j *janitor) tick(n int64) bool {
+	release := false
+	switch {
+	case shouldRelease(j.released, j.prev, n):
+		release, j.released, j.again = true, n, true
+	case j.again && abs(n-j.prev) < releaseAfter/10:
+		release, j.again = true, false
+	default:
+		j.again = false
+	}
+	j.prev = n
+	return release
 }
 
 // shouldRelease reports whether to collect now: the subscription count n moved by

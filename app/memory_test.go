@@ -21,3 +21,29 @@ func TestShouldRelease(t *testing.T) {
 		}
 	}
 }
+
+func TestJanitorReleasesTwiceAfterACrowd(t *testing.T) {
+	var j janitor
+	// counts at each tick, and whether the janitor releases then
+	for i, step := range []struct {
+		n    int64
+		want bool
+	}{
+		{0, false},
+		{3000, false}, // arriving
+		{5000, false}, // still arriving
+		{5000, true},  // stays: release
+		{5000, true},  // still stays: once more
+		{5000, false}, // nothing new
+		{5010, false}, // small churn
+		{0, false},    // leaving
+		{0, true},     // left: release
+		{2000, false}, // moved at the tick after: no second release
+		{2000, true},  // a crowd of 2,000 stays
+		{2000, true},
+	} {
+		if got := j.tick(step.n); got != step.want {
+			t.Errorf("tick %d (count %d): release %v, want %v", i, step.n, got, step.want)
+		}
+	}
+}

@@ -97,10 +97,10 @@ func (c *conn) run() {
 	c.read()
 }
 
-// read reads and handles the client's messages until the connection ends. After a message
-// that ran an operation it goes on in a new goroutine: the stack that the operation grew
-// would otherwise stay with the connection while it waits, and a new goroutine's is the
-// small one a waiting read needs. There is still one goroutine per connection.
+// read reads and handles one message of the client, then goes on in a new goroutine until
+// the connection ends: the stack that handling grew (a subscribe runs the executor) would
+// otherwise stay with the connection while it waits, and a new goroutine's is the small
+// one a waiting read needs. There is still one goroutine per connection.
 func (c *conn) read() {
 	now := time.Now()
 	c.readAt.Store(now.UnixNano())
