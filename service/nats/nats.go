@@ -54,7 +54,7 @@ type Cluster struct {
 
 	mu        sync.Mutex
 	followers map[string]*follow
-	servers   map[string]func(ctx context.Context, cmd *service.Command) *service.Reply
+	servers   map[string]*server
 	left      []func(string)
 	reconnect []func()
 
@@ -86,7 +86,7 @@ func Connect(url string, opts Options) (*Cluster, error) {
 		commands:  make(chan *nats.Msg, 4096),
 		done:      make(chan struct{}),
 		followers: map[string]*follow{},
-		servers:   map[string]func(context.Context, *service.Command) *service.Reply{},
+		servers:   map[string]*server{},
 	}
 	nc, err := nats.Connect(url,
 		nats.Name(opts.Name),
@@ -234,15 +234,27 @@ func (c *Cluster) Serve(sessionID string, handle func(ctx context.Context, cmd *
 	if err != nil {
 		return nil, service.Errorf(service.EUNAVAILABLE, "cannot serve a session on NATS: %v", err)
 	}
+	srv := &server{handle}
 	c.mu.Lock()
-	c.servers[subject] = handle
+	c.servers[subject] = srv
 	c.mu.Unlock()
 	return func() {
-		_ = sub.Unsubscribe()
+		// Commands that arrive from now on are refused with ErrNoServer, which their
+		// senders retry. Draining rather than unsubscribing lets those already on their
+		// way arrive to be refused: an unsubscribed client drops them unanswered and
+		// leaves their senders waiting out their deadlines.
 		c.mu.Lock()
-		delete(c.servers, subject)
+		if c.servers[subject] == srv { // not a later Serve of the session
+			delete(c.servers, subject)
+		}
 		c.mu.Unlock()
+		_ = sub.Drain()
 	}, nil
+}
+
+// server is one Serve of a session.
+type server struct {
+	handle func(ctx context.Context, cmd *service.Command) *service.Reply
 }
 
 // serveCommands does each command on a goroutine of its own: a command may wait for a
@@ -252,7 +264,10 @@ func (c *Cluster) serveCommands() {
 		select {
 		case m := <-c.commands:
 			c.mu.Lock()
-			handle := c.servers[m.Subject]
+			var handle func(context.Context, *service.Command) *service.Reply
+			if srv := c.servers[m.Subject]; srv != nil {
+				handle = srv.handle
+			}
 			c.mu.Unlock()
 			go c.answer(m, handle)
 		case <-c.done:

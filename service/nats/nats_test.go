@@ -228,6 +228,57 @@ func TestCommandDoneOnce(t *testing.T) {
 	}
 }
 
+// TestCommandsInFlightWhenServingStops keeps commands flowing to a replica while it
+// stops serving the session: each one is answered, either done or refused with
+// ErrNoServer (which the sender may retry elsewhere); none is dropped unanswered, which
+// would leave its sender waiting out its deadline.
+func TestCommandsInFlightWhenServingStops(t *testing.T) {
+	t.Parallel()
+	url, p := testsvc.NATS(t), prefix()
+	a := connect(t, url, p)
+	b, err := tgnats.Connect(url, tgnats.Options{Prefix: p, Name: t.Name(), RequestTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for round := range 5 {
+		stop, err := b.Serve("s1", func(context.Context, *service.Command) *service.Reply { return &service.Reply{} })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var done, refused atomic.Int64
+		for range 8 {
+			wg.Go(func() {
+				for {
+					ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+					_, err := a.Send(ctx, "s1", &service.Command{Op: "x", SessionID: "s1"})
+					cancel()
+					switch {
+					case err == nil:
+						done.Add(1)
+					case err == service.ErrNoServer:
+						refused.Add(1)
+						return
+					default:
+						t.Errorf("round %d: a command sent while serving stopped: %v", round, err)
+						return
+					}
+				}
+			})
+		}
+		waitFor(t, "commands flowing", func() bool { return done.Load() > 50 })
+		stop()
+		wg.Wait()
+		if refused.Load() != 8 {
+			t.Fatalf("round %d: %d senders ended refused, want 8", round, refused.Load())
+		}
+	}
+}
+
 // TestSendTimesOut sends a command to a replica that takes longer than the caller's
 // deadline: EUNAVAILABLE when the deadline passes, not a hang.
 func TestSendTimesOut(t *testing.T) {
