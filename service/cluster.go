@@ -24,12 +24,14 @@ type Cluster interface {
 	// Follow calls deliver with what other replicas publish for sessionID, in the order
 	// they published it, until stop is called. deliver must return quickly.
 	Follow(sessionID string, deliver func(events []*Event)) (stop func(), err error)
-	// Serve answers the commands sent to sessionID with handle, until stop is called.
-	Serve(sessionID string, handle func(ctx context.Context, cmd *Command) *Reply) (stop func(), err error)
-	// Send hands cmd to the replica serving sessionID and returns its reply: ErrNoServer
-	// when no replica serves the session, EUNAVAILABLE when the broker cannot be reached or
-	// the replica does not answer in time.
-	Send(ctx context.Context, sessionID string, cmd *Command) (*Reply, error)
+	// Serve answers the commands sent to replicaID with handle, until stop is called.
+	// A replica serves its own ID for as long as it runs: it answers a command for a
+	// session whose agent it does not run with ErrNoServer.
+	Serve(replicaID string, handle func(ctx context.Context, cmd *Command) *Reply) (stop func(), err error)
+	// Send hands cmd to replica replicaID and returns its reply: ErrNoServer when that
+	// replica is not there or does not run the session's agent, EUNAVAILABLE when the
+	// broker cannot be reached or the replica does not answer in time.
+	Send(ctx context.Context, replicaID string, cmd *Command) (*Reply, error)
 	// Announce tells every replica that this one leaves (it shuts down), and OnLeft
 	// registers what to do when another does: take its runs over at once.
 	Announce(replicaID string)
@@ -135,7 +137,7 @@ func (s *Service) route(ctx context.Context, cmd *Command, local func(ctx contex
 			}
 			return r, err
 		}
-		r, err = s.cluster.Send(ctx, cmd.SessionID, cmd)
+		r, err = s.cluster.Send(ctx, owner, cmd)
 		if errors.Is(err, ErrNoServer) {
 			// Its owner does not serve the session: it died or is handing over. Take its
 			// runs over if its lease has lapsed, then look again.
@@ -196,30 +198,38 @@ func (s *Service) alive(id string) bool {
 	return id != "" && slices.Contains(live, id)
 }
 
-// serve answers commands for st's session while this replica runs its agent; st.mu
-// must be held.
+// serveLocked answers other replicas' commands for st's session while this replica
+// runs its agent; st.mu must be held.
 func (s *Service) serveLocked(st *sessionState) {
-	if s.cluster == nil || st.serving != nil {
-		return
-	}
-	stop, err := s.cluster.Serve(st.id, s.handle)
-	if err != nil {
-		s.log.Warn("cannot serve a session's commands; other replicas will retry", "session", st.id, "err", err)
-		return
-	}
-	st.serving = stop
+	st.serving = s.cluster != nil
 }
 
-// unserveLocked stops answering commands for st's session once it has no run here.
+// unserveLocked refuses other replicas' commands for st's session (with ErrNoServer,
+// which they retry where the session's agent runs) once it has no run here.
 func (s *Service) unserveLocked(st *sessionState) {
-	if st.serving != nil && st.active == nil && len(st.queue) == 0 {
-		st.serving()
-		st.serving = nil
+	if st.active == nil && len(st.queue) == 0 {
+		st.serving = false
 	}
+}
+
+// serves reports whether this replica answers commands for sessionID.
+func (s *Service) serves(sessionID string) bool {
+	s.statesMu.Lock()
+	st := s.states[sessionID]
+	s.statesMu.Unlock()
+	if st == nil {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.serving
 }
 
 // handle does a command another replica sent.
 func (s *Service) handle(ctx context.Context, cmd *Command) *Reply {
+	if !s.serves(cmd.SessionID) {
+		return replyOf(nil, ErrNoServer)
+	}
 	ctx = context.WithValue(WithUser(ctx, cmd.UserID), forwardedKey{}, true)
 	switch cmd.Op {
 	case opAdd:

@@ -146,6 +146,7 @@ type Service struct {
 	id         string
 	coord      Coordinator
 	cluster    Cluster
+	unserve    func() // stops answering the commands sent to this replica
 	live       atomic.Value
 	claimMu    sync.Mutex
 	leaseMu    sync.Mutex
@@ -195,7 +196,19 @@ func New(ctx context.Context, store Store, agents *Agents, cfg Config, log *slog
 			s.id = newID()
 		}
 		s.claimNow, s.leasesDone = make(chan struct{}, 1), make(chan struct{})
+		s.unserve = func() {}
+		if s.cluster != nil {
+			// Commands come addressed to this replica for as long as it runs, so that no
+			// subscription comes and goes with each run.
+			stop, err := s.cluster.Serve(s.id, s.handle)
+			if err != nil {
+				s.stop()
+				return nil, err
+			}
+			s.unserve = stop
+		}
 		if err := s.join(ctx); err != nil {
+			s.unserve()
 			s.stop()
 			return nil, err
 		}
@@ -348,6 +361,7 @@ func (s *Service) Close() {
 		}
 		if s.cluster != nil {
 			s.cluster.Announce(s.id)
+			s.unserve()
 		}
 	}
 	for _, st := range s.liveStates() {

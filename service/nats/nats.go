@@ -8,16 +8,20 @@
 // Subjects, under a prefix (default "talkgraph"):
 //
 //	<prefix>.ev.<session>   a session's new events, JSON (null: the session was deleted)
-//	<prefix>.cmd.<session>  commands for the replica that runs the session's agent (request/reply)
+//	<prefix>.cmd.<replica>  commands for a replica (its name in base64url; request/reply)
 //	<prefix>.left           the ID of a replica that shuts down
 //
 // A replica subscribes to a session's events only while it has subscribers of that
-// session, and to its commands only while it runs its agent; all of them share one
-// delivery goroutine each, so following many sessions costs no goroutine per session.
+// session, sharing one delivery goroutine, so following many sessions costs no goroutine
+// per session. It subscribes to its own commands once, for as long as it runs: a command
+// is sent to the replica the store names as running the session's agent, and no
+// subscription comes and goes with a run (a command on its way to a subscription that
+// goes away is dropped unanswered).
 package nats
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -49,7 +53,7 @@ type Cluster struct {
 	opts Options
 
 	events   chan *nats.Msg // every followed session's events, in one delivery goroutine
-	commands chan *nats.Msg // every served session's commands
+	commands chan *nats.Msg // the commands sent to this replica
 	done     chan struct{}
 
 	mu        sync.Mutex
@@ -226,13 +230,13 @@ func (c *Cluster) deliverEvents() {
 }
 
 // Serve implements service.Cluster.
-func (c *Cluster) Serve(sessionID string, handle func(ctx context.Context, cmd *service.Command) *service.Reply) (func(), error) {
-	subject := c.subject("cmd", sessionID)
-	// A queue group: during a handover two replicas may serve a session for a moment,
-	// and a command must still be done once.
+func (c *Cluster) Serve(replicaID string, handle func(ctx context.Context, cmd *service.Command) *service.Reply) (func(), error) {
+	subject := c.commandSubject(replicaID)
+	// A queue group: should two processes ever share a replica's name for a moment (one
+	// restarting while the other stops), a command is still done once.
 	sub, err := c.nc.ChanQueueSubscribe(subject, "runners", c.commands)
 	if err != nil {
-		return nil, service.Errorf(service.EUNAVAILABLE, "cannot serve a session on NATS: %v", err)
+		return nil, service.Errorf(service.EUNAVAILABLE, "cannot serve commands on NATS: %v", err)
 	}
 	srv := &server{handle}
 	c.mu.Lock()
@@ -242,17 +246,29 @@ func (c *Cluster) Serve(sessionID string, handle func(ctx context.Context, cmd *
 		// Commands that arrive from now on are refused with ErrNoServer, which their
 		// senders retry. Draining rather than unsubscribing lets those already on their
 		// way arrive to be refused: an unsubscribed client drops them unanswered and
-		// leaves their senders waiting out their deadlines.
+		// leaves their senders waiting out their deadlines. While the connection is
+		// down there is nothing on its way, and a drain would have nats.go subscribe
+		// again on reconnecting.
 		c.mu.Lock()
-		if c.servers[subject] == srv { // not a later Serve of the session
+		if c.servers[subject] == srv { // not a later Serve of the name
 			delete(c.servers, subject)
 		}
 		c.mu.Unlock()
-		_ = sub.Drain()
+		if c.nc.Status() == nats.CONNECTED {
+			_ = sub.Drain()
+		} else {
+			_ = sub.Unsubscribe()
+		}
 	}, nil
 }
 
-// server is one Serve of a session.
+// commandSubject is the subject of the commands sent to replica replicaID: its name
+// encoded, since a host name's dots would split it into several tokens.
+func (c *Cluster) commandSubject(replicaID string) string {
+	return c.opts.Prefix + ".cmd." + base64.RawURLEncoding.EncodeToString([]byte(replicaID))
+}
+
+// server is one Serve of a replica's name.
 type server struct {
 	handle func(ctx context.Context, cmd *service.Command) *service.Reply
 }
@@ -299,7 +315,7 @@ func (c *Cluster) answer(m *nats.Msg, handle func(context.Context, *service.Comm
 }
 
 // Send implements service.Cluster.
-func (c *Cluster) Send(ctx context.Context, sessionID string, cmd *service.Command) (*service.Reply, error) {
+func (c *Cluster) Send(ctx context.Context, replicaID string, cmd *service.Command) (*service.Reply, error) {
 	data, err := cmd.Encode()
 	if err != nil {
 		return nil, err
@@ -314,7 +330,7 @@ func (c *Cluster) Send(ctx context.Context, sessionID string, cmd *service.Comma
 		// would wait out its deadline: the command cannot reach anyone now.
 		return nil, err
 	}
-	m, err := c.nc.RequestWithContext(ctx, c.subject("cmd", sessionID), data)
+	m, err := c.nc.RequestWithContext(ctx, c.commandSubject(replicaID), data)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, service.ErrNoServer

@@ -46,6 +46,10 @@ func pair(t *testing.T) (a, b *tgnats.Cluster) {
 
 const wait = 10 * time.Second
 
+// replica is the name the tests' replicas serve commands under: a host name, whose dots
+// NATS would take for token separators.
+const replica = "replica.example.com:8080"
+
 // receive waits for the next value of ch.
 func receive[T any](t *testing.T, what string, ch <-chan T) T {
 	t.Helper()
@@ -132,24 +136,24 @@ func TestEventsReachFollowers(t *testing.T) {
 	}
 }
 
-// TestCommandsReachTheServingReplica sends commands from one replica to the replica that
-// serves the session: the command arrives whole with its user, the reply comes back with
-// its error code, and a session nobody serves answers ErrNoServer at once.
+// TestCommandsReachTheServingReplica sends commands from one replica to another by its
+// name: the command arrives whole with its user, the reply comes back with its error code,
+// and a name nobody serves answers ErrNoServer at once.
 func TestCommandsReachTheServingReplica(t *testing.T) {
 	t.Parallel()
 	a, b := pair(t)
 	ctx := t.Context()
 
 	start := time.Now()
-	if _, err := a.Send(ctx, "s1", &service.Command{Op: "cancelRun", SessionID: "s1"}); err != service.ErrNoServer {
-		t.Fatalf("Send to a session nobody serves: %v, want ErrNoServer", err)
+	if _, err := a.Send(ctx, replica, &service.Command{Op: "cancelRun", SessionID: "s1"}); err != service.ErrNoServer {
+		t.Fatalf("Send to a replica nobody serves: %v, want ErrNoServer", err)
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("ErrNoServer took %v: NATS's no-responders answer should be at once", d)
 	}
 
 	got := make(chan *service.Command, 10)
-	stop, err := b.Serve("s1", func(ctx context.Context, cmd *service.Command) *service.Reply {
+	stop, err := b.Serve(replica, func(ctx context.Context, cmd *service.Command) *service.Reply {
 		got <- cmd
 		if cmd.Op == "fail" {
 			return &service.Reply{Code: service.ECONFLICT, Error: "the agent is still working"}
@@ -165,7 +169,7 @@ func TestCommandsReachTheServingReplica(t *testing.T) {
 	title := "a title ✓"
 	sent := &service.Command{Op: "cancelRun", UserID: "u1", SessionID: "s1", Content: "héllo", Key: "k", Title: title,
 		Settings: &service.SettingsInput{SystemPrompt: &title}}
-	reply, err := a.Send(ctx, "s1", sent)
+	reply, err := a.Send(ctx, replica, sent)
 	if err != nil {
 		t.Fatalf("Send: %v", err)
 	}
@@ -177,27 +181,27 @@ func TestCommandsReachTheServingReplica(t *testing.T) {
 		cmd.Settings == nil || cmd.Settings.SystemPrompt == nil || *cmd.Settings.SystemPrompt != title || cmd.Title != title {
 		t.Fatalf("command arrived as %+v", cmd)
 	}
-	reply, err = a.Send(ctx, "s1", &service.Command{Op: "fail", SessionID: "s1"})
+	reply, err = a.Send(ctx, replica, &service.Command{Op: "fail", SessionID: "s1"})
 	if err != nil || reply.Code != service.ECONFLICT || reply.Error != "the agent is still working" {
 		t.Fatalf("a refused command: %+v, %v", reply, err)
 	}
 
-	// Another session's commands do not reach this server.
-	if _, err := a.Send(ctx, "s2", &service.Command{Op: "cancelRun", SessionID: "s2"}); err != service.ErrNoServer {
-		t.Fatalf("Send to s2: %v, want ErrNoServer", err)
+	// Another replica's commands do not reach this one.
+	if _, err := a.Send(ctx, "another.example.com:8080", &service.Command{Op: "cancelRun", SessionID: "s1"}); err != service.ErrNoServer {
+		t.Fatalf("Send to another replica: %v, want ErrNoServer", err)
 	}
 
 	stop()
 	if err := b.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Send(ctx, "s1", &service.Command{Op: "cancelRun", SessionID: "s1"}); err != service.ErrNoServer {
+	if _, err := a.Send(ctx, replica, &service.Command{Op: "cancelRun", SessionID: "s1"}); err != service.ErrNoServer {
 		t.Fatalf("Send once the server stopped: %v, want ErrNoServer", err)
 	}
 }
 
-// TestCommandDoneOnce has two replicas serve one session at once, as during a handover: a
-// command is done by one of them, never both.
+// TestCommandDoneOnce has two processes serve one replica's name at once, as when one
+// restarts while the other stops: a command is done by one of them, never both.
 func TestCommandDoneOnce(t *testing.T) {
 	t.Parallel()
 	url, p := testsvc.NATS(t), prefix()
@@ -208,7 +212,7 @@ func TestCommandDoneOnce(t *testing.T) {
 		return &service.Reply{}
 	}
 	for _, srv := range []*tgnats.Cluster{b, c} {
-		stop, err := srv.Serve("s1", handle)
+		stop, err := srv.Serve(replica, handle)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,7 +223,7 @@ func TestCommandDoneOnce(t *testing.T) {
 	}
 	const n = 20
 	for range n {
-		if _, err := a.Send(t.Context(), "s1", &service.Command{Op: "x", SessionID: "s1"}); err != nil {
+		if _, err := a.Send(t.Context(), replica, &service.Command{Op: "x", SessionID: "s1"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -229,7 +233,7 @@ func TestCommandDoneOnce(t *testing.T) {
 }
 
 // TestCommandsInFlightWhenServingStops keeps commands flowing to a replica while it
-// stops serving the session: each one is answered, either done or refused with
+// stops serving (it shuts down): each one is answered, either done or refused with
 // ErrNoServer (which the sender may retry elsewhere); none is dropped unanswered, which
 // would leave its sender waiting out its deadline.
 func TestCommandsInFlightWhenServingStops(t *testing.T) {
@@ -242,7 +246,7 @@ func TestCommandsInFlightWhenServingStops(t *testing.T) {
 	}
 	defer b.Close()
 	for round := range 5 {
-		stop, err := b.Serve("s1", func(context.Context, *service.Command) *service.Reply { return &service.Reply{} })
+		stop, err := b.Serve(replica, func(context.Context, *service.Command) *service.Reply { return &service.Reply{} })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,7 +259,7 @@ func TestCommandsInFlightWhenServingStops(t *testing.T) {
 			wg.Go(func() {
 				for {
 					ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-					_, err := a.Send(ctx, "s1", &service.Command{Op: "x", SessionID: "s1"})
+					_, err := a.Send(ctx, replica, &service.Command{Op: "x", SessionID: "s1"})
 					cancel()
 					switch {
 					case err == nil:
@@ -286,7 +290,7 @@ func TestSendTimesOut(t *testing.T) {
 	a, b := pair(t)
 	release := make(chan struct{})
 	defer close(release)
-	stop, err := b.Serve("s1", func(context.Context, *service.Command) *service.Reply {
+	stop, err := b.Serve(replica, func(context.Context, *service.Command) *service.Reply {
 		<-release
 		return &service.Reply{}
 	})
@@ -300,7 +304,7 @@ func TestSendTimesOut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = a.Send(ctx, "s1", &service.Command{Op: "x", SessionID: "s1"})
+	_, err = a.Send(ctx, replica, &service.Command{Op: "x", SessionID: "s1"})
 	if service.ErrorCode(err) != service.EUNAVAILABLE {
 		t.Fatalf("Send to a replica that does not answer: %v, want EUNAVAILABLE", err)
 	}
@@ -342,7 +346,7 @@ func TestBrokerRestart(t *testing.T) {
 	if _, err := b.Follow("s1", func(evs []*service.Event) { got <- evs }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Serve("s1", func(context.Context, *service.Command) *service.Reply { return &service.Reply{} }); err != nil {
+	if _, err := b.Serve(replica, func(context.Context, *service.Command) *service.Reply { return &service.Reply{} }); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Flush(); err != nil {
@@ -359,7 +363,7 @@ func TestBrokerRestart(t *testing.T) {
 			t.Errorf("Ready while the broker is away: %v", a.Ready())
 		}
 		start := time.Now()
-		if _, err := a.Send(t.Context(), "s1", &service.Command{Op: "x", SessionID: "s1"}); service.ErrorCode(err) != service.EUNAVAILABLE || err == service.ErrNoServer {
+		if _, err := a.Send(t.Context(), replica, &service.Command{Op: "x", SessionID: "s1"}); service.ErrorCode(err) != service.EUNAVAILABLE || err == service.ErrNoServer {
 			t.Errorf("Send while the broker is away: %v, want EUNAVAILABLE", err)
 		}
 		if d := time.Since(start); d > time.Second {
@@ -392,7 +396,7 @@ func TestBrokerRestart(t *testing.T) {
 				break
 			}
 		}
-		if _, err := a.Send(t.Context(), "s1", &service.Command{Op: "x", SessionID: "s1"}); err != nil {
+		if _, err := a.Send(t.Context(), replica, &service.Command{Op: "x", SessionID: "s1"}); err != nil {
 			t.Fatalf("Send after the restart: %v", err)
 		}
 	}
