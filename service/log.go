@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -199,10 +200,11 @@ func (s *Service) readAfter(ctx context.Context, st *sessionState, pos Cursor, l
 	return evs, next, true, nil
 }
 
-// compaction is a request to fold the chunk events of one finished stream.
-type compaction struct {
-	sessionID, key string
-	fromSeq        int64
+// Compaction names one finished stream whose chunk events Store.Compact folds: those of
+// session SessionID with Event.Key == Key, from Seq FromSeq on.
+type Compaction struct {
+	SessionID, Key string
+	FromSeq        int64
 }
 
 // compactSoon asks the compactor to fold a finished stream's chunk events (see
@@ -213,33 +215,60 @@ func (s *Service) compactSoon(sessionID, key string, fromSeq int64) {
 		return
 	}
 	select {
-	case s.compactions <- compaction{sessionID, key, fromSeq}:
+	case s.compactions <- Compaction{sessionID, key, fromSeq}:
 	default:
 		s.log.Debug("compaction skipped: too many waiting", "session", sessionID)
 	}
 }
 
-// compactor folds finished streams, one at a time, off the paths that answer clients.
+// maxCompactBatch is how many finished streams the compactor folds at most in one go.
+const maxCompactBatch = 1024
+
+// compactor folds finished streams off the paths that answer clients. Compaction only
+// keeps the log small, so it can wait: the compactor gathers the streams that finish
+// over Config.CompactAfter and folds them in one go, so that replies ending together (a burst)
+// cost the store one transaction after the busiest moment rather than one each during
+// it. At shutdown it folds what waits.
 func (s *Service) compactor() {
 	defer close(s.compactorDone)
-	do := func(c compaction) {
-		if err := s.store.Compact(context.Background(), c.sessionID, c.key, c.fromSeq); err != nil && ErrorCode(err) != ENOTFOUND {
-			s.log.Warn("compaction", "session", c.sessionID, "err", err)
+	do := func(batch []Compaction) {
+		if len(batch) == 0 {
+			return
+		}
+		if err := s.store.Compact(context.Background(), batch); err != nil {
+			s.log.Warn("compaction", "streams", len(batch), "err", err)
 		}
 	}
-	for {
-		select {
-		case c := <-s.compactions:
-			do(c)
-		case <-s.compactorQuit:
-			for {
-				select {
-				case c := <-s.compactions:
-					do(c)
-				default:
-					return
-				}
+	take := func(batch []Compaction) []Compaction {
+		for len(batch) < maxCompactBatch {
+			select {
+			case c := <-s.compactions:
+				batch = append(batch, c)
+			default:
+				return batch
 			}
 		}
+		return batch
+	}
+	gather := time.NewTimer(s.cfg.CompactAfter)
+	gather.Stop()
+	for {
+		var batch []Compaction
+		select {
+		case c := <-s.compactions:
+			batch = append(batch, c)
+		case <-s.compactorQuit:
+			for batch = take(nil); len(batch) > 0; batch = take(nil) {
+				do(batch)
+			}
+			return
+		}
+		gather.Reset(s.cfg.CompactAfter)
+		select {
+		case <-gather.C:
+		case <-s.compactorQuit:
+			gather.Stop()
+		}
+		do(take(batch))
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -172,6 +174,64 @@ func TestCursorsAreCheckedAndOpaque(t *testing.T) {
 	for _, bad := range []string{"", "!!", enc[:len(enc)-2], service.EncodeCursor("s2", c)} {
 		if _, err := service.DecodeCursor("s1", bad); service.ErrorCode(err) != service.EINVALID {
 			t.Errorf("DecodeCursor(%q) = %v, want EINVALID", bad, err)
+		}
+	}
+}
+
+// compactionLog is a store that records the Compact calls it gets.
+type compactionLog struct {
+	service.Store
+	mu    sync.Mutex
+	calls [][]service.Compaction
+}
+
+func (c *compactionLog) Compact(ctx context.Context, cs []service.Compaction) error {
+	c.mu.Lock()
+	c.calls = append(c.calls, slices.Clone(cs))
+	c.mu.Unlock()
+	return c.Store.Compact(ctx, cs)
+}
+
+// TestCompactionGathersFinishedReplies has replies finish within the compactor's
+// gathering time: their chunks are folded in one Compact call, once the gathering is
+// over (here: when the service closes), and every reply is folded.
+func TestCompactionGathersFinishedReplies(t *testing.T) {
+	store := &compactionLog{Store: inmem.New()}
+	words := []string{"one ", "two ", "three"}
+	svc, ctx := newServiceOn(t, store, wordsRunner(words), func(c *service.Config) { c.CompactAfter = time.Hour })
+	agent := "test"
+	const n = 20
+	var ids []string
+	for range n {
+		sess, err := svc.CreateTalkSession(ctx, "", service.SettingsInput{Agent: &agent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := svc.View(ctx, sess.ID)
+		f := follow(t, svc, ctx, sess.ID, v.StreamCursor)
+		_, run := send(t, svc, ctx, sess.ID, "go")
+		f.until(runEnds(run.ID))
+		ids = append(ids, sess.ID)
+	}
+	store.mu.Lock()
+	early := len(store.calls)
+	store.mu.Unlock()
+	if early != 0 {
+		t.Fatalf("%d Compact calls before the gathering was over", early)
+	}
+	svc.Close()
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if len(store.calls) != 1 || len(store.calls[0]) != n {
+		t.Fatalf("Compact calls %v, want one with the %d replies", store.calls, n)
+	}
+	for _, id := range ids {
+		evs, err := store.Events(context.Background(), id, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := count(evs, is(service.EventMessageChunk)); c != 1 {
+			t.Errorf("session %s: %d chunk events after compaction, want the reply's %d folded into 1", id, c, len(words))
 		}
 	}
 }

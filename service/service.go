@@ -40,6 +40,9 @@ type Config struct {
 	// WriteRetry is how long a run's streamed text may keep failing to be written (the
 	// storage is full or unreachable) before the agent is told and the run fails.
 	WriteRetry time.Duration
+	// CompactAfter is how long the replies that finish are gathered before their chunk
+	// events are folded, all in one go (see Store.Compact).
+	CompactAfter time.Duration
 
 	// With a store shared by several replicas (one that implements Coordinator):
 	// ReplicaID names this replica (unique among them; default: random), RunLease is how
@@ -74,6 +77,7 @@ func DefaultConfig() Config {
 		MaxSubscriptions:   100000,
 		StopTimeout:        3 * time.Second,
 		WriteRetry:         30 * time.Second,
+		CompactAfter:       500 * time.Millisecond,
 		RunLease:           15 * time.Second,
 	}
 }
@@ -110,6 +114,9 @@ func (c *Config) fill() {
 	if c.WriteRetry <= 0 {
 		c.WriteRetry = d.WriteRetry
 	}
+	if c.CompactAfter <= 0 {
+		c.CompactAfter = d.CompactAfter
+	}
 	if c.RunLease <= 0 {
 		c.RunLease = d.RunLease
 	}
@@ -137,7 +144,7 @@ type Service struct {
 	stats   counters
 	quota   quotas
 
-	compactions   chan compaction
+	compactions   chan Compaction
 	compactorQuit chan struct{}
 	compactorDone chan struct{}
 
@@ -178,7 +185,7 @@ func New(ctx context.Context, store Store, agents *Agents, cfg Config, log *slog
 		states:  make(map[string]*sessionState),
 		closing: make(chan struct{}),
 
-		compactions:   make(chan compaction, 4096),
+		compactions:   make(chan Compaction, 4096),
 		compactorQuit: make(chan struct{}),
 		compactorDone: make(chan struct{}),
 	}

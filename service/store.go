@@ -31,11 +31,12 @@ type Store interface {
 	// never changes the batches, their events or their payloads.
 	Append(ctx context.Context, batches []*Batch) (errs []error)
 
-	// Compact folds the chunk events of one stream of a session (Event.Key == key) from
-	// Seq fromSeq on into one event per unbroken run, as Coalesce says; it changes
-	// nothing else, and nothing when there is nothing to fold. ENOTFOUND when the session
-	// does not exist.
-	Compact(ctx context.Context, sessionID, key string, fromSeq int64) error
+	// Compact folds, for each of cs, the chunk events of one stream of a session
+	// (Event.Key == Key) from Seq FromSeq on into one event per unbroken run, as Coalesce
+	// says; it changes nothing else, and nothing when there is nothing to fold. A session
+	// that does not exist (deleted meanwhile) is skipped. A store may fold them all in one
+	// transaction: compaction is done in the background, many streams at a time.
+	Compact(ctx context.Context, cs []Compaction) error
 
 	// Session returns the session, with LastSeq the Seq of its last event (0 before any);
 	// ENOTFOUND when missing. It does not check the owner: the service does.

@@ -89,6 +89,7 @@ type config struct {
 	MetricsURLs    []string
 	ScrapeInterval time.Duration
 	Settle         time.Duration
+	Trail          time.Duration
 	GoroutineSlack int
 	JSON           bool
 	Quiet          bool
@@ -125,6 +126,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&metrics, "metrics", "", "the server's /metrics URLs, comma-separated, summed (default: -url + /metrics; \"none\" for none)")
 	fs.DurationVar(&c.ScrapeInterval, "scrape-interval", time.Second, "how often /metrics is read during a scenario for the peaks (0: only before and after)")
 	fs.DurationVar(&c.Settle, "settle", time.Minute, "idle: longest wait for RSS to stop growing, and for goroutines to return after closing")
+	fs.DurationVar(&c.Trail, "trail", 1500*time.Millisecond, "wait after a scenario's last reply before reading the server's CPU, so that work it does in the background (folding finished replies) counts")
 	fs.IntVar(&c.GoroutineSlack, "goroutine-slack", 20, "idle: goroutines above the baseline still counted as returned")
 	fs.BoolVar(&c.JSON, "json", false, "print the figures and errors as JSON instead of a table")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines on stderr")

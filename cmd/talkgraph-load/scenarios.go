@@ -428,11 +428,21 @@ func (r *runner) startMeasure(ctx context.Context, scen string) *measure {
 	return m
 }
 
-// stop reads the metrics again and stops the sampler.
+// stop reads the metrics again, -trail after the scenario's end so that the server's
+// CPU includes what it does in the background for the scenario's replies (it folds
+// finished replies' chunks a moment later), and stops the sampler.
 func (m *measure) stop(ctx context.Context, r *runner, scen string) {
 	m.cpu = processCPU() - m.cpu0
 	if !m.ok {
 		return
+	}
+	if r.cfg.Trail > 0 {
+		t := time.NewTimer(r.cfg.Trail)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
 	}
 	snap, err := r.sc.scrape(ctx)
 	if err != nil {

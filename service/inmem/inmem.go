@@ -244,7 +244,7 @@ func (sd *sessionData) lastSeq() int64 {
 }
 
 // Compact implements service.Store.
-func (s *Store) Compact(ctx context.Context, sessionID, key string, fromSeq int64) error {
+func (s *Store) Compact(ctx context.Context, cs []service.Compaction) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -253,10 +253,16 @@ func (s *Store) Compact(ctx context.Context, sessionID, key string, fromSeq int6
 	if s.closed {
 		return errClosed()
 	}
-	sd := s.sessions[sessionID]
-	if sd == nil {
-		return service.Errorf(service.ENOTFOUND, "session %s not found", sessionID)
+	for _, c := range cs {
+		if sd := s.sessions[c.SessionID]; sd != nil {
+			compact(sd, c.Key, c.FromSeq)
+		}
 	}
+	return nil
+}
+
+// compact folds one stream of sd; s.mu must be held.
+func compact(sd *sessionData, key string, fromSeq int64) {
 	i, _ := findEvent(sd.events, fromSeq)
 	folded, drop := service.Coalesce(sd.events[i:], key)
 	for _, e := range folded {
@@ -269,7 +275,6 @@ func (s *Store) Compact(ctx context.Context, sessionID, key string, fromSeq int6
 			sd.events = slices.Delete(sd.events, j, j+1)
 		}
 	}
-	return nil
 }
 
 // deleteSession removes sd and everything that belongs to it; s.mu must be held.

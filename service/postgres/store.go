@@ -750,12 +750,24 @@ type questionWithChoices struct {
 	choices string
 }
 
-// Compact implements service.Store: in one transaction that locks the session's row, so
-// that it never races an Append or another replica's Compact of the session.
-func (s *Store) Compact(ctx context.Context, sessionID, key string, fromSeq int64) error {
+// Compact implements service.Store: each stream in a transaction of its own that locks
+// its session's row, so that it never races an Append or another replica's Compact of the
+// session (one transaction locking many rows could deadlock with an Append locking some
+// of them in another order).
+func (s *Store) Compact(ctx context.Context, cs []service.Compaction) error {
 	if err := s.check(); err != nil {
 		return err
 	}
+	for _, c := range cs {
+		if err := s.compact(ctx, c.SessionID, c.Key, c.FromSeq); err != nil && service.ErrorCode(err) != service.ENOTFOUND {
+			return err
+		}
+	}
+	return nil
+}
+
+// compact folds one stream; ENOTFOUND when its session does not exist.
+func (s *Store) compact(ctx context.Context, sessionID, key string, fromSeq int64) error {
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		var one int
 		err := tx.QueryRow(ctx, qLockSession, sessionID).Scan(&one)

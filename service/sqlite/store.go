@@ -481,24 +481,30 @@ func (w *txWriter) refusedRow(u *upserts, batches []*service.Batch, errs []error
 	return -1, fmt.Errorf("sqlite: an upsert of %ss changed fewer rows than it was given, none of another session", u.what)
 }
 
-// Compact implements service.Store. It reads only what folding needs, and drops each
+// Compact implements service.Store. It reads only what folding needs, on the read
+// connections, then writes every stream's folding in one transaction, dropping each
 // folded run with one statement: a run's events are consecutive in the log, so the range
-// of Seqs from its first to its last holds nothing else.
-func (s *Store) Compact(ctx context.Context, sessionID, key string, fromSeq int64) error {
+// of Seqs from its first to its last holds nothing else. A session deleted in between
+// loses its rows anyway, and Append only adds events after the folded ones.
+func (s *Store) Compact(ctx context.Context, cs []service.Compaction) error {
 	if err := s.check(); err != nil {
 		return err
 	}
-	evs, err := getAll(ctx, s, "events", scanChunk, qChunks, sessionID, fromSeq)
-	if err != nil {
-		return err
+	type folding struct {
+		c      service.Compaction
+		folded []*service.Event
 	}
-	folded, _ := service.Coalesce(evs, key)
-	if len(folded) == 0 {
-		if len(evs) == 0 {
-			if _, err := s.Session(ctx, sessionID); err != nil {
-				return err
-			}
+	var todo []folding
+	for _, c := range cs {
+		evs, err := getAll(ctx, s, "events", scanChunk, qChunks, c.SessionID, c.FromSeq)
+		if err != nil {
+			return err
 		}
+		if folded, _ := service.Coalesce(evs, c.Key); len(folded) > 0 {
+			todo = append(todo, folding{c, folded})
+		}
+	}
+	if len(todo) == 0 {
 		return nil
 	}
 	s.wmu.Lock()
@@ -509,14 +515,16 @@ func (s *Store) Compact(ctx context.Context, sessionID, key string, fromSeq int6
 	}
 	defer tx.Rollback()
 	w := &txWriter{s: s, ctx: ctx, tx: tx, prepared: map[string]*sql.Stmt{}}
-	for _, e := range folded {
-		// CoalescedFrom is where this run begins (or began, when folded before).
-		from := e.CoalescedFrom
-		if _, err := w.exec(qDropEvents, sessionID, max(from, fromSeq), e.Seq); err != nil {
-			return s.fail("compact", err)
-		}
-		if _, err := w.exec(qRewriteEvent, sessionID, e.Seq, e.Delta, e.Offset, e.CoalescedFrom); err != nil {
-			return s.fail("compact", err)
+	for _, f := range todo {
+		for _, e := range f.folded {
+			// CoalescedFrom is where this run begins (or began, when folded before).
+			from := e.CoalescedFrom
+			if _, err := w.exec(qDropEvents, f.c.SessionID, max(from, f.c.FromSeq), e.Seq); err != nil {
+				return s.fail("compact", err)
+			}
+			if _, err := w.exec(qRewriteEvent, f.c.SessionID, e.Seq, e.Delta, e.Offset, e.CoalescedFrom); err != nil {
+				return s.fail("compact", err)
+			}
 		}
 	}
 	return s.fail("compact", tx.Commit())

@@ -43,7 +43,7 @@ func Run(t *testing.T, open func(t *testing.T) service.Store) {
 		{"Append/ERATELIMIT for an admission beyond the user's running runs, writing nothing", testAppendAdmit},
 		{"Append/safe for concurrent use across sessions", testAppendConcurrent},
 		{"Compact/folds unbroken runs of one stream's chunks", testCompact},
-		{"Compact/ENOTFOUND for a missing session", testCompactMissing},
+		{"Compact/folds many sessions at once, skipping a missing one", testCompactMany},
 		{"Session/ENOTFOUND when missing", testSessionNotFound},
 		{"Session/round-trips every field, LastSeq from the log", testSessionRoundTrip},
 		{"Sessions/most recent activity first with keyset pagination", testSessions},
@@ -711,7 +711,7 @@ func testCompact(t *testing.T, s service.Store) {
 		chunk("m1", ", ", 5), toolOutput(tc, "o", 0), // 5, 6
 		chunk("m1", "wor", 7), chunk("m1", "ld", 10), // 7, 8
 		completed(m)) // 9
-	if err := s.Compact(ctx, "s1", "m1", 2); err != nil {
+	if err := s.Compact(ctx, []service.Compaction{{SessionID: "s1", Key: "m1", FromSeq: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	evs, err := s.Events(ctx, "s1", 0, 0)
@@ -730,10 +730,7 @@ func testCompact(t *testing.T, s service.Store) {
 		}
 	}
 	// Compacting again changes nothing; another stream's key leaves these alone.
-	if err := s.Compact(ctx, "s1", "m1", 2); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Compact(ctx, "s1", "t1", 2); err != nil {
+	if err := s.Compact(ctx, []service.Compaction{{SessionID: "s1", Key: "m1", FromSeq: 2}, {SessionID: "s1", Key: "t1", FromSeq: 2}}); err != nil {
 		t.Fatal(err)
 	}
 	again, _ := s.Events(ctx, "s1", 0, 0)
@@ -743,8 +740,30 @@ func testCompact(t *testing.T, s service.Store) {
 	}
 }
 
-func testCompactMissing(t *testing.T, s service.Store) {
-	wantCode(t, "Compact(missing)", s.Compact(t.Context(), "missing", "m", 1), service.ENOTFOUND)
+// testCompactMany folds several sessions' streams in one call: a session that does not
+// exist is skipped, and the others are folded as one at a time would fold them.
+func testCompactMany(t *testing.T, s service.Store) {
+	ctx := t.Context()
+	var cs []service.Compaction
+	for _, id := range []string{"s1", "s2"} {
+		l := create(t, s, newSession(id, "u1", t0))
+		m := newMessage(id+"m", id)
+		l.append(added(m), chunk(m.ID, "a", 0), chunk(m.ID, "b", 1), chunk(m.ID, "c", 2), completed(m))
+		cs = append(cs, service.Compaction{SessionID: "missing", Key: "m", FromSeq: 1}, service.Compaction{SessionID: id, Key: m.ID, FromSeq: 2})
+	}
+	if err := s.Compact(ctx, cs); err != nil {
+		t.Fatalf("Compact with a missing session: %v, want it skipped", err)
+	}
+	for _, id := range []string{"s1", "s2"} {
+		evs, err := s.Events(ctx, id, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantEqual(t, id+": seqs after compaction", seqsOf(evs), []int64{1, 4, 5})
+		if e := evs[1]; e.Delta != "abc" || e.Offset != 0 || e.CoalescedFrom != 2 {
+			t.Errorf("%s: folded chunk %+v, want abc from offset 0, coalesced from 2", id, e)
+		}
+	}
 }
 
 func testSessionNotFound(t *testing.T, s service.Store) {
