@@ -1,11 +1,12 @@
 package e2e
 
-// The websocket transport renders text chunks and tool output itself, without gqlgen's
-// executor (graph.chunkPlan); server-sent events go through the executor. These tests
-// replay one session's log over each transport with documents of several shapes and
-// check that every event arrives as the same JSON: the same keys in the same order with
-// the same values (the transports may escape a character differently: server-sent events
-// write <, > and & as \u003c, \u003e and \u0026).
+// The websocket transport renders the commonest events itself (text chunks, tool output,
+// new and completed messages, run status changes), without gqlgen's executor (graph.plan);
+// server-sent events go through the executor. These tests replay one session's log over
+// each transport with documents of several shapes and check that every event arrives as
+// the same JSON: the same keys in the same order with the same values (the transports may
+// escape a character differently: server-sent events write <, > and & as \u003c, \u003e
+// and \u0026).
 
 import (
 	"bytes"
@@ -44,14 +45,39 @@ var renderDocuments = map[string]string{
 	"only a typename": `subscription($s: ID!, $a: String){ messageStream(sessionId: $s, after: $a){
 		__typename ... on RunStatusChanged { run { status } }
 	} }`,
+	"messages and runs": `subscription($s: ID!, $a: String, $yes: Boolean!, $no: Boolean!){ messageStream(sessionId: $s, after: $a){
+		__typename cursor at
+		... on MessageChunk { delta }
+		... on MessageAdded { message { ...Whole } }
+		... on MessageCompleted {
+			m: message { id content c: content status error @include(if: $yes) runId @skip(if: $yes) kind }
+			message { __typename createdAt role sessionId } message { content error }
+		}
+		... on RunStatusChanged {
+			run { __typename id sessionId status error agent createdAt startedAt finishedAt
+				usage { inputTokens outputTokens cachedInputTokens __typename } }
+			r: run { status @skip(if: $yes) id @include(if: $no) ... on Run { agent } }
+		}
+	} }
+	fragment Whole on Message { id role kind status error runId createdAt content sessionId __typename }`,
+	"a message's tool calls (left to the executor)": `subscription($s: ID!, $a: String){ messageStream(sessionId: $s, after: $a){
+		__typename cursor
+		... on MessageChunk { delta }
+		... on MessageCompleted { message { id content toolCalls { id name output status } } }
+		... on RunStatusChanged { run { status usage { outputTokens } } }
+	} }`,
 }
 
-func TestChunksAreRenderedAlikeOnEveryTransport(t *testing.T) {
+// sent are the messages the session of the render tests is sent: a tool call, text
+// with characters JSON escapes, and a run that fails.
+var sent = []string{"/tool one two 😀 \"three\"", "Emoji 😀 then 𝄞 and <tags> & \\ back\nslash", "/fail"}
+
+func TestEventsAreRenderedAlikeOnEveryTransport(t *testing.T) {
 	eachStore(t, func(t *testing.T, store string) {
 		a, c, sid, _, evs := watchedSession(t, store)
 		_ = a
 		start := c.Cursor(sid)
-		for _, content := range []string{"/tool one two 😀 \"three\"", "Emoji 😀 then 𝄞 and <tags> & \\ back\nslash"} {
+		for _, content := range sent {
 			_, run := c.Send(sid, content)
 			evs.Until("the run's end", tgtest.RunEnds(run))
 		}
@@ -89,7 +115,7 @@ func TestChunksAreRenderedAlikeOnEveryTransport(t *testing.T) {
 }
 
 // sseReplay subscribes over server-sent events and returns each event's data until the
-// second run's end.
+// end of the last run of sent.
 func sseReplay(t *testing.T, c *tgtest.Client, doc string, vars map[string]any) []json.RawMessage {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), tgtest.Wait)
@@ -100,7 +126,7 @@ func sseReplay(t *testing.T, c *tgtest.Client, doc string, vars map[string]any) 
 	}
 	var out []json.RawMessage
 	ends := 0
-	for ends < 2 {
+	for ends < len(sent) {
 		select {
 		case raw, ok := <-ch:
 			if !ok {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/talkgraph/talkgraph/graph/model"
 	"github.com/talkgraph/talkgraph/service"
@@ -22,12 +23,14 @@ type Stream struct {
 	sub *service.Subscription
 	ch  chan model.SessionEvent // buffered(1): what the response handler renders next
 	buf []*service.Event
-	// plans render text chunks and tool output without the executor (see chunkPlan),
-	// made from the operation and its messageStream field at the first chunk (an idle
-	// subscription never needs them); rendered is the event Next rendered so.
+	// plans render the commonest events without the executor (see plan), made from the
+	// operation and its messageStream field at the first event (an idle subscription never
+	// needs them); rootKey is that field's response key; rendered is the event Next
+	// rendered so.
 	oc       *graphql.OperationContext
 	root     *graphql.CollectedField
-	plans    map[string]*chunkPlan
+	rootKey  string
+	plans    map[string]*plan
 	rendered []byte
 }
 
@@ -135,22 +138,42 @@ func (r *Resolver) streamChannel(ctx context.Context, sessionID, after string) (
 	return out, nil
 }
 
-// chunkPlan renders the events a subscription sends most, text chunks and tool output,
-// without the executor: their fields are all scalars, so once the subscription's
-// selection for the type is known (collected as the executor would, with @skip and
-// @include applied) each event is a few writes with gqlgen's own marshalers, byte for byte
-// what the executor would answer. A selection the plan cannot render (a deferred field, a
-// field it does not know) leaves the type to the executor.
-type chunkPlan struct {
-	root   string   // the response key of messageStream
-	fields []string // the response keys in order, each with its field's name below
-	names  []string
+// A plan renders the events a subscription sends most without the executor: text chunks
+// and tool output, new and completed messages, and run status changes. Their fields are
+// scalars or objects of scalars, so once the subscription's selection for the type is
+// known (collected as the executor collects it, with fragments merged and @skip and
+// @include applied) each event is a few writes with gqlgen's own marshalers, byte for
+// byte what the executor would answer. A selection a plan cannot render (a deferred
+// field, a field with arguments, one that reads more than the event: a message's question
+// or tool calls) leaves the type to the executor.
+type plan struct {
+	keys  []string // response keys in order
+	names []string // each key's field name
+	subs  []*plan  // each key's plan of its object's fields; nil for a scalar
 }
 
-// chunkTypes are the event types with a plan, with the types they satisfy.
-var chunkTypes = map[string][]string{
-	"MessageChunk":   {"MessageChunk", "SessionEvent"},
-	"ToolCallOutput": {"ToolCallOutput", "SessionEvent"},
+// planTypes are the event types with a plan, with the types they satisfy.
+var planTypes = map[string][]string{
+	"MessageChunk":     {"MessageChunk", "SessionEvent"},
+	"ToolCallOutput":   {"ToolCallOutput", "SessionEvent"},
+	"MessageAdded":     {"MessageAdded", "SessionEvent"},
+	"MessageCompleted": {"MessageCompleted", "SessionEvent"},
+	"RunStatusChanged": {"RunStatusChanged", "SessionEvent"},
+}
+
+// planFields says which fields of each type a plan renders: "" for a scalar, else the
+// type of the object it holds.
+var planFields = map[string]map[string]string{
+	"MessageChunk":     {"__typename": "", "cursor": "", "at": "", "messageId": "", "delta": "", "offset": ""},
+	"ToolCallOutput":   {"__typename": "", "cursor": "", "at": "", "messageId": "", "toolCallId": "", "delta": "", "offset": ""},
+	"MessageAdded":     {"__typename": "", "cursor": "", "at": "", "message": "Message"},
+	"MessageCompleted": {"__typename": "", "cursor": "", "at": "", "message": "Message"},
+	"RunStatusChanged": {"__typename": "", "cursor": "", "at": "", "run": "Run"},
+	"Message": {"__typename": "", "id": "", "sessionId": "", "role": "", "kind": "", "content": "", "status": "",
+		"error": "", "runId": "", "createdAt": ""},
+	"Run": {"__typename": "", "id": "", "sessionId": "", "status": "", "error": "", "agent": "", "usage": "Usage",
+		"createdAt": "", "startedAt": "", "finishedAt": ""},
+	"Usage": {"__typename": "", "inputTokens": "", "outputTokens": "", "cachedInputTokens": ""},
 }
 
 // planFrom keeps what the stream's plans are made from: the operation and the
@@ -160,17 +183,17 @@ func (s *Stream) planFrom(ctx context.Context) {
 		return
 	}
 	if fc := graphql.GetFieldContext(ctx); fc != nil {
-		s.oc, s.root = graphql.GetOperationContext(ctx), &fc.Field
+		s.oc, s.root, s.rootKey = graphql.GetOperationContext(ctx), &fc.Field, fc.Field.Alias
 	}
 }
 
-// plan returns the plan for typ, making the stream's plans on first use.
-func (s *Stream) plan(typ string) *chunkPlan {
+// plan returns the plan for an event type, making the stream's plans on first use.
+func (s *Stream) plan(typ string) *plan {
 	if s.plans == nil {
-		s.plans = make(map[string]*chunkPlan, len(chunkTypes))
+		s.plans = make(map[string]*plan, len(planTypes))
 		if s.oc != nil {
-			for t, satisfies := range chunkTypes {
-				if p := planChunk(s.oc, *s.root, t, satisfies); p != nil {
+			for t, satisfies := range planTypes {
+				if p := makePlan(s.oc, s.root.Selections, t, satisfies); p != nil {
 					s.plans[t] = p
 				}
 			}
@@ -180,74 +203,60 @@ func (s *Stream) plan(typ string) *chunkPlan {
 	return s.plans[typ]
 }
 
-func planChunk(oc *graphql.OperationContext, root graphql.CollectedField, typ string, satisfies []string) *chunkPlan {
-	p := &chunkPlan{root: root.Alias}
+// makePlan plans the selection sel of an object of type typ; nil when some field is
+// beyond a plan.
+func makePlan(oc *graphql.OperationContext, sel ast.SelectionSet, typ string, satisfies []string) *plan {
+	known := planFields[typ]
+	p := &plan{}
 	seen := map[string]bool{}
-	for _, f := range graphql.CollectFields(oc, root.Selections, satisfies) {
-		if len(f.Deferrables) > 0 || len(f.Selections) > 0 || len(f.Arguments) > 0 {
+	for _, f := range graphql.CollectFields(oc, sel, satisfies) {
+		if len(f.Deferrables) > 0 || len(f.Arguments) > 0 {
 			return nil
 		}
-		switch f.Name {
-		case "__typename", "cursor", "at", "messageId", "delta", "offset":
-		case "toolCallId":
-			if typ != "ToolCallOutput" {
-				return nil
-			}
-		default:
+		object, ok := known[f.Name]
+		if !ok || (object == "") != (len(f.Selections) == 0) {
 			return nil
 		}
 		if seen[f.Alias] {
 			continue
 		}
 		seen[f.Alias] = true
-		p.fields = append(p.fields, f.Alias)
+		var sub *plan
+		if object != "" {
+			if sub = makePlan(oc, f.Selections, object, []string{object}); sub == nil {
+				return nil
+			}
+		}
+		p.keys = append(p.keys, f.Alias)
 		p.names = append(p.names, f.Name)
+		p.subs = append(p.subs, sub)
 	}
 	return p
 }
 
-// render writes the response data of one chunk event.
-func (p *chunkPlan) render(buf *bytes.Buffer, typ string, cursor string, at time.Time, messageID, toolCallID, delta string, offset int) {
-	buf.WriteByte('{')
-	graphql.MarshalString(p.root).MarshalGQL(buf)
-	buf.WriteString(":{")
-	for i, key := range p.fields {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		graphql.MarshalString(key).MarshalGQL(buf)
-		buf.WriteByte(':')
-		switch p.names[i] {
-		case "__typename":
-			graphql.MarshalString(typ).MarshalGQL(buf)
-		case "cursor":
-			graphql.MarshalString(cursor).MarshalGQL(buf)
-		case "at":
-			graphql.MarshalTime(at).MarshalGQL(buf)
-		case "messageId":
-			graphql.MarshalID(messageID).MarshalGQL(buf)
-		case "toolCallId":
-			graphql.MarshalID(toolCallID).MarshalGQL(buf)
-		case "delta":
-			graphql.MarshalString(delta).MarshalGQL(buf)
-		case "offset":
-			graphql.MarshalInt(offset).MarshalGQL(buf)
-		}
-	}
-	buf.WriteString("}}")
-}
-
-// fast renders m when a plan covers its type.
+// fast renders m when a plan covers its type: the response data, {"<root>":{...}}.
 func (s *Stream) fast(m model.SessionEvent) []byte {
-	var typ, cursor, messageID, toolCallID, delta string
-	var at time.Time
-	var offset int
+	var typ string
 	switch e := m.(type) {
 	case *model.MessageChunk:
-		typ, cursor, at, messageID, delta, offset = "MessageChunk", e.Cursor, e.At, e.MessageID, e.Delta, e.Offset
+		typ = "MessageChunk"
 	case *model.ToolCallOutput:
-		typ, cursor, at, messageID, delta, offset = "ToolCallOutput", e.Cursor, e.At, e.MessageID, e.Delta, e.Offset
-		toolCallID = e.ToolCallID
+		typ = "ToolCallOutput"
+	case *model.MessageAdded:
+		typ = "MessageAdded"
+		if e.Message == nil {
+			return nil
+		}
+	case *model.MessageCompleted:
+		typ = "MessageCompleted"
+		if e.Message == nil {
+			return nil
+		}
+	case *model.RunStatusChanged:
+		typ = "RunStatusChanged"
+		if e.Run == nil {
+			return nil
+		}
 	default:
 		return nil
 	}
@@ -256,8 +265,187 @@ func (s *Stream) fast(m model.SessionEvent) []byte {
 		return nil
 	}
 	var buf bytes.Buffer
-	p.render(&buf, typ, cursor, at, messageID, toolCallID, delta, offset)
+	buf.WriteByte('{')
+	graphql.MarshalString(s.rootKey).MarshalGQL(&buf)
+	buf.WriteByte(':')
+	p.event(&buf, typ, m)
+	buf.WriteByte('}')
 	return buf.Bytes()
+}
+
+// key writes the i-th key of p and its colon, after a comma from the second on.
+func (p *plan) key(buf *bytes.Buffer, i int) {
+	if i > 0 {
+		buf.WriteByte(',')
+	}
+	graphql.MarshalString(p.keys[i]).MarshalGQL(buf)
+	buf.WriteByte(':')
+}
+
+// event writes an event of type typ.
+func (p *plan) event(buf *bytes.Buffer, typ string, m model.SessionEvent) {
+	buf.WriteByte('{')
+	for i, name := range p.names {
+		p.key(buf, i)
+		var v graphql.Marshaler
+		switch name {
+		case "__typename":
+			v = graphql.MarshalString(typ)
+		case "cursor":
+			v = graphql.MarshalString(m.GetCursor())
+		case "at":
+			v = graphql.MarshalTime(m.GetAt())
+		case "message":
+			switch e := m.(type) {
+			case *model.MessageAdded:
+				p.subs[i].message(buf, e.Message)
+			case *model.MessageCompleted:
+				p.subs[i].message(buf, e.Message)
+			}
+			continue
+		case "run":
+			p.subs[i].run(buf, m.(*model.RunStatusChanged).Run)
+			continue
+		default:
+			v = chunkField(name, m)
+		}
+		v.MarshalGQL(buf)
+	}
+	buf.WriteByte('}')
+}
+
+// chunkField is a field of a text chunk or of tool output.
+func chunkField(name string, m model.SessionEvent) graphql.Marshaler {
+	var messageID, toolCallID, delta string
+	var offset int
+	switch e := m.(type) {
+	case *model.MessageChunk:
+		messageID, delta, offset = e.MessageID, e.Delta, e.Offset
+	case *model.ToolCallOutput:
+		messageID, toolCallID, delta, offset = e.MessageID, e.ToolCallID, e.Delta, e.Offset
+	}
+	switch name {
+	case "messageId":
+		return graphql.MarshalID(messageID)
+	case "toolCallId":
+		return graphql.MarshalID(toolCallID)
+	case "delta":
+		return graphql.MarshalString(delta)
+	default: // offset
+		return graphql.MarshalInt(offset)
+	}
+}
+
+// message writes a Message as the executor does (error as its resolver answers it).
+func (p *plan) message(buf *bytes.Buffer, m *service.HistoryMessage) {
+	buf.WriteByte('{')
+	for i, name := range p.names {
+		p.key(buf, i)
+		var v graphql.Marshaler
+		switch name {
+		case "__typename":
+			v = graphql.MarshalString("Message")
+		case "id":
+			v = graphql.MarshalID(m.ID)
+		case "sessionId":
+			v = graphql.MarshalID(m.SessionID)
+		case "role":
+			v = graphql.MarshalString(string(m.Role))
+		case "kind":
+			v = graphql.MarshalString(string(m.Kind))
+		case "content":
+			v = graphql.MarshalString(m.Content)
+		case "status":
+			v = graphql.MarshalString(string(m.Status))
+		case "error":
+			v = optString(m.Error)
+		case "runId":
+			v = graphql.MarshalID(m.RunID)
+		case "createdAt":
+			v = graphql.MarshalTime(m.CreatedAt)
+		}
+		v.MarshalGQL(buf)
+	}
+	buf.WriteByte('}')
+}
+
+// run writes a Run as the executor does (error as its resolver answers it).
+func (p *plan) run(buf *bytes.Buffer, r *service.Run) {
+	buf.WriteByte('{')
+	for i, name := range p.names {
+		p.key(buf, i)
+		var v graphql.Marshaler
+		switch name {
+		case "__typename":
+			v = graphql.MarshalString("Run")
+		case "id":
+			v = graphql.MarshalID(r.ID)
+		case "sessionId":
+			v = graphql.MarshalID(r.SessionID)
+		case "status":
+			v = graphql.MarshalString(string(r.Status))
+		case "error":
+			v = optString(r.Error)
+		case "agent":
+			v = graphql.MarshalString(r.Agent)
+		case "usage":
+			if r.Usage == nil {
+				v = graphql.Null
+			} else {
+				p.subs[i].usage(buf, r.Usage)
+				continue
+			}
+		case "createdAt":
+			v = graphql.MarshalTime(r.CreatedAt)
+		case "startedAt":
+			v = optTime(r.StartedAt)
+		case "finishedAt":
+			v = optTime(r.FinishedAt)
+		}
+		v.MarshalGQL(buf)
+	}
+	buf.WriteByte('}')
+}
+
+// usage writes a Usage.
+func (p *plan) usage(buf *bytes.Buffer, u *service.Usage) {
+	buf.WriteByte('{')
+	for i, name := range p.names {
+		p.key(buf, i)
+		var v graphql.Marshaler
+		switch name {
+		case "__typename":
+			v = graphql.MarshalString("Usage")
+		case "inputTokens":
+			v = graphql.MarshalInt(u.InputTokens)
+		case "outputTokens":
+			v = graphql.MarshalInt(u.OutputTokens)
+		case "cachedInputTokens":
+			if u.CachedInputTokens == nil {
+				v = graphql.Null
+			} else {
+				v = graphql.MarshalInt(*u.CachedInputTokens)
+			}
+		}
+		v.MarshalGQL(buf)
+	}
+	buf.WriteByte('}')
+}
+
+// optString is a nullable String that is null when empty, as the error resolvers answer.
+func optString(s string) graphql.Marshaler {
+	if s == "" {
+		return graphql.Null
+	}
+	return graphql.MarshalString(s)
+}
+
+// optTime is a nullable Time.
+func optTime(t *time.Time) graphql.Marshaler {
+	if t == nil {
+		return graphql.Null
+	}
+	return graphql.MarshalTime(*t)
 }
 
 // Rendered returns the response data of the event Next made ready when it rendered it
