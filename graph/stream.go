@@ -3,6 +3,8 @@ package graph
 import (
 	"bytes"
 	"context"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -190,18 +192,64 @@ func (s *Stream) planFrom(ctx context.Context) {
 // plan returns the plan for an event type, making the stream's plans on first use.
 func (s *Stream) plan(typ string) *plan {
 	if s.plans == nil {
-		s.plans = make(map[string]*plan, len(planTypes))
+		s.plans = noPlans
 		if s.oc != nil {
-			for t, satisfies := range planTypes {
-				if p := makePlan(s.oc, s.root.Selections, t, satisfies); p != nil {
-					s.plans[t] = p
-				}
-			}
+			s.plans = plansOf(s.oc, s.root)
 		}
 		s.oc, s.root = nil, nil
 	}
 	return s.plans[typ]
 }
+
+var noPlans = map[string]*plan{}
+
+// plansOf makes the plans of a subscription's messageStream field. Plans are the same
+// for every subscription made with one document, unless a directive's variable tells
+// them apart, so those of a document without directives are kept and shared (a
+// thousand clients subscribing with the same query plan it once). Documents are those of
+// the executor's query cache; shared keeps the plans of at most maxSharedPlans of them.
+func plansOf(oc *graphql.OperationContext, root *graphql.CollectedField) map[string]*plan {
+	key := planKey{oc.Doc, oc.OperationName, root.Alias}
+	share := oc.Doc != nil && !strings.Contains(oc.RawQuery, "@")
+	if share {
+		shared.mu.Lock()
+		plans, ok := shared.m[key]
+		shared.mu.Unlock()
+		if ok {
+			return plans
+		}
+	}
+	plans := make(map[string]*plan, len(planTypes))
+	for t, satisfies := range planTypes {
+		if p := makePlan(oc, root.Selections, t, satisfies); p != nil {
+			plans[t] = p
+		}
+	}
+	if share {
+		shared.mu.Lock()
+		if len(shared.m) >= maxSharedPlans {
+			clear(shared.m)
+		}
+		shared.m[key] = plans
+		shared.mu.Unlock()
+	}
+	return plans
+}
+
+// planKey names the messageStream field of one operation of one document.
+type planKey struct {
+	doc       *ast.QueryDocument
+	operation string
+	alias     string
+}
+
+const maxSharedPlans = 256
+
+// shared holds the plans of documents without directives. Plans never change once made.
+var shared = struct {
+	mu sync.Mutex
+	m  map[planKey]map[string]*plan
+}{m: map[planKey]map[string]*plan{}}
 
 // makePlan plans the selection sel of an object of type typ; nil when some field is
 // beyond a plan.
