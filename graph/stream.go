@@ -321,28 +321,33 @@ func (s *Stream) fast(m model.SessionEvent) []byte {
 	return buf.Bytes()
 }
 
-// key writes the i-th key of p and its colon, after a comma from the second on.
-func (p *plan) key(buf *bytes.Buffer, i int) {
-	if i > 0 {
-		buf.WriteByte(',')
+// object writes an object with p's fields: value answers each field's value, or writes
+// an object's field itself and answers nil.
+func (p *plan) object(buf *bytes.Buffer, value func(i int, name string) graphql.Marshaler) {
+	buf.WriteByte('{')
+	for i, name := range p.names {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		graphql.MarshalString(p.keys[i]).MarshalGQL(buf)
+		buf.WriteByte(':')
+		if v := value(i, name); v != nil {
+			v.MarshalGQL(buf)
+		}
 	}
-	graphql.MarshalString(p.keys[i]).MarshalGQL(buf)
-	buf.WriteByte(':')
+	buf.WriteByte('}')
 }
 
 // event writes an event of type typ.
 func (p *plan) event(buf *bytes.Buffer, typ string, m model.SessionEvent) {
-	buf.WriteByte('{')
-	for i, name := range p.names {
-		p.key(buf, i)
-		var v graphql.Marshaler
+	p.object(buf, func(i int, name string) graphql.Marshaler {
 		switch name {
 		case "__typename":
-			v = graphql.MarshalString(typ)
+			return graphql.MarshalString(typ)
 		case "cursor":
-			v = graphql.MarshalString(m.GetCursor())
+			return graphql.MarshalString(m.GetCursor())
 		case "at":
-			v = graphql.MarshalTime(m.GetAt())
+			return graphql.MarshalTime(m.GetAt())
 		case "message":
 			switch e := m.(type) {
 			case *model.MessageAdded:
@@ -350,16 +355,13 @@ func (p *plan) event(buf *bytes.Buffer, typ string, m model.SessionEvent) {
 			case *model.MessageCompleted:
 				p.subs[i].message(buf, e.Message)
 			}
-			continue
+			return nil
 		case "run":
 			p.subs[i].run(buf, m.(*model.RunStatusChanged).Run)
-			continue
-		default:
-			v = chunkField(name, m)
+			return nil
 		}
-		v.MarshalGQL(buf)
-	}
-	buf.WriteByte('}')
+		return chunkField(name, m)
+	})
 }
 
 // chunkField is a field of a text chunk or of tool output.
@@ -386,98 +388,81 @@ func chunkField(name string, m model.SessionEvent) graphql.Marshaler {
 
 // message writes a Message as the executor does (error as its resolver answers it).
 func (p *plan) message(buf *bytes.Buffer, m *service.HistoryMessage) {
-	buf.WriteByte('{')
-	for i, name := range p.names {
-		p.key(buf, i)
-		var v graphql.Marshaler
+	p.object(buf, func(_ int, name string) graphql.Marshaler {
 		switch name {
 		case "__typename":
-			v = graphql.MarshalString("Message")
+			return graphql.MarshalString("Message")
 		case "id":
-			v = graphql.MarshalID(m.ID)
+			return graphql.MarshalID(m.ID)
 		case "sessionId":
-			v = graphql.MarshalID(m.SessionID)
+			return graphql.MarshalID(m.SessionID)
 		case "role":
-			v = graphql.MarshalString(string(m.Role))
+			return graphql.MarshalString(string(m.Role))
 		case "kind":
-			v = graphql.MarshalString(string(m.Kind))
+			return graphql.MarshalString(string(m.Kind))
 		case "content":
-			v = graphql.MarshalString(m.Content)
+			return graphql.MarshalString(m.Content)
 		case "status":
-			v = graphql.MarshalString(string(m.Status))
+			return graphql.MarshalString(string(m.Status))
 		case "error":
-			v = optString(m.Error)
+			return optString(m.Error)
 		case "runId":
-			v = graphql.MarshalID(m.RunID)
-		case "createdAt":
-			v = graphql.MarshalTime(m.CreatedAt)
+			return graphql.MarshalID(m.RunID)
+		default: // createdAt
+			return graphql.MarshalTime(m.CreatedAt)
 		}
-		v.MarshalGQL(buf)
-	}
-	buf.WriteByte('}')
+	})
 }
 
 // run writes a Run as the executor does (error as its resolver answers it).
 func (p *plan) run(buf *bytes.Buffer, r *service.Run) {
-	buf.WriteByte('{')
-	for i, name := range p.names {
-		p.key(buf, i)
-		var v graphql.Marshaler
+	p.object(buf, func(i int, name string) graphql.Marshaler {
 		switch name {
 		case "__typename":
-			v = graphql.MarshalString("Run")
+			return graphql.MarshalString("Run")
 		case "id":
-			v = graphql.MarshalID(r.ID)
+			return graphql.MarshalID(r.ID)
 		case "sessionId":
-			v = graphql.MarshalID(r.SessionID)
+			return graphql.MarshalID(r.SessionID)
 		case "status":
-			v = graphql.MarshalString(string(r.Status))
+			return graphql.MarshalString(string(r.Status))
 		case "error":
-			v = optString(r.Error)
+			return optString(r.Error)
 		case "agent":
-			v = graphql.MarshalString(r.Agent)
+			return graphql.MarshalString(r.Agent)
 		case "usage":
 			if r.Usage == nil {
-				v = graphql.Null
-			} else {
-				p.subs[i].usage(buf, r.Usage)
-				continue
+				return graphql.Null
 			}
+			p.subs[i].usage(buf, r.Usage)
+			return nil
 		case "createdAt":
-			v = graphql.MarshalTime(r.CreatedAt)
+			return graphql.MarshalTime(r.CreatedAt)
 		case "startedAt":
-			v = optTime(r.StartedAt)
-		case "finishedAt":
-			v = optTime(r.FinishedAt)
+			return optTime(r.StartedAt)
+		default: // finishedAt
+			return optTime(r.FinishedAt)
 		}
-		v.MarshalGQL(buf)
-	}
-	buf.WriteByte('}')
+	})
 }
 
 // usage writes a Usage.
 func (p *plan) usage(buf *bytes.Buffer, u *service.Usage) {
-	buf.WriteByte('{')
-	for i, name := range p.names {
-		p.key(buf, i)
-		var v graphql.Marshaler
+	p.object(buf, func(_ int, name string) graphql.Marshaler {
 		switch name {
 		case "__typename":
-			v = graphql.MarshalString("Usage")
+			return graphql.MarshalString("Usage")
 		case "inputTokens":
-			v = graphql.MarshalInt(u.InputTokens)
+			return graphql.MarshalInt(u.InputTokens)
 		case "outputTokens":
-			v = graphql.MarshalInt(u.OutputTokens)
-		case "cachedInputTokens":
+			return graphql.MarshalInt(u.OutputTokens)
+		default: // cachedInputTokens
 			if u.CachedInputTokens == nil {
-				v = graphql.Null
-			} else {
-				v = graphql.MarshalInt(*u.CachedInputTokens)
+				return graphql.Null
 			}
+			return graphql.MarshalInt(*u.CachedInputTokens)
 		}
-		v.MarshalGQL(buf)
-	}
-	buf.WriteByte('}')
+	})
 }
 
 // optString is a nullable String that is null when empty, as the error resolvers answer.

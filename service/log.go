@@ -226,9 +226,9 @@ const maxCompactBatch = 1024
 
 // compactor folds finished streams off the paths that answer clients. Compaction only
 // keeps the log small, so it can wait: the compactor gathers the streams that finish
-// over Config.CompactAfter and folds them in one go, so that replies ending together (a burst)
-// cost the store one transaction after the busiest moment rather than one each during
-// it. At shutdown it folds what waits.
+// over Config.CompactAfter and folds them in one go, so that replies ending together (a
+// burst) cost the store one transaction after the busiest moment rather than one each
+// during it. At shutdown it folds what waits.
 func (s *Service) compactor() {
 	defer close(s.compactorDone)
 	do := func(batch []Compaction) {
