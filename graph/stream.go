@@ -27,8 +27,8 @@ type Stream struct {
 	buf []*service.Event
 	// plans render the commonest events without the executor (see plan), made from the
 	// operation and its messageStream field at the first event (an idle subscription never
-	// needs them); rootKey is that field's response key; rendered is the event Next
-	// rendered so.
+	// needs them); rootKey is that field's response key as JSON, with its colon; rendered
+	// is the event Next rendered so.
 	oc       *graphql.OperationContext
 	root     *graphql.CollectedField
 	rootKey  string
@@ -149,7 +149,7 @@ func (r *Resolver) streamChannel(ctx context.Context, sessionID, after string) (
 // field, a field with arguments, one that reads more than the event: a message's question
 // or tool calls) leaves the type to the executor.
 type plan struct {
-	keys  []string // response keys in order
+	keys  []string // response keys in order, each written once as JSON with its colon
 	names []string // each key's field name
 	subs  []*plan  // each key's plan of its object's fields; nil for a scalar
 }
@@ -185,7 +185,7 @@ func (s *Stream) planFrom(ctx context.Context) {
 		return
 	}
 	if fc := graphql.GetFieldContext(ctx); fc != nil {
-		s.oc, s.root, s.rootKey = graphql.GetOperationContext(ctx), &fc.Field, fc.Field.Alias
+		s.oc, s.root, s.rootKey = graphql.GetOperationContext(ctx), &fc.Field, jsonKey(fc.Field.Alias)
 	}
 }
 
@@ -275,7 +275,7 @@ func makePlan(oc *graphql.OperationContext, sel ast.SelectionSet, typ string, sa
 				return nil
 			}
 		}
-		p.keys = append(p.keys, f.Alias)
+		p.keys = append(p.keys, jsonKey(f.Alias))
 		p.names = append(p.names, f.Name)
 		p.subs = append(p.subs, sub)
 	}
@@ -314,40 +314,45 @@ func (s *Stream) fast(m model.SessionEvent) []byte {
 	}
 	var buf bytes.Buffer
 	buf.WriteByte('{')
-	graphql.MarshalString(s.rootKey).MarshalGQL(&buf)
-	buf.WriteByte(':')
+	buf.WriteString(s.rootKey)
 	p.event(&buf, typ, m)
 	buf.WriteByte('}')
 	return buf.Bytes()
 }
 
-// object writes an object with p's fields: value answers each field's value, or writes
-// an object's field itself and answers nil.
-func (p *plan) object(buf *bytes.Buffer, value func(i int, name string) graphql.Marshaler) {
+// jsonKey is a response key as the executor writes it, with its colon.
+func jsonKey(key string) string {
+	var b bytes.Buffer
+	graphql.MarshalString(key).MarshalGQL(&b)
+	b.WriteByte(':')
+	return b.String()
+}
+
+// object writes an object with p's fields, each field's value written by value. The
+// values are written at once with gqlgen's marshalers, never kept as Marshalers: kept,
+// each would cost an allocation.
+func (p *plan) object(buf *bytes.Buffer, value func(i int, name string)) {
 	buf.WriteByte('{')
 	for i, name := range p.names {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		graphql.MarshalString(p.keys[i]).MarshalGQL(buf)
-		buf.WriteByte(':')
-		if v := value(i, name); v != nil {
-			v.MarshalGQL(buf)
-		}
+		buf.WriteString(p.keys[i])
+		value(i, name)
 	}
 	buf.WriteByte('}')
 }
 
 // event writes an event of type typ.
 func (p *plan) event(buf *bytes.Buffer, typ string, m model.SessionEvent) {
-	p.object(buf, func(i int, name string) graphql.Marshaler {
+	p.object(buf, func(i int, name string) {
 		switch name {
 		case "__typename":
-			return graphql.MarshalString(typ)
+			graphql.MarshalString(typ).MarshalGQL(buf)
 		case "cursor":
-			return graphql.MarshalString(m.GetCursor())
+			graphql.MarshalString(m.GetCursor()).MarshalGQL(buf)
 		case "at":
-			return graphql.MarshalTime(m.GetAt())
+			graphql.MarshalTime(m.GetAt()).MarshalGQL(buf)
 		case "message":
 			switch e := m.(type) {
 			case *model.MessageAdded:
@@ -355,17 +360,16 @@ func (p *plan) event(buf *bytes.Buffer, typ string, m model.SessionEvent) {
 			case *model.MessageCompleted:
 				p.subs[i].message(buf, e.Message)
 			}
-			return nil
 		case "run":
 			p.subs[i].run(buf, m.(*model.RunStatusChanged).Run)
-			return nil
+		default:
+			chunkField(buf, name, m)
 		}
-		return chunkField(name, m)
 	})
 }
 
-// chunkField is a field of a text chunk or of tool output.
-func chunkField(name string, m model.SessionEvent) graphql.Marshaler {
+// chunkField writes a field of a text chunk or of tool output.
+func chunkField(buf *bytes.Buffer, name string, m model.SessionEvent) {
 	var messageID, toolCallID, delta string
 	var offset int
 	switch e := m.(type) {
@@ -376,109 +380,113 @@ func chunkField(name string, m model.SessionEvent) graphql.Marshaler {
 	}
 	switch name {
 	case "messageId":
-		return graphql.MarshalID(messageID)
+		graphql.MarshalID(messageID).MarshalGQL(buf)
 	case "toolCallId":
-		return graphql.MarshalID(toolCallID)
+		graphql.MarshalID(toolCallID).MarshalGQL(buf)
 	case "delta":
-		return graphql.MarshalString(delta)
+		graphql.MarshalString(delta).MarshalGQL(buf)
 	default: // offset
-		return graphql.MarshalInt(offset)
+		graphql.MarshalInt(offset).MarshalGQL(buf)
 	}
 }
 
 // message writes a Message as the executor does (error as its resolver answers it).
 func (p *plan) message(buf *bytes.Buffer, m *service.HistoryMessage) {
-	p.object(buf, func(_ int, name string) graphql.Marshaler {
+	p.object(buf, func(_ int, name string) {
 		switch name {
 		case "__typename":
-			return graphql.MarshalString("Message")
+			graphql.MarshalString("Message").MarshalGQL(buf)
 		case "id":
-			return graphql.MarshalID(m.ID)
+			graphql.MarshalID(m.ID).MarshalGQL(buf)
 		case "sessionId":
-			return graphql.MarshalID(m.SessionID)
+			graphql.MarshalID(m.SessionID).MarshalGQL(buf)
 		case "role":
-			return graphql.MarshalString(string(m.Role))
+			graphql.MarshalString(string(m.Role)).MarshalGQL(buf)
 		case "kind":
-			return graphql.MarshalString(string(m.Kind))
+			graphql.MarshalString(string(m.Kind)).MarshalGQL(buf)
 		case "content":
-			return graphql.MarshalString(m.Content)
+			graphql.MarshalString(m.Content).MarshalGQL(buf)
 		case "status":
-			return graphql.MarshalString(string(m.Status))
+			graphql.MarshalString(string(m.Status)).MarshalGQL(buf)
 		case "error":
-			return optString(m.Error)
+			optString(buf, m.Error)
 		case "runId":
-			return graphql.MarshalID(m.RunID)
+			graphql.MarshalID(m.RunID).MarshalGQL(buf)
 		default: // createdAt
-			return graphql.MarshalTime(m.CreatedAt)
+			graphql.MarshalTime(m.CreatedAt).MarshalGQL(buf)
 		}
 	})
 }
 
 // run writes a Run as the executor does (error as its resolver answers it).
 func (p *plan) run(buf *bytes.Buffer, r *service.Run) {
-	p.object(buf, func(i int, name string) graphql.Marshaler {
+	p.object(buf, func(i int, name string) {
 		switch name {
 		case "__typename":
-			return graphql.MarshalString("Run")
+			graphql.MarshalString("Run").MarshalGQL(buf)
 		case "id":
-			return graphql.MarshalID(r.ID)
+			graphql.MarshalID(r.ID).MarshalGQL(buf)
 		case "sessionId":
-			return graphql.MarshalID(r.SessionID)
+			graphql.MarshalID(r.SessionID).MarshalGQL(buf)
 		case "status":
-			return graphql.MarshalString(string(r.Status))
+			graphql.MarshalString(string(r.Status)).MarshalGQL(buf)
 		case "error":
-			return optString(r.Error)
+			optString(buf, r.Error)
 		case "agent":
-			return graphql.MarshalString(r.Agent)
+			graphql.MarshalString(r.Agent).MarshalGQL(buf)
 		case "usage":
 			if r.Usage == nil {
-				return graphql.Null
+				buf.WriteString("null")
+			} else {
+				p.subs[i].usage(buf, r.Usage)
 			}
-			p.subs[i].usage(buf, r.Usage)
-			return nil
 		case "createdAt":
-			return graphql.MarshalTime(r.CreatedAt)
+			graphql.MarshalTime(r.CreatedAt).MarshalGQL(buf)
 		case "startedAt":
-			return optTime(r.StartedAt)
+			optTime(buf, r.StartedAt)
 		default: // finishedAt
-			return optTime(r.FinishedAt)
+			optTime(buf, r.FinishedAt)
 		}
 	})
 }
 
 // usage writes a Usage.
 func (p *plan) usage(buf *bytes.Buffer, u *service.Usage) {
-	p.object(buf, func(_ int, name string) graphql.Marshaler {
+	p.object(buf, func(_ int, name string) {
 		switch name {
 		case "__typename":
-			return graphql.MarshalString("Usage")
+			graphql.MarshalString("Usage").MarshalGQL(buf)
 		case "inputTokens":
-			return graphql.MarshalInt(u.InputTokens)
+			graphql.MarshalInt(u.InputTokens).MarshalGQL(buf)
 		case "outputTokens":
-			return graphql.MarshalInt(u.OutputTokens)
+			graphql.MarshalInt(u.OutputTokens).MarshalGQL(buf)
 		default: // cachedInputTokens
 			if u.CachedInputTokens == nil {
-				return graphql.Null
+				buf.WriteString("null")
+			} else {
+				graphql.MarshalInt(*u.CachedInputTokens).MarshalGQL(buf)
 			}
-			return graphql.MarshalInt(*u.CachedInputTokens)
 		}
 	})
 }
 
-// optString is a nullable String that is null when empty, as the error resolvers answer.
-func optString(s string) graphql.Marshaler {
+// optString writes a nullable String that is null when empty, as the error resolvers
+// answer.
+func optString(buf *bytes.Buffer, s string) {
 	if s == "" {
-		return graphql.Null
+		buf.WriteString("null")
+		return
 	}
-	return graphql.MarshalString(s)
+	graphql.MarshalString(s).MarshalGQL(buf)
 }
 
-// optTime is a nullable Time.
-func optTime(t *time.Time) graphql.Marshaler {
+// optTime writes a nullable Time.
+func optTime(buf *bytes.Buffer, t *time.Time) {
 	if t == nil {
-		return graphql.Null
+		buf.WriteString("null")
+		return
 	}
-	return graphql.MarshalTime(*t)
+	graphql.MarshalTime(*t).MarshalGQL(buf)
 }
 
 // Rendered returns the response data of the event Next made ready when it rendered it
