@@ -16,12 +16,16 @@ import (
 // once it has moved by releaseAfter or more since the last release and then stayed put for
 // a tick, collects and returns the freed memory at once: one collection now and then, at a
 // moment when the server is quiet.
+//
+// Before deciding, every tick runs the sweeps: the caches that remember users and
+// sessions (rate limits, storage footprints) forget those gone long enough, so that what
+// a crowd that left had them remember is garbage by the time of the release.
 const (
 	releaseEvery = 5 * time.Second
 	releaseAfter = 1000
 )
 
-func releaseMemory(ctx context.Context, svc *service.Service) {
+func releaseMemory(ctx context.Context, svc *service.Service, sweeps ...func()) {
 	t := time.NewTicker(releaseEvery)
 	defer t.Stop()
 	var j janitor
@@ -30,6 +34,9 @@ func releaseMemory(ctx context.Context, svc *service.Service) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		for _, sweep := range sweeps {
+			sweep()
 		}
 		if j.tick(svc.Subscriptions()) {
 			debug.FreeOSMemory()

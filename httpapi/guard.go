@@ -40,7 +40,8 @@ func (c *HandlerConfig) fillLimits(d HandlerConfig) {
 
 // useLimits installs on gql the checks every operation goes through, whatever its
 // transport, and the query cache.
-func useLimits(gql *handler.Server, cfg HandlerConfig) {
+// It returns the per-user limiters, for Server.Sweep.
+func useLimits(gql *handler.Server, cfg HandlerConfig) []*keyedLimiter {
 	// Every document is measured before it is parsed for the executor and validated (see
 	// querylimit); only those that pass every check below enter the query cache (bounded
 	// by its bytes too), and persisted queries are only kept once measured.
@@ -56,10 +57,12 @@ func useLimits(gql *handler.Server, cfg HandlerConfig) {
 	gql.Use(extension.AutomaticPersistedQuery{Cache: querylimit.NewLRU[string](1000, 4<<20, func(k, v string) int { return len(k) + len(v) })})
 	gql.Use(introspectionGate{mode: cfg.Introspection})
 	gql.Use(subscriptionTransport{})
-	gql.Use(operationLimits{
+	ops := operationLimits{
 		rate:      newKeyedLimiter(cfg.OpsPerSecond, cfg.OpsBurst),
 		subscribe: newKeyedLimiter(cfg.SubscribePerSecond, cfg.SubscribeBurst),
-	})
+	}
+	gql.Use(ops)
 	gql.Use(queries.Commit()) // last: after every check that can refuse
 	gql.AroundResponses(capErrors(cfg.MaxErrors))
+	return []*keyedLimiter{ops.rate, ops.subscribe}
 }

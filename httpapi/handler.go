@@ -136,7 +136,8 @@ func (c *HandlerConfig) fill() {
 // health, readiness, metrics, guest sign-in and the web app.
 type Server struct {
 	http.Handler
-	sockets *graphqlws.Transport
+	sockets  *graphqlws.Transport
+	limiters []*keyedLimiter
 }
 
 // New builds the HTTP handler for svc.
@@ -163,7 +164,7 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	gql.AddTransport(transport.Options{})
 	gql.AddTransport(plainHTTP{transport.GET{}})
 	gql.AddTransport(plainHTTP{transport.POST{}}) // plainHTTP: no subscriptions
-	useLimits(gql, cfg)                           // query cost, introspection, rates, the query cache
+	limiters := useLimits(gql, cfg)               // query cost, introspection, rates, the query cache
 	gql.SetErrorPresenter(graph.ErrorPresenter(log))
 	gql.SetRecoverFunc(graph.Recover(log))
 
@@ -208,7 +209,17 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 			http.Redirect(w, r, "/playground", http.StatusFound)
 		})
 	}
-	return &Server{Handler: logRequests(log, mux), sockets: sockets}
+	limiters = append(limiters, anonymous, guests)
+	return &Server{Handler: logRequests(log, mux), sockets: sockets, limiters: limiters}
+}
+
+// Sweep forgets what the rate limits remember of users and addresses that have been away
+// long enough to have their whole burst back. Requests do it as they come; call Sweep
+// now and then so that a crowd that came and left is forgotten without them.
+func (s *Server) Sweep() {
+	for _, l := range s.limiters {
+		l.sweep()
+	}
 }
 
 // Drain closes every websocket with 1001 once the subscriptions on it have delivered what

@@ -35,6 +35,9 @@ type keyedLimiter struct {
 	keys  map[string]*list.Element
 	order *list.List // of *keyedBucket; front: most recently seen
 	now   func() time.Time
+	// peak is the most keys the map has held since it was last made: a Go map keeps the
+	// room it grew to after its keys go, so sweep makes a new one once most have gone.
+	peak int
 }
 
 type keyedBucket struct {
@@ -59,17 +62,8 @@ func (l *keyedLimiter) allow(key string) (bool, time.Duration) {
 	l.mu.Lock()
 	now := l.now()
 	defer l.mu.Unlock()
-	// Forget the buckets idle long enough to be full again, and the least recently seen
-	// past the cap: each call forgets what earlier calls left, so this takes constant
-	// time on average.
-	for e := l.order.Back(); e != nil; e = l.order.Back() {
-		b := e.Value.(*keyedBucket)
-		if l.order.Len() < l.max && now.Sub(b.seen) <= l.idle {
-			break
-		}
-		delete(l.keys, b.key)
-		l.order.Remove(e)
-	}
+	// Each call forgets what earlier calls left, so this takes constant time on average.
+	l.forgetLocked(now, l.max-1)
 	var b *keyedBucket
 	if e, ok := l.keys[key]; ok {
 		b = e.Value.(*keyedBucket)
@@ -77,6 +71,7 @@ func (l *keyedLimiter) allow(key string) (bool, time.Duration) {
 	} else {
 		b = &keyedBucket{key: key, lim: rate.NewLimiter(l.rate, l.burst)}
 		l.keys[key] = l.order.PushFront(b)
+		l.peak = max(l.peak, len(l.keys))
 	}
 	b.seen = now
 	r := b.lim.ReserveN(now, 1)
@@ -89,6 +84,39 @@ func (l *keyedLimiter) allow(key string) (bool, time.Duration) {
 	}
 	return true, 0
 }
+
+// forgetLocked forgets the buckets idle long enough to be full again, and the least
+// recently seen past keep.
+func (l *keyedLimiter) forgetLocked(now time.Time, keep int) {
+	for e := l.order.Back(); e != nil; e = l.order.Back() {
+		b := e.Value.(*keyedBucket)
+		if l.order.Len() <= keep && now.Sub(b.seen) <= l.idle {
+			break
+		}
+		delete(l.keys, b.key)
+		l.order.Remove(e)
+	}
+}
+
+// sweep forgets the buckets idle long enough to be full again, as allow does, for a
+// limiter no request has come to since a crowd left: what it remembered of them is
+// memory the server keeps for nothing. Once most keys have gone, the map is made anew
+// at its present size.
+func (l *keyedLimiter) sweep() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.forgetLocked(l.now(), l.max)
+	if n := len(l.keys); l.peak >= minShrink && n < l.peak/4 {
+		keys := make(map[string]*list.Element, n)
+		for k, e := range l.keys {
+			keys[k] = e
+		}
+		l.keys, l.peak = keys, n
+	}
+}
+
+// minShrink is the fewest keys a map must have held for sweep to make it anew.
+const minShrink = 1024
 
 // tracked returns the number of keys with a bucket.
 func (l *keyedLimiter) tracked() int {

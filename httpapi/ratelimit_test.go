@@ -65,6 +65,39 @@ func TestKeyedLimiterMemoryIsBounded(t *testing.T) {
 	}
 }
 
+func TestKeyedLimiterSweepForgetsACrowdWithoutRequests(t *testing.T) {
+	clock := time.Now()
+	l := newKeyedLimiter(1, 5) // refills in 5 s
+	l.now = func() time.Time { return clock }
+	for i := 0; i < 3000; i++ {
+		l.allow(fmt.Sprint("user", i))
+	}
+	clock = clock.Add(2 * time.Second)
+	for i := 0; i < 5; i++ {
+		l.allow("late") // spends its whole burst 2 s after the crowd came
+	}
+	l.sweep()
+	if n := l.tracked(); n != 3001 {
+		t.Fatalf("%d keys tracked after a sweep before any refilled, want 3001", n)
+	}
+	clock = clock.Add(3500 * time.Millisecond) // the crowd full again; "late" holds 3.5 tokens
+	l.sweep()
+	if n := l.tracked(); n != 1 {
+		t.Fatalf("%d keys tracked after the crowd refilled, want 1 (the late one)", n)
+	}
+	if l.peak != 1 {
+		t.Errorf("peak %d after the sweep, want the map made anew at its size (1)", l.peak)
+	}
+	for i := 0; i < 3; i++ {
+		if ok, _ := l.allow("late"); !ok {
+			t.Fatalf("request %d of the late key refused; it had 3 tokens", i)
+		}
+	}
+	if ok, _ := l.allow("late"); ok {
+		t.Error("the late key's bucket was forgotten by the sweep while not yet full")
+	}
+}
+
 func TestClientAddress(t *testing.T) {
 	trusted, err := ParseTrustedProxies("10.0.0.0/8, 192.168.1.1")
 	if err != nil {

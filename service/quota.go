@@ -14,6 +14,7 @@ import (
 type quotas struct {
 	mu    sync.Mutex
 	users map[string]*footprint
+	peak  int // the most users the map has held since it was made
 }
 
 type footprint struct {
@@ -46,6 +47,7 @@ func (s *Service) footprint(ctx context.Context, u string) (*footprint, error) {
 		q.users = map[string]*footprint{}
 	}
 	q.users[u] = f
+	q.peak = max(q.peak, len(q.users))
 	q.mu.Unlock()
 	return f, nil
 }
@@ -68,6 +70,34 @@ func (s *Service) checkQuota(ctx context.Context, u string, moreSessions int, mo
 			mib(bytes), mib(s.cfg.MaxUserBytes))
 	}
 	return nil
+}
+
+// sweep forgets the footprints read longer than quotaFresh ago: the next check reads
+// them again anyway. The map is made anew once most have gone (a Go map keeps the room it
+// grew to).
+func (q *quotas) sweep(now time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for u, f := range q.users {
+		if now.Sub(f.read) >= quotaFresh {
+			delete(q.users, u)
+		}
+	}
+	if n := len(q.users); q.peak >= minShrink && n < q.peak/4 {
+		q.users, q.peak = remade(q.users), n
+	}
+}
+
+// minShrink is the fewest entries a cache's map must have held for a sweep to make it anew.
+const minShrink = 1024
+
+// remade copies m into a map of its present size (maps.Clone keeps the room m grew to).
+func remade[K comparable, V any](m map[K]V) map[K]V {
+	n := make(map[K]V, len(m))
+	for k, v := range m {
+		n[k] = v
+	}
+	return n
 }
 
 // counted adds what a write just stored to u's footprint.

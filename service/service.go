@@ -136,6 +136,8 @@ type Service struct {
 
 	statesMu sync.Mutex
 	states   map[string]*sessionState
+	// statesPeak is the most states the map has held since it was made (see shrinkStates).
+	statesPeak int
 
 	runs    sync.WaitGroup // runner goroutines
 	closing chan struct{}  // closed when Close begins ending subscriptions
@@ -249,6 +251,14 @@ type Stats struct {
 	Takeovers int64
 	// BrokerReconnects counts the times the Cluster's connection came back after a loss.
 	BrokerReconnects int64
+}
+
+// Sweep forgets what the service caches of users and sessions no longer active (their
+// storage footprints, once stale) and gives back the room its maps grew to for a crowd
+// that has left. Call it now and then; it is cheap when there is nothing to forget.
+func (s *Service) Sweep() {
+	s.quota.sweep(time.Now())
+	s.shrinkStates()
 }
 
 // Subscriptions returns how many subscriptions are open, without the rest of Stats.

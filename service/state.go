@@ -71,9 +71,20 @@ func (s *Service) acquireState(sess *TalkSession) *sessionState {
 		st = &sessionState{id: sess.ID, userID: sess.UserID, lastSeq: sess.LastSeq, tailStart: sess.LastSeq + 1, sess: &cp}
 		st.idle = sync.NewCond(&st.mu)
 		s.states[sess.ID] = st
+		s.statesPeak = max(s.statesPeak, len(s.states))
 	}
 	st.refs++
 	return st
+}
+
+// shrinkStates makes the map of session states anew once most of the states it held have
+// gone: a crowd of subscribers that came and left would otherwise leave its room behind.
+func (s *Service) shrinkStates() {
+	s.statesMu.Lock()
+	defer s.statesMu.Unlock()
+	if n := len(s.states); s.statesPeak >= minShrink && n < s.statesPeak/4 {
+		s.states, s.statesPeak = remade(s.states), n
+	}
 }
 
 // holdState takes one more reference on a state the caller already holds.
