@@ -102,7 +102,7 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 	hcfg.Tracing = tp
 	h := httpapi.New(svc, hcfg)
 	base, cancel := context.WithCancel(context.Background())
-	go releaseMemory(base, svc, svc.Sweep, h.Sweep)
+	go releaseMemory(base, log, svc, svc.Sweep, h.Sweep)
 	a := &App{Config: cfg, Log: log, Store: store, Service: svc, Handler: h, cancelFn: cancel, cluster: cluster, traces: traces}
 	a.http = &http.Server{
 		Handler:           h,

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -14,8 +15,9 @@ import (
 // doubles again, which an idle server may not do for minutes, and returns it to the
 // operating system gradually after that. releaseMemory watches the subscription count and,
 // once it has moved by releaseAfter or more since the last release and then stayed put for
-// a tick, collects and returns the freed memory at once: one collection now and then, at a
-// moment when the server is quiet.
+// a tick, has the store give back its caches' memory (SQLite's page caches) and collects
+// and returns the freed memory at once: one collection now and then, at a moment when the
+// server is quiet.
 //
 // Before deciding, every tick runs the sweeps: the caches that remember users and
 // sessions (rate limits, storage footprints) forget those gone long enough, so that what
@@ -25,7 +27,7 @@ const (
 	releaseAfter = 1000
 )
 
-func releaseMemory(ctx context.Context, svc *service.Service, sweeps ...func()) {
+func releaseMemory(ctx context.Context, log *slog.Logger, svc *service.Service, sweeps ...func()) {
 	t := time.NewTicker(releaseEvery)
 	defer t.Stop()
 	var j janitor
@@ -39,6 +41,13 @@ func releaseMemory(ctx context.Context, svc *service.Service, sweeps ...func()) 
 			sweep()
 		}
 		if j.tick(svc.Subscriptions()) {
+			// The store waits for its connections to be free: not for long, since reads
+			// wait for those it holds meanwhile.
+			rctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+			if err := svc.ReleaseMemory(rctx); err != nil && ctx.Err() == nil {
+				log.Debug("the store kept its caches", "err", err)
+			}
+			cancel()
 			debug.FreeOSMemory()
 		}
 	}

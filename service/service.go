@@ -261,6 +261,16 @@ func (s *Service) Sweep() {
 	s.shrinkStates()
 }
 
+// ReleaseMemory asks the store to give back the memory its caches hold (the SQLite store
+// does; see sqlite.Store.ReleaseMemory). Call it when a crowd has come or gone and the
+// server is quiet.
+func (s *Service) ReleaseMemory(ctx context.Context) error {
+	if r, ok := s.store.(interface{ ReleaseMemory(context.Context) error }); ok {
+		return r.ReleaseMemory(ctx)
+	}
+	return nil
+}
+
 // Subscriptions returns how many subscriptions are open, without the rest of Stats.
 func (s *Service) Subscriptions() int64 { return s.subs.Load() }
 

@@ -65,12 +65,13 @@ const DefaultBusyTimeout = 5 * time.Second
 
 // Store is a service.Store in an SQLite file. It is safe for concurrent use.
 type Store struct {
-	path   string
-	w      *sql.DB     // exactly one connection: every write, in BEGIN IMMEDIATE transactions
-	r      *sql.DB     // read-only connections
-	file   os.FileInfo // the database file as opened, to notice it being removed or replaced
-	unlock func() error
-	closed atomic.Bool
+	path      string
+	w         *sql.DB // exactly one connection: every write, in BEGIN IMMEDIATE transactions
+	r         *sql.DB // read-only connections
+	readConns int
+	file      os.FileInfo // the database file as opened, to notice it being removed or replaced
+	unlock    func() error
+	closed    atomic.Bool
 
 	wmu   sync.Mutex           // one transaction at a time on the writer connection
 	stmts map[string]*sql.Stmt // the writes, prepared on the writer connection
@@ -220,6 +221,7 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 		return err
 	}
 	s.r = r
+	s.readConns = opts.ReadConns
 	r.SetMaxOpenConns(opts.ReadConns)
 	r.SetMaxIdleConns(opts.ReadConns)
 	r.SetConnMaxIdleTime(0)
@@ -356,6 +358,43 @@ func (s *Store) Ping(ctx context.Context) error {
 		return service.Errorf(service.EUNAVAILABLE, "storage is full (%d KiB free on its disk)", free>>10)
 	}
 	return s.fail("ping", s.ping(ctx))
+}
+
+// ReleaseMemory gives back what SQLite's page caches hold beyond the pages in use, on
+// every connection (PRAGMA shrink_memory), and forgets the sessions' log ends it knows. The caches grow to their bound
+// (cache_size) as a crowd of sessions is written and read, and keep that size after the
+// crowd has gone; call it when the server is quiet, since the pages read next come from
+// the operating system's cache again. A connection busy until ctx ends is left as it is.
+func (s *Store) ReleaseMemory(ctx context.Context) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	shrink := func(db *sql.DB, n int) error {
+		conns := make([]*sql.Conn, 0, n)
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for range n { // hold them all, so that each of the pool's connections is one of them
+			c, err := db.Conn(ctx)
+			if err != nil {
+				return err
+			}
+			conns = append(conns, c)
+		}
+		for _, c := range conns {
+			if _, err := c.ExecContext(ctx, "PRAGMA shrink_memory"); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	s.wmu.Lock()
+	err := shrink(s.w, 1)
+	s.last = map[string]int64{} // read again as needed (see appendTx)
+	s.wmu.Unlock()
+	return errors.Join(err, shrink(s.r, s.readConns), shrink(s.ckpt, 1))
 }
 
 // minFree is the least free space on the database's file system for Ping to pass.
