@@ -43,7 +43,7 @@ func releaseMemory(ctx context.Context, log *slog.Logger, svc *service.Service, 
 		if j.tick(svc.Subscriptions()) {
 			// The store waits for its connections to be free: not for long, since reads
 			// wait for those it holds meanwhile.
-			rctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+			rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			if err := svc.ReleaseMemory(rctx); err != nil && ctx.Err() == nil {
 				log.Debug("the store kept its caches", "err", err)
 			}

@@ -361,34 +361,34 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // ReleaseMemory gives back what SQLite's page caches hold beyond the pages in use, on
-// every connection (PRAGMA shrink_memory), and forgets the sessions' log ends it knows. The caches grow to their bound
-// (cache_size) as a crowd of sessions is written and read, and keep that size after the
-// crowd has gone; call it when the server is quiet, since the pages read next come from
-// the operating system's cache again. A connection busy until ctx ends is left as it is.
+// every connection (PRAGMA shrink_memory), and forgets the sessions' log ends it knows.
+// The caches grow to their bound (cache_size) as a crowd of sessions is written and read,
+// and keep that size after the crowd has gone; call it when the server is quiet, since
+// the pages read next come from the operating system's cache again.
+//
+// It takes the read pool's connections all at once (the pool hands out the one returned
+// last, so taking them in turn would shrink one of them again and again); reads wait
+// meanwhile, so give ctx a short deadline: connections busy until then keep their caches.
 func (s *Store) ReleaseMemory(ctx context.Context) error {
 	if err := s.check(); err != nil {
 		return err
 	}
 	shrink := func(db *sql.DB, n int) error {
+		var errs []error
 		conns := make([]*sql.Conn, 0, n)
-		defer func() {
-			for _, c := range conns {
-				c.Close()
-			}
-		}()
-		for range n { // hold them all, so that each of the pool's connections is one of them
+		for range n {
 			c, err := db.Conn(ctx)
 			if err != nil {
-				return err
+				errs = append(errs, err)
+				break
 			}
 			conns = append(conns, c)
 		}
 		for _, c := range conns {
-			if _, err := c.ExecContext(ctx, "PRAGMA shrink_memory"); err != nil {
-				return err
-			}
+			_, err := c.ExecContext(context.WithoutCancel(ctx), "PRAGMA shrink_memory")
+			errs = append(errs, err, c.Close())
 		}
-		return nil
+		return errors.Join(errs...)
 	}
 	s.wmu.Lock()
 	err := shrink(s.w, 1)
