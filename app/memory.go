@@ -15,9 +15,9 @@ import (
 // doubles again, which an idle server may not do for minutes, and returns it to the
 // operating system gradually after that. releaseMemory watches the subscription count and,
 // once it has moved by releaseAfter or more since the last release and then stayed put for
-// a tick, has the store give back its caches' memory (SQLite's page caches) and collects
-// and returns the freed memory at once: one collection now and then, at a moment when the
-// server is quiet.
+// a tick, collects and returns the freed memory at once (when the crowd left, it has the
+// store give back its caches first: SQLite's page caches): one collection now and then,
+// at a moment when the server is quiet.
 //
 // Before deciding, every tick runs the sweeps: the caches that remember users and
 // sessions (rate limits, storage footprints) forget those gone long enough, so that what
@@ -40,7 +40,8 @@ func releaseMemory(ctx context.Context, log *slog.Logger, svc *service.Service, 
 		for _, sweep := range sweeps {
 			sweep()
 		}
-		if j.tick(svc.Subscriptions()) {
+		release, left := j.tick(svc.Subscriptions())
+		if left {
 			// The store waits for its connections to be free: not for long, since reads
 			// wait for those it holds meanwhile.
 			rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -48,6 +49,8 @@ func releaseMemory(ctx context.Context, log *slog.Logger, svc *service.Service, 
 				log.Debug("the store kept its caches", "err", err)
 			}
 			cancel()
+		}
+		if release {
 			debug.FreeOSMemory()
 		}
 	}
@@ -62,11 +65,13 @@ type janitor struct {
 // tick takes the subscription count n and reports whether to release now: once the count
 // moved and stayed put (see shouldRelease), and once more the tick after if it still
 // stays: a collection halves the goroutine stacks that the crowd's setup grew (idle ones
-// need little), and the second release returns what that freed.
-func (j *janitor) tick(n int64) bool {
-	release := false
+// need little), and the second release returns what that freed. left is true at the first
+// of them when the count fell: a crowd left, and the store's caches can go too (a crowd
+// that arrived is using them).
+func (j *janitor) tick(n int64) (release, left bool) {
 	switch {
 	case shouldRelease(j.released, j.prev, n):
+		left = n < j.released
 		release, j.released, j.again = true, n, true
 	case j.again && abs(n-j.prev) < releaseAfter/10:
 		release, j.again = true, false
@@ -74,7 +79,7 @@ func (j *janitor) tick(n int64) bool {
 		j.again = false
 	}
 	j.prev = n
-	return release
+	return release, left
 }
 
 // shouldRelease reports whether to collect now: the subscription count n moved by

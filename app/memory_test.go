@@ -24,26 +24,31 @@ func TestShouldRelease(t *testing.T) {
 
 func TestJanitorReleasesTwiceAfterACrowd(t *testing.T) {
 	var j janitor
-	// counts at each tick, and whether the janitor releases then
+	// counts at each tick, whether the janitor releases then, and whether the store's
+	// caches go too (only when a crowd left)
 	for i, step := range []struct {
-		n    int64
-		want bool
+		n          int64
+		want, left bool
 	}{
-		{0, false},
-		{3000, false}, // arriving
-		{5000, false}, // still arriving
-		{5000, true},  // stays: release
-		{5000, true},  // still stays: once more
-		{5000, false}, // nothing new
-		{5010, false}, // small churn
-		{0, false},    // leaving
-		{0, true},     // left: release
-		{2000, false}, // moved at the tick after: no second release
-		{2000, true},  // a crowd of 2,000 stays
-		{2000, true},
+		{0, false, false},
+		{3000, false, false}, // arriving
+		{5000, false, false}, // still arriving
+		{5000, true, false},  // stays: release, the caches kept for the crowd
+		{5000, true, false},  // still stays: once more
+		{5000, false, false}, // nothing new
+		{5010, false, false}, // small churn
+		{0, false, false},    // leaving
+		{0, true, true},      // left: release, the store's caches too
+		{2000, false, false}, // moved at the tick after: no second release
+		{2000, true, false},  // a crowd of 2,000 stays
+		{2000, true, false},
+		{500, false, false}, // 1,500 leave
+		{500, true, true},
+		{500, true, false}, // the second release leaves the store alone
 	} {
-		if got := j.tick(step.n); got != step.want {
-			t.Errorf("tick %d (count %d): release %v, want %v", i, step.n, got, step.want)
+		release, left := j.tick(step.n)
+		if release != step.want || left != step.left {
+			t.Errorf("tick %d (count %d): release %v, store %v; want %v, %v", i, step.n, release, left, step.want, step.left)
 		}
 	}
 }
