@@ -76,8 +76,39 @@ type Transport struct {
 
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
+	peak     int // the most connections the map has held since it was made
 	shutting bool
 	gone     chan struct{} // signalled when a connection ends while shutting down
+
+	// queries holds one copy of each valid document operations were recently made with:
+	// the operation of a subscription keeps its document's text for as long as it is
+	// open, and a thousand clients of one app send the same text a thousand times.
+	qmu     sync.Mutex
+	queries map[string]string
+}
+
+// Interning bounds: the documents kept (all forgotten at once past it), and the longest.
+const (
+	maxInterned      = 256
+	maxInternedBytes = 8 << 10
+)
+
+// intern returns the copy of q that earlier subscriptions were made with, or keeps q as
+// that copy.
+func (t *Transport) intern(q string) string {
+	if len(q) > maxInternedBytes {
+		return q
+	}
+	t.qmu.Lock()
+	defer t.qmu.Unlock()
+	if kept, ok := t.queries[q]; ok {
+		return kept
+	}
+	if t.queries == nil || len(t.queries) >= maxInterned {
+		t.queries = make(map[string]string)
+	}
+	t.queries[q] = q
+	return q
 }
 
 var _ graphql.Transport = (*Transport)(nil)
@@ -150,6 +181,7 @@ func (t *Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Grap
 	c := &conn{t: t, ws: ws, proto: proto, exec: exec, ctx: ctx, cancel: cancel, subs: map[string]*sub{}}
 	t.mu.Lock()
 	t.conns[c] = struct{}{}
+	t.peak = max(t.peak, len(t.conns))
 	t.mu.Unlock()
 	go c.run()
 }
@@ -204,6 +236,14 @@ func (t *Transport) Shutdown(ctx context.Context) {
 func (t *Transport) remove(c *conn) {
 	t.mu.Lock()
 	delete(t.conns, c)
+	if n := len(t.conns); t.peak >= 1024 && n < t.peak/4 {
+		// Most of a crowd has gone: a new map, so that the room it grew to goes too.
+		conns := make(map[*conn]struct{}, n)
+		for k := range t.conns {
+			conns[k] = struct{}{}
+		}
+		t.conns, t.peak = conns, n
+	}
 	shutting := t.shutting
 	t.mu.Unlock()
 	if shutting {

@@ -66,9 +66,9 @@ const DefaultBusyTimeout = 5 * time.Second
 // Store is a service.Store in an SQLite file. It is safe for concurrent use.
 type Store struct {
 	path      string
-	w         *sql.DB // exactly one connection: every write, in BEGIN IMMEDIATE transactions
-	r         *sql.DB // read-only connections
-	readConns int
+	w         *sql.DB     // exactly one connection: every write, in BEGIN IMMEDIATE transactions
+	r         *sql.DB     // read-only connections
+	readConns int         // the read pool's size
 	file      os.FileInfo // the database file as opened, to notice it being removed or replaced
 	unlock    func() error
 	closed    atomic.Bool
