@@ -198,21 +198,9 @@ func (s *Service) alive(id string) bool {
 	return id != "" && slices.Contains(live, id)
 }
 
-// serveLocked answers other replicas' commands for st's session while this replica
-// runs its agent; st.mu must be held.
-func (s *Service) serveLocked(st *sessionState) {
-	st.serving = s.cluster != nil
-}
-
-// unserveLocked refuses other replicas' commands for st's session (with ErrNoServer,
-// which they retry where the session's agent runs) once it has no run here.
-func (s *Service) unserveLocked(st *sessionState) {
-	if st.active == nil && len(st.queue) == 0 {
-		st.serving = false
-	}
-}
-
-// serves reports whether this replica answers commands for sessionID.
+// serves reports whether this replica answers commands for sessionID: while it runs the
+// session's agent (a run active or queued here). Otherwise a command is refused with
+// ErrNoServer, which its sender retries where the agent runs.
 func (s *Service) serves(sessionID string) bool {
 	s.statesMu.Lock()
 	st := s.states[sessionID]
@@ -222,7 +210,7 @@ func (s *Service) serves(sessionID string) bool {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return st.serving
+	return st.active != nil || len(st.queue) > 0
 }
 
 // handle does a command another replica sent.
@@ -495,7 +483,6 @@ func (s *Service) reconcileLocked(ctx context.Context, st *sessionState) error {
 		s.dropActiveLocked(st)
 		s.startNextLocked(st)
 	}
-	s.unserveLocked(st)
 	return nil
 }
 

@@ -81,7 +81,6 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 		ar.parked = true
 		st.active = ar
 		s.holdState(st)
-		s.serveLocked(st)
 		return nil
 	}
 

@@ -97,7 +97,6 @@ func (s *Service) startLocked(st *sessionState, run *Run, resumed, holding bool,
 	s.holdState(st) // the run holds the state until it returns
 	s.runs.Add(1)
 	go s.execute(ar, resumed)
-	s.serveLocked(st)
 	return ar
 }
 
@@ -452,7 +451,6 @@ func (s *Service) planFinish(t *txn, ar *activeRun, status RunStatus, errMsg str
 			st.active = nil
 			s.startNextLocked(st)
 		}
-		s.unserveLocked(st)
 		if ar.parked {
 			ar.parked = false
 			s.releaseState(st)

@@ -390,7 +390,6 @@ func (s *Service) deleteSession(ctx context.Context, id string) error {
 	st.queue = nil
 	st.deleted = true
 	s.forget(st.userID)
-	s.unserveLocked(st)
 	s.publish(st, nil)
 	st.wakeLocked()
 	return nil

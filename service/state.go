@@ -50,10 +50,8 @@ type sessionState struct {
 
 	// sess is the session's row as last read or written here, nil when unknown.
 	sess *TalkSession
-	// With replicas: serving is set while the session's runs are here (other replicas'
-	// commands for it are done here), following stops receiving their events (set while
-	// it has subscribers here).
-	serving   bool
+	// With replicas: following stops receiving other replicas' events for the session (set
+	// while it has subscribers here).
 	following func()
 	// reconciling is set while the state is checked against the store, after a write
 	// found that the log moved on without this replica (see Service.reconcile).
