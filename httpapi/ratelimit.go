@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/talkgraph/talkgraph/internal/shrink"
 	"github.com/talkgraph/talkgraph/service"
 )
 
@@ -35,9 +36,7 @@ type keyedLimiter struct {
 	keys  map[string]*list.Element
 	order *list.List // of *keyedBucket; front: most recently seen
 	now   func() time.Time
-	// peak is the most keys the map has held since it was last made: a Go map keeps the
-	// room it grew to after its keys go, so sweep makes a new one once most have gone.
-	peak int
+	peak  int // the most keys the map has held since it was made (see shrink.Map)
 }
 
 type keyedBucket struct {
@@ -106,17 +105,8 @@ func (l *keyedLimiter) sweep() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.forgetLocked(l.now(), l.max)
-	if n := len(l.keys); l.peak >= minShrink && n < l.peak/4 {
-		keys := make(map[string]*list.Element, n)
-		for k, e := range l.keys {
-			keys[k] = e
-		}
-		l.keys, l.peak = keys, n
-	}
+	l.keys, l.peak = shrink.Map(l.keys, l.peak)
 }
-
-// minShrink is the fewest keys a map must have held for sweep to make it anew.
-const minShrink = 1024
 
 // tracked returns the number of keys with a bucket.
 func (l *keyedLimiter) tracked() int {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/talkgraph/talkgraph/internal/shrink"
 )
 
 // quotas checks what users keep on the server against MaxSessionsPerUser and
@@ -14,7 +16,7 @@ import (
 type quotas struct {
 	mu    sync.Mutex
 	users map[string]*footprint
-	peak  int // the most users the map has held since it was made
+	peak  int // the most users the map has held since it was made (see shrink.Map)
 }
 
 type footprint struct {
@@ -72,9 +74,8 @@ func (s *Service) checkQuota(ctx context.Context, u string, moreSessions int, mo
 	return nil
 }
 
-// sweep forgets the footprints read longer than quotaFresh ago: the next check reads
-// them again anyway. The map is made anew once most have gone (a Go map keeps the room it
-// grew to).
+// sweep forgets the footprints read longer than quotaFresh ago (the next check reads
+// them again anyway) and gives back the map's room once most have gone.
 func (q *quotas) sweep(now time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -83,21 +84,7 @@ func (q *quotas) sweep(now time.Time) {
 			delete(q.users, u)
 		}
 	}
-	if n := len(q.users); q.peak >= minShrink && n < q.peak/4 {
-		q.users, q.peak = remade(q.users), n
-	}
-}
-
-// minShrink is the fewest entries a cache's map must have held for a sweep to make it anew.
-const minShrink = 1024
-
-// remade copies m into a map of its present size (maps.Clone keeps the room m grew to).
-func remade[K comparable, V any](m map[K]V) map[K]V {
-	n := make(map[K]V, len(m))
-	for k, v := range m {
-		n[k] = v
-	}
-	return n
+	q.users, q.peak = shrink.Map(q.users, q.peak)
 }
 
 // counted adds what a write just stored to u's footprint.

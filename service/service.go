@@ -136,7 +136,7 @@ type Service struct {
 
 	statesMu sync.Mutex
 	states   map[string]*sessionState
-	// statesPeak is the most states the map has held since it was made (see shrinkStates).
+	// statesPeak is the most states the map has held since it was made (see shrink.Map).
 	statesPeak int
 
 	runs    sync.WaitGroup // runner goroutines
@@ -262,8 +262,8 @@ func (s *Service) Sweep() {
 }
 
 // ReleaseMemory asks the store to give back the memory its caches hold (the SQLite store
-// does; see sqlite.Store.ReleaseMemory). Call it when a crowd has come or gone and the
-// server is quiet.
+// does; see sqlite.Store.ReleaseMemory). Call it when a crowd of users has gone: the
+// caches are read again from the storage afterwards.
 func (s *Service) ReleaseMemory(ctx context.Context) error {
 	if r, ok := s.store.(interface{ ReleaseMemory(context.Context) error }); ok {
 		return r.ReleaseMemory(ctx)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/talkgraph/talkgraph/internal/shrink"
 )
 
 // sessionState is the service's in-memory side of one session: the lock that serialises
@@ -80,9 +82,7 @@ func (s *Service) acquireState(sess *TalkSession) *sessionState {
 func (s *Service) shrinkStates() {
 	s.statesMu.Lock()
 	defer s.statesMu.Unlock()
-	if n := len(s.states); s.statesPeak >= minShrink && n < s.statesPeak/4 {
-		s.states, s.statesPeak = remade(s.states), n
-	}
+	s.states, s.statesPeak = shrink.Map(s.states, s.statesPeak)
 }
 
 // holdState takes one more reference on a state the caller already holds.

@@ -35,6 +35,8 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/gorilla/websocket"
+
+	"github.com/talkgraph/talkgraph/internal/shrink"
 )
 
 // Close codes.
@@ -76,7 +78,7 @@ type Transport struct {
 
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
-	peak     int // the most connections the map has held since it was made
+	peak     int // the most connections the map has held since it was made (see shrink.Map)
 	shutting bool
 	gone     chan struct{} // signalled when a connection ends while shutting down
 
@@ -236,14 +238,7 @@ func (t *Transport) Shutdown(ctx context.Context) {
 func (t *Transport) remove(c *conn) {
 	t.mu.Lock()
 	delete(t.conns, c)
-	if n := len(t.conns); t.peak >= 1024 && n < t.peak/4 {
-		// Most of a crowd has gone: a new map, so that the room it grew to goes too.
-		conns := make(map[*conn]struct{}, n)
-		for k := range t.conns {
-			conns[k] = struct{}{}
-		}
-		t.conns, t.peak = conns, n
-	}
+	t.conns, t.peak = shrink.Map(t.conns, t.peak) // once most of a crowd has gone
 	shutting := t.shutting
 	t.mu.Unlock()
 	if shutting {
