@@ -269,7 +269,6 @@ func (c *conn) start(s *sub, opCtx context.Context, raw json.RawMessage, start t
 		c.fail(s, c.exec.DispatchError(graphql.WithOperationContext(ctx, rc), errs).Errors)
 		return
 	}
-	rc.RawQuery = c.t.intern(rc.RawQuery) // a valid document: what a client may have kept
 	ctx = graphql.WithOperationContext(ctx, rc)
 	if rc.Operation.Operation != ast.Subscription {
 		// A query or mutation can be stopped alone; a subscription ends with its stream

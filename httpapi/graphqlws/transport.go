@@ -81,36 +81,6 @@ type Transport struct {
 	peak     int // the most connections the map has held since it was made (see shrink.Map)
 	shutting bool
 	gone     chan struct{} // signalled when a connection ends while shutting down
-
-	// queries holds one copy of each valid document operations were recently made with:
-	// the operation of a subscription keeps its document's text for as long as it is
-	// open, and a thousand clients of one app send the same text a thousand times.
-	qmu     sync.Mutex
-	queries map[string]string
-}
-
-// Interning bounds: the documents kept (all forgotten at once past it), and the longest.
-const (
-	maxInterned      = 256
-	maxInternedBytes = 8 << 10
-)
-
-// intern returns the copy of q that earlier subscriptions were made with, or keeps q as
-// that copy.
-func (t *Transport) intern(q string) string {
-	if len(q) > maxInternedBytes {
-		return q
-	}
-	t.qmu.Lock()
-	defer t.qmu.Unlock()
-	if kept, ok := t.queries[q]; ok {
-		return kept
-	}
-	if t.queries == nil || len(t.queries) >= maxInterned {
-		t.queries = make(map[string]string)
-	}
-	t.queries[q] = q
-	return q
 }
 
 var _ graphql.Transport = (*Transport)(nil)

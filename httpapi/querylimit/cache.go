@@ -85,6 +85,21 @@ func (c *LRU[T]) remove(e *list.Element) {
 	c.total -= ent.weight
 }
 
+// Keep is Add for a value that stands for its key whatever adds it (a query's document):
+// when key is cached already it only marks it used. It returns the key as the cache
+// holds it, so that callers can drop their own copy of an equal text.
+func (c *LRU[T]) Keep(ctx context.Context, key string, value T) string {
+	c.mu.Lock()
+	if e, ok := c.items[key]; ok {
+		c.order.MoveToFront(e)
+		c.mu.Unlock()
+		return e.Value.(*lruEntry[T]).key
+	}
+	c.mu.Unlock()
+	c.Add(ctx, key, value)
+	return key
+}
+
 // Len returns the number of entries and their total weight.
 func (c *LRU[T]) Len() (entries, weight int) {
 	c.mu.Lock()
@@ -127,6 +142,9 @@ func (c *Cache) Len() (entries, bytes int) { return c.lru.Len() }
 
 // Commit returns the gqlgen extension that caches an operation's document once every
 // check has passed: register it after every other extension that can refuse an operation.
+// An operation whose text is cached already takes the cache's copy of it: a subscription
+// keeps its operation, and so its text, for as long as it is open, and a thousand clients
+// of one app send the same text a thousand times.
 func (c *Cache) Commit() graphql.HandlerExtension { return commit{c} }
 
 type commit struct{ c *Cache }
@@ -138,7 +156,7 @@ func (commit) Validate(graphql.ExecutableSchema) error { return nil }
 
 func (m commit) MutateOperationContext(ctx context.Context, rc *graphql.OperationContext) *gqlerror.Error {
 	if rc.Doc != nil && rc.RawQuery != "" {
-		m.c.lru.Add(ctx, rc.RawQuery, rc.Doc)
+		rc.RawQuery = m.c.lru.Keep(ctx, rc.RawQuery, rc.Doc)
 	}
 	return nil
 }

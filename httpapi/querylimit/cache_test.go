@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/executor"
@@ -122,5 +123,25 @@ func TestLRUIsBoundedByEntriesAndWeight(t *testing.T) {
 	}
 	if n, w := c.Len(); n != 2 || w != 11 || !c.Contains(strings.Repeat("z", 10)) {
 		t.Errorf("%d entries weighing %d, want z and b weighing 11", n, w)
+	}
+}
+
+func TestOperationsShareTheCachedText(t *testing.T) {
+	cache := NewCache(1000, 4<<20)
+	ex := newExecutor(cache, Checker{Limits: Limits{MaxBytes: 32 << 10}, Approved: cache}, refuseMarked{}, cache.Commit())
+	doc := "query Fine { viewer { id } }"
+	var texts []string
+	for range 2 { // the same text, read from two requests
+		rc, errs := ex.CreateOperationContext(graphql.StartOperationTrace(context.Background()), &graphql.RawParams{Query: strings.Clone(doc)})
+		if errs != nil {
+			t.Fatal(errs)
+		}
+		texts = append(texts, rc.RawQuery)
+	}
+	if texts[1] != doc || unsafe.StringData(texts[1]) != unsafe.StringData(texts[0]) {
+		t.Error("the second operation keeps its own copy of a cached text")
+	}
+	if n, bytes := cache.Len(); n != 1 || bytes != len(doc) {
+		t.Errorf("cache holds %d documents (%d bytes), want the one", n, bytes)
 	}
 }
