@@ -33,6 +33,8 @@
 // Several -url (replicas without a load balancer) share the sessions round robin; with
 // -cross a session follows its stream on one replica and sends through the next, so that
 // every message, chunk and stop crosses between replicas.
+// With -pprof (the server's PPROF_ADDR listener) the server's CPU profile is recorded
+// during each scenario's busy part, in one-second files that go tool pprof merges.
 // The demo agent paces replies by the server's DEMO_CHUNK_DELAY (25ms = 40 words/s); runs
 // execute on the server's WORKERS slots, so a server with fewer workers than sessions
 // queues runs (the "peak runs waiting for a worker" figure shows it).
@@ -91,6 +93,8 @@ type config struct {
 	Settle         time.Duration
 	Trail          time.Duration
 	GoroutineSlack int
+	Pprof          string
+	PprofDir       string
 	JSON           bool
 	Quiet          bool
 }
@@ -128,6 +132,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.Settle, "settle", time.Minute, "idle: longest wait for RSS to stop growing, and for goroutines to return after closing")
 	fs.DurationVar(&c.Trail, "trail", 1500*time.Millisecond, "wait after a scenario's last reply before reading the server's CPU, so that work it does in the background (folding finished replies) counts")
 	fs.IntVar(&c.GoroutineSlack, "goroutine-slack", 20, "idle: goroutines above the baseline still counted as returned")
+	fs.StringVar(&c.Pprof, "pprof", "", "the server's pprof listener (its PPROF_ADDR), e.g. http://127.0.0.1:6061: record the server's CPU profile during each scenario's busy part")
+	fs.StringVar(&c.PprofDir, "pprof-dir", ".", "where -pprof saves the profiles, one-second each, as SCENARIO-NNN.pprof (go tool pprof reads them together)")
 	fs.BoolVar(&c.JSON, "json", false, "print the figures and errors as JSON instead of a table")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines on stderr")
 	fs.Usage = func() {
@@ -163,6 +169,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if len(c.URLs) == 0 {
 		return c, fmt.Errorf("no -url given")
 	}
+	c.Pprof = strings.TrimRight(c.Pprof, "/")
 	switch {
 	case metrics == "none":
 	case metrics == "":

@@ -411,11 +411,12 @@ type measure struct {
 	smp           *sampler
 	peaks         peaks
 	cpu0, cpu     time.Duration // the generator's own CPU
+	prof          *profiler
 }
 
 // startMeasure reads the server's metrics and starts the peak sampler.
 func (r *runner) startMeasure(ctx context.Context, scen string) *measure {
-	m := &measure{cpu0: processCPU()}
+	m := &measure{cpu0: processCPU(), prof: r.startProfiler(ctx, scen)}
 	if r.sc.enabled() {
 		snap, err := r.sc.scrape(ctx)
 		if err != nil {
@@ -433,6 +434,7 @@ func (r *runner) startMeasure(ctx context.Context, scen string) *measure {
 // finished replies' chunks a moment later), and stops the sampler.
 func (m *measure) stop(ctx context.Context, r *runner, scen string) {
 	m.cpu = processCPU() - m.cpu0
+	defer m.prof.stop(r, scen)
 	if !m.ok {
 		return
 	}
