@@ -114,6 +114,73 @@ func TestEventsAreRenderedAlikeOnEveryTransport(t *testing.T) {
 	})
 }
 
+// An idle websocket subscription keeps no executor: an event no plan covers (here a
+// session renamed) executes the operation again for the stream, and the executor's state
+// goes once it is delivered. Each rename comes after the subscription caught up and idled,
+// and each must arrive as server-sent events (all executor) render it.
+func TestEventsLeftToTheExecutorAfterIdling(t *testing.T) {
+	a := startApp(t, "sqlite", nil)
+	c := guest(t, a)
+	sid := c.CreateSession(nil)
+	doc := `subscription($s: ID!, $a: String){ messageStream(sessionId: $s, after: $a){
+		__typename cursor
+		... on SessionUpdated { at session { id title status settings { agent } } }
+		... on MessageChunk { delta }
+	} }`
+	vars := map[string]any{"s": sid, "a": c.Cursor(sid)}
+	ctx, cancel := context.WithTimeout(context.Background(), tgtest.Wait)
+	defer cancel()
+	sse, err := c.SSE(ctx, doc, vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type feed struct {
+		name   string
+		frames <-chan tgtest.Frame
+	}
+	var feeds []feed
+	for _, proto := range []string{"graphql-transport-ws", "graphql-ws"} {
+		ws := c.Connect(proto)
+		defer ws.Close()
+		_, frames := ws.Subscribe(doc, vars)
+		feeds = append(feeds, feed{proto, frames})
+	}
+	for _, title := range []string{"first", "second", "third"} {
+		c.Must(`mutation($id: ID!, $t: String!){ renameTalkSession(input: {id: $id, title: $t}){ id } }`,
+			map[string]any{"id": sid, "t": title}, nil)
+		var want json.RawMessage
+		select {
+		case raw, ok := <-sse:
+			if !ok {
+				t.Fatal("the SSE stream ended")
+			}
+			var p struct{ Data json.RawMessage }
+			if err := json.Unmarshal(raw, &p); err != nil {
+				t.Fatalf("decoding %s: %v", raw, err)
+			}
+			want = p.Data
+		case <-ctx.Done():
+			t.Fatalf("no SSE event for the rename to %q", title)
+		}
+		if !strings.Contains(string(want), title) {
+			t.Fatalf("the SSE event %s is not the rename to %q", want, title)
+		}
+		for _, f := range feeds {
+			select {
+			case fr, ok := <-f.frames:
+				if !ok || fr.Complete || len(fr.Errors) > 0 {
+					t.Fatalf("%s: the subscription ended (errors %+v)", f.name, fr.Errors)
+				}
+				if canonical(t, fr.Data) != canonical(t, want) {
+					t.Errorf("%s: the rename to %q is\n%s\nover server-sent events it is\n%s", f.name, title, fr.Data, want)
+				}
+			case <-ctx.Done():
+				t.Fatalf("%s: no event for the rename to %q", f.name, title)
+			}
+		}
+	}
+}
+
 // sseReplay subscribes over server-sent events and returns each event's data until the
 // end of the last run of sent.
 func sseReplay(t *testing.T, c *tgtest.Client, doc string, vars map[string]any) []json.RawMessage {

@@ -167,6 +167,12 @@ func (r *subscriptionResolver) MessageStream(ctx context.Context, sessionID stri
 	if sink == nil {
 		return r.streamChannel(ctx, sessionID, cursor)
 	}
+	if st := sink.Stream; st != nil {
+		// The transport executes the operation again to render an event of this stream
+		// that no plan covers: the stream stays as it is.
+		st.planFrom(ctx)
+		return st.ch, nil
+	}
 	sub, err := r.Service.Subscribe(ctx, sessionID, cursor, sink.Notify)
 	if err != nil {
 		return nil, err

@@ -25,10 +25,10 @@ type Stream struct {
 	sub *service.Subscription
 	ch  chan model.SessionEvent // buffered(1): what the response handler renders next
 	buf []*service.Event
-	// plans render the commonest events without the executor (see plan), made from the
-	// operation and its messageStream field at the first event (an idle subscription never
-	// needs them); rootKey is that field's response key as JSON, with its colon; rendered
-	// is the event Next rendered so.
+	// plans render the commonest events without the executor (see plan and planFrom);
+	// oc and root are what they are made from while they wait to be; rootKey is the
+	// messageStream field's response key as JSON, with its colon; rendered is the event
+	// Next rendered so.
 	oc       *graphql.OperationContext
 	root     *graphql.CollectedField
 	rootKey  string
@@ -38,12 +38,24 @@ type Stream struct {
 
 // StreamSink receives the Stream of a subscription the transport executes. Notify is
 // called, on any goroutine, whenever Next may have something new; it must not block.
+//
+// The transport need not keep the executor's response handler while the stream idles:
+// to render an event Next left to the executor it may execute the operation again with
+// a sink that holds the Stream already, and the resolver then answers that stream's
+// events instead of subscribing anew (see Resumed).
 type StreamSink struct {
 	Notify func()
 	Stream *Stream
 }
 
 type sinkKey struct{}
+
+// Resumed reports whether ctx executes a subscription again for a Stream the transport
+// drives already (see StreamSink): not a new operation.
+func Resumed(ctx context.Context) bool {
+	sink, _ := ctx.Value(sinkKey{}).(*StreamSink)
+	return sink != nil && sink.Stream != nil
+}
 
 // WithStreamSink returns ctx for executing a subscription whose stream the transport
 // drives itself.
@@ -178,15 +190,27 @@ var planFields = map[string]map[string]string{
 	"Usage": {"__typename": "", "inputTokens": "", "outputTokens": "", "cachedInputTokens": ""},
 }
 
-// planFrom keeps what the stream's plans are made from: the operation and the
-// messageStream field whose resolver runs in ctx.
+// planFrom takes what the stream's plans are made from: the operation and the
+// messageStream field whose resolver runs in ctx. Plans shared by every subscription
+// with the same document are taken at once, so that nothing of the operation stays with
+// the stream; others are made at the first event (an idle subscription never needs
+// them), from the operation kept until then. Once taken, a later call (the transport
+// rendering an event with the executor again) changes nothing.
 func (s *Stream) planFrom(ctx context.Context) {
-	if !graphql.HasOperationContext(ctx) {
+	if s.plans != nil || s.oc != nil || !graphql.HasOperationContext(ctx) {
 		return
 	}
-	if fc := graphql.GetFieldContext(ctx); fc != nil {
-		s.oc, s.root, s.rootKey = graphql.GetOperationContext(ctx), &fc.Field, jsonKey(fc.Field.Alias)
+	fc := graphql.GetFieldContext(ctx)
+	if fc == nil {
+		return
 	}
+	oc := graphql.GetOperationContext(ctx)
+	s.rootKey = jsonKey(fc.Field.Alias)
+	if shareable(oc) {
+		s.plans = plansOf(oc, &fc.Field)
+		return
+	}
+	s.oc, s.root = oc, &fc.Field
 }
 
 // plan returns the plan for an event type, making the stream's plans on first use.
@@ -210,7 +234,7 @@ var noPlans = map[string]*plan{}
 // the executor's query cache; shared keeps the plans of at most maxSharedPlans of them.
 func plansOf(oc *graphql.OperationContext, root *graphql.CollectedField) map[string]*plan {
 	key := planKey{oc.Doc, oc.OperationName, root.Alias}
-	share := oc.Doc != nil && !strings.Contains(oc.RawQuery, "@")
+	share := shareable(oc)
 	if share {
 		shared.mu.Lock()
 		plans, ok := shared.m[key]
@@ -234,6 +258,12 @@ func plansOf(oc *graphql.OperationContext, root *graphql.CollectedField) map[str
 		shared.mu.Unlock()
 	}
 	return plans
+}
+
+// shareable reports whether the plans of oc's document may be shared: no directive's
+// variable can tell two of its subscriptions apart.
+func shareable(oc *graphql.OperationContext) bool {
+	return oc.Doc != nil && !strings.Contains(oc.RawQuery, "@")
 }
 
 // planKey names the messageStream field of one operation of one document.

@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/talkgraph/talkgraph/graph"
 )
 
 // operationTracing is a gqlgen extension that gives every GraphQL operation a span, named
@@ -44,8 +46,8 @@ func (operationTracing) Validate(graphql.ExecutableSchema) error { return nil }
 
 func (o operationTracing) InterceptOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
 	rc := graphql.GetOperationContext(ctx)
-	if rc.Operation == nil {
-		return next(ctx)
+	if rc.Operation == nil || graph.Resumed(ctx) {
+		return next(ctx) // a subscription's span ended as it began
 	}
 	if rc.Headers != nil {
 		ctx = o.propagator.Extract(ctx, propagation.HeaderCarrier(http.Header(rc.Headers)))

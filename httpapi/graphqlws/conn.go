@@ -69,15 +69,26 @@ type conn struct {
 
 // sub is one operation of a connection: a subscription while it streams, or a query or
 // mutation while it runs.
+//
+// A subscription keeps its stream and, to render the events no plan of the stream
+// covers, a bare copy of its operation (op): the executor's response handler and all it
+// holds (field contexts, collected fields, the operation's contexts) are made again by
+// executing op when such an event comes, and dropped once it is delivered (see pump).
+// An idle subscription then costs its stream, op and little else.
 type sub struct {
-	id        string
-	c         *conn
-	ctx       context.Context
-	cancel    context.CancelFunc
-	stream    *graph.Stream
+	id     string
+	c      *conn
+	ctx    context.Context // the connection's operation context
+	cancel context.CancelFunc
+	stream *graph.Stream
+	op     *graphql.OperationContext
+	queued bool // in c.ready
+	retry  *time.Timer
+
+	// While pump renders with the executor: its response handler and the context to call
+	// it with. Only the connection's delivering goroutine touches them.
 	responses graphql.ResponseHandler
-	queued    bool // in c.ready
-	retry     *time.Timer
+	rctx      context.Context
 }
 
 func (c *conn) liveness() time.Duration { return 2*c.t.KeepAlive + 5*time.Second }
@@ -310,8 +321,11 @@ func (c *conn) start(s *sub, opCtx context.Context, raw json.RawMessage, start t
 		c.fail(s, errs)
 		return
 	}
+	// The response handler of this first execution goes: pump makes one again when an
+	// event needs it.
+	responses, rctx = nil, nil
 	c.mu.Lock()
-	s.responses, s.ctx, s.stream = responses, rctx, sink.Stream
+	s.ctx, s.stream, s.op = opCtx, sink.Stream, bare(rc)
 	stale := c.closed || c.subs[s.id] != s
 	c.mu.Unlock()
 	if stale { // stopped or closed while it started
@@ -448,6 +462,7 @@ const perTurn = 64
 
 // pump sends up to perTurn events of s.
 func (c *conn) pump(s *sub) {
+	defer func() { s.responses, s.rctx = nil, nil }() // see sub
 	defer func() {
 		if p := recover(); p != nil {
 			c.t.Log.Error("subscription panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -484,7 +499,10 @@ func (c *conn) pump(s *sub) {
 			}
 			continue
 		}
-		resp := s.responses(s.ctx)
+		if s.responses == nil && !c.execute(s) {
+			return
+		}
+		resp := s.responses(s.rctx)
 		if resp == nil {
 			return
 		}
@@ -493,6 +511,32 @@ func (c *conn) pump(s *sub) {
 		}
 	}
 	s.notify() // more may be waiting: back of the line
+}
+
+// execute executes s's operation again for its stream (see graph.StreamSink), for the
+// executor to render the event Next left to it; false when that failed and s is over.
+func (c *conn) execute(s *sub) bool {
+	rc := bare(s.op)
+	ctx := graphql.WithOperationContext(graphql.StartOperationTrace(s.ctx), rc)
+	sink := &graph.StreamSink{Notify: s.notify, Stream: s.stream}
+	responses, rctx := c.exec.DispatchOperation(graph.WithStreamSink(ctx, sink), rc)
+	if responses == nil {
+		c.fail(s, gqlerror.List{graph.Error(service.Errorf(service.EINTERNAL, "internal error"))})
+		return false
+	}
+	s.responses, s.rctx = responses, rctx
+	return true
+}
+
+// bare copies what executing rc again needs, and nothing that the execution added to it
+// (the executor caches collected fields in it).
+func bare(rc *graphql.OperationContext) *graphql.OperationContext {
+	return &graphql.OperationContext{
+		RawQuery: rc.RawQuery, Variables: rc.Variables, OperationName: rc.OperationName,
+		Doc: rc.Doc, Extensions: rc.Extensions, Operation: rc.Operation,
+		DisableIntrospection: rc.DisableIntrospection, RecoverFunc: rc.RecoverFunc,
+		ResolverMiddleware: rc.ResolverMiddleware, RootResolverMiddleware: rc.RootResolverMiddleware,
+	}
 }
 
 // writeNext sends one result of s; false when s is over or the connection is gone.
