@@ -146,6 +146,7 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	log := cfg.Log
 	sockets := &graphqlws.Transport{
 		Authenticate:     wsAuthenticate(cfg.Auth),
+		Values:           wsValues,
 		CheckOrigin:      originChecker(cfg.AllowedOrigins),
 		KeepAlive:        cfg.KeepAlive,
 		InitTimeout:      cfg.InitTimeout,

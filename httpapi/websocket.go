@@ -35,6 +35,17 @@ func originChecker(allowed []string) func(*http.Request) bool {
 	}
 }
 
+// wsValues keeps of a websocket's upgrade request the identity its Authorization header
+// proved, if any (wsAuthenticate falls back on it), and nothing else: the request's own
+// context holds the HTTP server's state for the connection it came on.
+func wsValues(r *http.Request) context.Context {
+	ctx := context.Background()
+	if id, ok := r.Context().Value(identityKey{}).(jwtauth.Identity); ok {
+		ctx = context.WithValue(ctx, identityKey{}, id)
+	}
+	return ctx
+}
+
 // wsAuthenticate authorises a websocket with the token of connection_init's payload
 // (Authorization, key matched without regard to case, "Bearer <token>" or the bare token),
 // or else the upgrade request's Authorization header. The socket's authorisation ends at

@@ -56,9 +56,10 @@ type conn struct {
 	opCtx      context.Context // the context operations run in, once authorised
 	inited     bool
 	closed     bool
-	subs       map[string]*sub
-	ready      []*sub // subscriptions with something to deliver
-	delivering bool   // a goroutine delivers ready
+	subs       subSet
+	ready      []*sub  // subscriptions with something to deliver
+	delivering bool    // a goroutine delivers ready
+	funcs      opFuncs // the executor's, taken from the first subscription (see operation)
 	// One timer per connection serves its deadlines: connection_init's (initBy), the next
 	// keep-alive (keepBy) and the token's expiry (expires, zero for none).
 	timer                   *time.Timer
@@ -81,7 +82,7 @@ type sub struct {
 	ctx    context.Context // the connection's operation context
 	cancel context.CancelFunc
 	stream *graph.Stream
-	op     *graphql.OperationContext
+	op     operation
 	queued bool // in c.ready
 	retry  *time.Timer
 
@@ -89,6 +90,46 @@ type sub struct {
 	// it with. Only the connection's delivering goroutine touches them.
 	responses graphql.ResponseHandler
 	rctx      context.Context
+}
+
+// subSet is a connection's operations by ID. Most connections hold one or two (and at
+// most MaxSubscriptions): a slice searched in order costs less than a map.
+type subSet []*sub
+
+func (ss subSet) get(id string) *sub {
+	for _, s := range ss {
+		if s.id == id {
+			return s
+		}
+	}
+	return nil
+}
+
+func (ss subSet) len() int { return len(ss) }
+
+// set adds s, or puts it in the place of the operation with its ID.
+func (ss *subSet) set(s *sub) {
+	for i, o := range *ss {
+		if o.id == s.id {
+			(*ss)[i] = s
+			return
+		}
+	}
+	*ss = append(*ss, s)
+}
+
+func (ss *subSet) del(id string) {
+	for i, o := range *ss {
+		if o.id == id {
+			last := len(*ss) - 1
+			(*ss)[i], (*ss)[last] = (*ss)[last], nil
+			*ss = (*ss)[:last]
+			if last == 0 {
+				*ss = nil
+			}
+			return
+		}
+	}
 }
 
 func (c *conn) liveness() time.Duration { return 2*c.t.KeepAlive + 5*time.Second }
@@ -223,7 +264,7 @@ func (c *conn) subscribe(id string, raw json.RawMessage) bool {
 		c.mu.Unlock()
 		return false
 	}
-	old := c.subs[id]
+	old := c.subs.get(id)
 	if old != nil && !c.proto.legacy {
 		c.mu.Unlock()
 		c.closeWith(CloseSubscriberUsed, "Subscriber for "+truncate(id, 40)+" already exists")
@@ -232,7 +273,7 @@ func (c *conn) subscribe(id string, raw json.RawMessage) bool {
 	// The legacy protocol has no such code: like its reference server
 	// (subscriptions-transport-ws), a start with an ID in use stops that operation, without
 	// complete, and the ID names the new one from now on.
-	if old == nil && len(c.subs) >= c.t.MaxSubscriptions {
+	if old == nil && c.subs.len() >= c.t.MaxSubscriptions {
 		c.mu.Unlock()
 		c.sendError(id, gqlerror.List{graph.Error(service.Errorf(service.ERATELIMIT, "too many subscriptions on this connection (at most %d)", c.t.MaxSubscriptions))})
 		return true
@@ -241,7 +282,7 @@ func (c *conn) subscribe(id string, raw json.RawMessage) bool {
 	// reader goes on reading (and answering keep-alives) and its stack stays small while
 	// the connection idles.
 	s := &sub{id: id, c: c, cancel: func() {}}
-	c.subs[id] = s
+	c.subs.set(s)
 	opCtx := c.opCtx
 	c.mu.Unlock()
 	if old != nil {
@@ -255,7 +296,7 @@ func (c *conn) subscribe(id string, raw json.RawMessage) bool {
 func (c *conn) live(s *sub) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return !c.closed && c.subs[s.id] == s
+	return !c.closed && c.subs.get(s.id) == s
 }
 
 // fail ends an operation that could not start, with errors.
@@ -325,8 +366,11 @@ func (c *conn) start(s *sub, opCtx context.Context, raw json.RawMessage, start t
 	// event needs it.
 	responses, rctx = nil, nil
 	c.mu.Lock()
-	s.ctx, s.stream, s.op = opCtx, sink.Stream, bare(rc)
-	stale := c.closed || c.subs[s.id] != s
+	s.ctx, s.stream, s.op = opCtx, sink.Stream, operationOf(rc)
+	if c.funcs.field == nil {
+		c.funcs = opFuncs{rc.RecoverFunc, rc.ResolverMiddleware, rc.RootResolverMiddleware}
+	}
+	stale := c.closed || c.subs.get(s.id) != s
 	c.mu.Unlock()
 	if stale { // stopped or closed while it started
 		sink.Stream.Close()
@@ -360,7 +404,7 @@ func (c *conn) once(s *sub, ctx context.Context, rc *graphql.OperationContext) {
 // nothing more is written for it (see writeFor).
 func (c *conn) stop(id string) {
 	c.mu.Lock()
-	s := c.subs[id]
+	s := c.subs.get(id)
 	c.mu.Unlock()
 	if s == nil {
 		return
@@ -378,9 +422,9 @@ func (c *conn) stop(id string) {
 // if not, someone else ended it and nothing is written.
 func (c *conn) finish(s *sub, end *message) bool {
 	c.mu.Lock()
-	live := !c.closed && c.subs[s.id] == s
+	live := !c.closed && c.subs.get(s.id) == s
 	if live {
-		delete(c.subs, s.id)
+		c.subs.del(s.id)
 	}
 	c.mu.Unlock()
 	if !live {
@@ -403,7 +447,7 @@ func (c *conn) release(s *sub) {
 	if s.retry != nil {
 		s.retry.Stop()
 	}
-	idle := len(c.subs) == 0
+	idle := c.subs.len() == 0
 	c.mu.Unlock()
 	cancel()
 	if st != nil {
@@ -419,7 +463,7 @@ func (c *conn) release(s *sub) {
 func (s *sub) notify() {
 	c := s.c
 	c.mu.Lock()
-	if c.closed || s.queued || c.subs[s.id] != s {
+	if c.closed || s.queued || c.subs.get(s.id) != s {
 		c.mu.Unlock()
 		return
 	}
@@ -448,7 +492,7 @@ func (c *conn) deliver() {
 		c.ready[0] = nil
 		c.ready = c.ready[1:]
 		s.queued = false
-		live := c.subs[s.id] == s && s.stream != nil // a stream still starting is notified once it has
+		live := c.subs.get(s.id) == s && s.stream != nil // a stream still starting is notified once it has
 		c.mu.Unlock()
 		if live {
 			c.pump(s)
@@ -485,7 +529,7 @@ func (c *conn) pump(s *sub) {
 			// The log cannot be read now: try again in a moment.
 			c.t.Log.Warn("subscription read", "err", err)
 			c.mu.Lock()
-			if c.subs[s.id] == s {
+			if c.subs.get(s.id) == s {
 				s.retry = time.AfterFunc(200*time.Millisecond, s.notify)
 			}
 			c.mu.Unlock()
@@ -516,7 +560,7 @@ func (c *conn) pump(s *sub) {
 // execute executes s's operation again for its stream (see graph.StreamSink), for the
 // executor to render the event Next left to it; false when that failed and s is over.
 func (c *conn) execute(s *sub) bool {
-	rc := bare(s.op)
+	rc := s.op.context(&c.funcs)
 	ctx := graphql.WithOperationContext(graphql.StartOperationTrace(s.ctx), rc)
 	sink := &graph.StreamSink{Notify: s.notify, Stream: s.stream}
 	responses, rctx := c.exec.DispatchOperation(graph.WithStreamSink(ctx, sink), rc)
@@ -528,14 +572,54 @@ func (c *conn) execute(s *sub) bool {
 	return true
 }
 
-// bare copies what executing rc again needs, and nothing that the execution added to it
-// (the executor caches collected fields in it).
-func bare(rc *graphql.OperationContext) *graphql.OperationContext {
+// operation is what executing a subscription again needs of its operation context: the
+// parsed document and operation (shared with the query cache), the variables as a list
+// (a map is made when it runs), and nothing that executing it added (the executor
+// caches collected fields in the context).
+type operation struct {
+	query, name string
+	doc         *ast.QueryDocument
+	def         *ast.OperationDefinition
+	extensions  map[string]any
+	vars        []variable
+	noIntro     bool
+}
+
+type variable struct {
+	name  string
+	value any
+}
+
+// opFuncs are the executor's middleware and recovery, the same for all of a connection's
+// operations.
+type opFuncs struct {
+	recover   graphql.RecoverFunc
+	field     graphql.FieldMiddleware
+	rootField graphql.RootFieldMiddleware
+}
+
+func operationOf(rc *graphql.OperationContext) operation {
+	op := operation{query: rc.RawQuery, name: rc.OperationName, doc: rc.Doc, def: rc.Operation,
+		extensions: rc.Extensions, noIntro: rc.DisableIntrospection}
+	if len(rc.Variables) > 0 {
+		op.vars = make([]variable, 0, len(rc.Variables))
+		for k, v := range rc.Variables {
+			op.vars = append(op.vars, variable{k, v})
+		}
+	}
+	return op
+}
+
+// context makes an operation context of op to execute, with the executor's funcs.
+func (op *operation) context(fn *opFuncs) *graphql.OperationContext {
+	vars := make(map[string]any, len(op.vars))
+	for _, v := range op.vars {
+		vars[v.name] = v.value
+	}
 	return &graphql.OperationContext{
-		RawQuery: rc.RawQuery, Variables: rc.Variables, OperationName: rc.OperationName,
-		Doc: rc.Doc, Extensions: rc.Extensions, Operation: rc.Operation,
-		DisableIntrospection: rc.DisableIntrospection, RecoverFunc: rc.RecoverFunc,
-		ResolverMiddleware: rc.ResolverMiddleware, RootResolverMiddleware: rc.RootResolverMiddleware,
+		RawQuery: op.query, Variables: vars, OperationName: op.name, Doc: op.doc,
+		Extensions: op.extensions, Operation: op.def, DisableIntrospection: op.noIntro,
+		RecoverFunc: fn.recover, ResolverMiddleware: fn.field, RootResolverMiddleware: fn.rootField,
 	}
 }
 
@@ -589,7 +673,7 @@ func (c *conn) write(data []byte) bool {
 func (c *conn) writeFor(s *sub, data []byte) bool {
 	c.wmu.Lock()
 	c.mu.Lock()
-	live := !c.closed && c.subs[s.id] == s
+	live := !c.closed && c.subs.get(s.id) == s
 	c.mu.Unlock()
 	if !live {
 		c.wmu.Unlock()
@@ -676,7 +760,7 @@ func (c *conn) shutdownIfIdle() {
 		return
 	}
 	c.mu.Lock()
-	idle := len(c.subs) == 0
+	idle := c.subs.len() == 0
 	c.mu.Unlock()
 	if idle {
 		c.closeWith(CloseGoingAway, "server shutting down")
@@ -693,7 +777,7 @@ func (c *conn) closeWith(code int, reason string) {
 	}
 	c.closed = true
 	subs := c.subs
-	c.subs, c.ready = map[string]*sub{}, nil
+	c.subs, c.ready = nil, nil
 	if c.timer != nil {
 		c.timer.Stop()
 	}

@@ -58,6 +58,11 @@ type Transport struct {
 	// never). ctx carries the upgrade request's values. An error closes the socket with
 	// 4401 and the error's message.
 	Authenticate func(ctx context.Context, payload map[string]any) (context.Context, time.Time, error)
+	// Values returns the context a connection keeps of its upgrade request: what
+	// Authenticate and the operations read of it. The default keeps all of the request's
+	// context but its cancellation, and with it what the HTTP server put there for the
+	// connection it served the request on, for as long as the websocket lasts.
+	Values func(r *http.Request) context.Context
 	// CheckOrigin allows or refuses an upgrade by its request's origin.
 	CheckOrigin func(r *http.Request) bool
 	// KeepAlive is the interval of keep-alives; default 15s.
@@ -145,12 +150,18 @@ func (t *Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Grap
 		proto = transportWS
 	}
 	ws.SetReadLimit(t.ReadLimit)
-	// The connection outlives the request: its context keeps the request's values, not its
-	// cancellation.
-	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	// The connection outlives the request: its context keeps the request's values (or
+	// those Values picks), not its cancellation.
+	var base context.Context
+	if t.Values != nil {
+		base = t.Values(r)
+	} else {
+		base = context.WithoutCancel(r.Context())
+	}
+	ctx, cancel := context.WithCancel(base)
 	// The request is not kept: it holds on to the HTTP server's buffers for the connection
 	// (through its body's reader), which would stay for as long as the websocket.
-	c := &conn{t: t, ws: ws, proto: proto, exec: exec, ctx: ctx, cancel: cancel, subs: map[string]*sub{}}
+	c := &conn{t: t, ws: ws, proto: proto, exec: exec, ctx: ctx, cancel: cancel}
 	t.mu.Lock()
 	t.conns[c] = struct{}{}
 	t.peak = max(t.peak, len(t.conns))
