@@ -26,11 +26,8 @@ type Stream struct {
 	ch  chan model.SessionEvent // buffered(1): what the response handler renders next
 	buf []*service.Event
 	// plans render the commonest events without the executor (see plan and planFrom);
-	// oc and root are what they are made from while they wait to be; rootKey is the
-	// messageStream field's response key as JSON, with its colon; rendered is the event
-	// Next rendered so.
-	oc       *graphql.OperationContext
-	root     *graphql.CollectedField
+	// rootKey is the messageStream field's response key as JSON, with its colon; rendered
+	// is the event Next rendered so.
 	rootKey  string
 	plans    map[string]*plan
 	rendered []byte
@@ -190,42 +187,23 @@ var planFields = map[string]map[string]string{
 	"Usage": {"__typename": "", "inputTokens": "", "outputTokens": "", "cachedInputTokens": ""},
 }
 
-// planFrom takes what the stream's plans are made from: the operation and the
-// messageStream field whose resolver runs in ctx. Plans shared by every subscription
-// with the same document are taken at once, so that nothing of the operation stays with
-// the stream; others are made at the first event (an idle subscription never needs
-// them), from the operation kept until then. Once taken, a later call (the transport
-// rendering an event with the executor again) changes nothing.
+// planFrom makes the stream's plans from the operation and the messageStream field whose
+// resolver runs in ctx, when the subscription starts: nothing of the operation then stays
+// with the stream. Plans of a document without directives are shared (see plansOf), so
+// that starting costs a lookup. Once made, a later call (the transport executing the
+// operation again to render an event) changes nothing.
 func (s *Stream) planFrom(ctx context.Context) {
-	if s.plans != nil || s.oc != nil || !graphql.HasOperationContext(ctx) {
+	if s.plans != nil || !graphql.HasOperationContext(ctx) {
 		return
 	}
-	fc := graphql.GetFieldContext(ctx)
-	if fc == nil {
-		return
+	if fc := graphql.GetFieldContext(ctx); fc != nil {
+		s.rootKey = jsonKey(fc.Field.Alias)
+		s.plans = plansOf(graphql.GetOperationContext(ctx), &fc.Field)
 	}
-	oc := graphql.GetOperationContext(ctx)
-	s.rootKey = jsonKey(fc.Field.Alias)
-	if shareable(oc) {
-		s.plans = plansOf(oc, &fc.Field)
-		return
-	}
-	s.oc, s.root = oc, &fc.Field
 }
 
-// plan returns the plan for an event type, making the stream's plans on first use.
-func (s *Stream) plan(typ string) *plan {
-	if s.plans == nil {
-		s.plans = noPlans
-		if s.oc != nil {
-			s.plans = plansOf(s.oc, s.root)
-		}
-		s.oc, s.root = nil, nil
-	}
-	return s.plans[typ]
-}
-
-var noPlans = map[string]*plan{}
+// plan returns the plan for an event type; nil leaves it to the executor.
+func (s *Stream) plan(typ string) *plan { return s.plans[typ] }
 
 // plansOf makes the plans of a subscription's messageStream field. Plans are the same
 // for every subscription made with one document, unless a directive's variable tells
