@@ -72,7 +72,7 @@ type conn struct {
 // mutation while it runs.
 //
 // A subscription keeps its stream and, to render the events no plan of the stream
-// covers, a bare copy of its operation (op): the executor's response handler and all it
+// covers, a compact copy of its operation (op): the executor's response handler and all it
 // holds (field contexts, collected fields, the operation's contexts) are made again by
 // executing op when such an event comes, and dropped once it is delivered (see pump).
 // An idle subscription then costs its stream, op and little else.
@@ -362,9 +362,8 @@ func (c *conn) start(s *sub, opCtx context.Context, raw json.RawMessage, start t
 		c.fail(s, errs)
 		return
 	}
-	// The response handler of this first execution goes: pump makes one again when an
-	// event needs it.
-	responses, rctx = nil, nil
+	// The response handler of this first execution is not kept: pump makes one again when
+	// an event needs it.
 	c.mu.Lock()
 	s.ctx, s.stream, s.op = opCtx, sink.Stream, operationOf(rc)
 	if c.funcs.field == nil {
