@@ -343,6 +343,51 @@ func TestSubscribeBeforeConnectionInitClosesWith4401(t *testing.T) {
 	}
 }
 
+// A client may authenticate a socket with the upgrade request's Authorization header
+// instead of connection_init's payload; a bad header does not refuse the upgrade, and
+// connection_init without a token then closes with 4401.
+func TestWebsocketAuthenticatedByTheUpgradeHeader(t *testing.T) {
+	a := startApp(t, "memory", nil)
+	g := guest(t, a)
+	var me struct{ Viewer struct{ ID string } }
+	g.Must(`{ viewer { id } }`, nil, &me)
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			dial := func(header string) *wsConn {
+				d := websocket.Dialer{Subprotocols: []string{proto}, HandshakeTimeout: tgtest.Wait}
+				conn, _, err := d.Dial(wsURL(a.URL), http.Header{"Authorization": {header}})
+				if err != nil {
+					t.Fatalf("dial with the header %q: %v", header, err)
+				}
+				t.Cleanup(func() { conn.Close() })
+				return &wsConn{t: t, proto: proto, Conn: conn}
+			}
+			c := dial("Bearer " + g.Token)
+			c.mustSend(map[string]any{"type": "connection_init", "payload": map[string]any{}})
+			c.mustSend(map[string]any{"type": startType(proto), "id": "1", "payload": map[string]any{"query": "{ viewer { id } }"}})
+			for {
+				m, err := c.readMsg(tgtest.Wait)
+				if err != nil {
+					t.Fatalf("waiting for the viewer: %v", err)
+				}
+				if m.Type == "connection_ack" || m.keepAlive() {
+					continue
+				}
+				if m.Type != nextType(proto) || !strings.Contains(string(m.Payload), me.Viewer.ID) {
+					t.Fatalf("got %s %s, want the viewer %s", m.Type, m.Payload, me.Viewer.ID)
+				}
+				break
+			}
+
+			bad := dial("Bearer nonsense")
+			bad.mustSend(map[string]any{"type": "connection_init", "payload": map[string]any{}})
+			if code, seen := bad.closeCode(tgtest.Wait); code != 4401 {
+				t.Errorf("a bad header and no token: close code %d after %v, want 4401", code, types(seen))
+			}
+		})
+	}
+}
+
 func TestSecondConnectionInitClosesWith4429(t *testing.T) {
 	a := startApp(t, "memory", nil)
 	g := guest(t, a)
