@@ -114,9 +114,11 @@ func TestTracesOfOperationsRunsAndAgentCalls(t *testing.T) {
 	if calls, tools := spans.Named(all, "chat gpt-test"), spans.Named(all, "execute_tool get_city"); len(calls) != 2 || len(tools) != 1 || children != 3 {
 		t.Errorf("%d provider calls and %d tool calls, %d of the run's children; want 2, 1, 3:%s", len(calls), len(tools), children, spans.Describe(all))
 	}
+	// One span for the subscription, however often the transport executes it again to
+	// render an event of its stream (the tool call's events are rendered so).
 	subs := spans.Named(all, "subscription")
-	if len(subs) == 0 || spans.Attr(subs[0], service.AttrSessionID) != sid {
-		t.Errorf("no subscription span with the session:%s", spans.Describe(all))
+	if len(subs) != 1 || spans.Attr(subs[0], service.AttrSessionID) != sid {
+		t.Errorf("%d subscription spans, want one with the session:%s", len(subs), spans.Describe(all))
 	}
 }
 
