@@ -133,7 +133,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.Trail, "trail", 1500*time.Millisecond, "wait after a scenario's last reply before reading the server's CPU, so that work it does in the background (folding finished replies) counts")
 	fs.IntVar(&c.GoroutineSlack, "goroutine-slack", 20, "idle: goroutines above the baseline still counted as returned")
 	fs.StringVar(&c.Pprof, "pprof", "", "the server's pprof listener (its PPROF_ADDR), e.g. http://127.0.0.1:6061: record the server's CPU profile during each scenario's busy part")
-	fs.StringVar(&c.PprofDir, "pprof-dir", ".", "where -pprof saves the profiles, one-second each, as SCENARIO-NNN.pprof (go tool pprof reads them together)")
+	fs.StringVar(&c.PprofDir, "pprof-dir", ".", "where -pprof saves the profiles (made if missing), one-second each, as SCENARIO-NNN.pprof (go tool pprof reads them together)")
 	fs.BoolVar(&c.JSON, "json", false, "print the figures and errors as JSON instead of a table")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines on stderr")
 	fs.Usage = func() {

@@ -28,6 +28,10 @@ func (r *runner) startProfiler(ctx context.Context, scen string) *profiler {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	p := &profiler{cancel: cancel}
+	if err := os.MkdirAll(r.cfg.PprofDir, 0o755); err != nil {
+		p.err = err
+		return p
+	}
 	hc := &http.Client{Timeout: r.cfg.Timeout}
 	url := r.cfg.Pprof + "/debug/pprof/profile?seconds=1"
 	p.wg.Add(1)
