@@ -89,11 +89,7 @@ func (s *Service) startLocked(st *sessionState, run *Run, resumed, holding bool,
 	st.active = ar
 	// The run's first text goes out at once, whatever an earlier run's last flush left
 	// waiting (that run's end wrote its text).
-	st.lastFlush = time.Time{}
-	if st.flushTimer != nil {
-		st.flushTimer.Stop()
-		st.flushTimer = nil
-	}
+	st.lastFlush, st.flushAt = time.Time{}, time.Time{}
 	s.holdState(st) // the run holds the state until it returns
 	s.runs.Add(1)
 	go s.execute(ar, resumed)

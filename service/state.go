@@ -40,10 +40,11 @@ type sessionState struct {
 	writing bool
 	// dirty is set while the writer has the session on its list of text to flush.
 	dirty bool
-	// lastFlush is when streamed text was last taken for writing; flushTimer, when set,
-	// puts the session on the writer's list once FlushInterval has passed since then.
-	lastFlush  time.Time
-	flushTimer *time.Timer
+	// lastFlush is when streamed text was last taken for writing; flushAt, when set, is
+	// when the writer takes it next (FlushInterval after lastFlush, or a pause after a
+	// failed write): the session waits on the writer's list until then.
+	lastFlush time.Time
+	flushAt   time.Time
 	// failingSince is when writes of streamed text began to fail (zero while they work).
 	failingSince time.Time
 

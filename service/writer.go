@@ -1,6 +1,7 @@
 package service
 
 import (
+	"container/heap"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -21,9 +22,13 @@ import (
 type writer struct {
 	s *Service
 
-	mu      sync.Mutex
-	reqs    []*writeReq
-	dirty   []*sessionState
+	mu    sync.Mutex
+	reqs  []*writeReq
+	dirty []*sessionState
+	// later holds the sessions whose text waits for its time (FlushInterval since the last
+	// flush, or a pause after a failed write), earliest first: the writer's own clock, so
+	// that a thousand streams cost no timer and no goroutine per flush.
+	later   laterQueue
 	wake    chan struct{} // buffered(1): there is work
 	quit    chan struct{}
 	done    chan struct{}
@@ -172,32 +177,34 @@ func (w *writer) healthy(ctx context.Context) error {
 // once or, with a FlushInterval, once it has passed since the last flush. st.mu must be
 // held.
 func (w *writer) flushSoon(st *sessionState) {
-	if st.dirty || st.flushTimer != nil {
+	if st.dirty || !st.flushAt.IsZero() {
 		return
 	}
-	if wait := w.s.cfg.FlushInterval - time.Since(st.lastFlush); wait > 0 && !st.lastFlush.IsZero() {
-		st.flushTimer = time.AfterFunc(wait, func() {
-			st.mu.Lock()
-			st.flushTimer = nil
-			w.markLocked(st)
-			st.mu.Unlock()
-		})
+	if at := st.lastFlush.Add(w.s.cfg.FlushInterval); !st.lastFlush.IsZero() && time.Until(at) > 0 {
+		w.schedule(st, at)
 		return
 	}
 	w.markLocked(st)
 }
 
 // retryLater puts st back on the list after a pause, once a write of its text failed.
+// st.mu must be held.
 func (w *writer) retryLater(st *sessionState, pause time.Duration) {
-	if st.flushTimer != nil {
-		return
+	if st.flushAt.IsZero() {
+		w.schedule(st, time.Now().Add(pause))
 	}
-	st.flushTimer = time.AfterFunc(pause, func() {
-		st.mu.Lock()
-		st.flushTimer = nil
-		w.markLocked(st)
-		st.mu.Unlock()
-	})
+}
+
+// schedule has the writer put st on its list at at. st.mu must be held.
+func (w *writer) schedule(st *sessionState, at time.Time) {
+	st.flushAt = at
+	w.mu.Lock()
+	heap.Push(&w.later, laterItem{at: at, st: st})
+	first := w.later[0].st == st
+	w.mu.Unlock()
+	if first { // the writer sleeps until an earlier time: wake it to sleep less
+		w.signal()
+	}
 }
 
 func (w *writer) markLocked(st *sessionState) {
@@ -232,14 +239,17 @@ type flush struct {
 
 func (w *writer) run() {
 	defer close(w.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
 		select {
 		case <-w.wake:
+		case <-timer.C:
 		case <-w.quit:
-			w.round() // what was queued before stop
+			w.round(true) // what was queued before stop, and the text waiting for its time
 			return
 		}
-		if progress := w.round(); !progress {
+		if progress := w.round(false); !progress {
 			// Every session on the list was busy with a command: give them a moment.
 			t := time.NewTimer(time.Millisecond)
 			select {
@@ -248,46 +258,84 @@ func (w *writer) run() {
 				t.Stop()
 			}
 		}
+		w.mu.Lock()
+		var next time.Time
+		if len(w.later) > 0 {
+			next = w.later[0].at
+		}
+		w.mu.Unlock()
+		if !next.IsZero() {
+			timer.Reset(time.Until(next))
+		}
 	}
 }
 
-// round writes one round; progress is false when there was work but none could be taken.
-func (w *writer) round() (progress bool) {
+// round writes one round: the commands waiting, and the text of the sessions on the list
+// and of those whose time has come (of every waiting session when all). progress is false
+// when there was work but none could be taken.
+func (w *writer) round(all bool) (progress bool) {
+	now := time.Now()
 	w.mu.Lock()
 	reqs, dirty := w.reqs, w.dirty
 	w.reqs, w.dirty = nil, nil
+	var due []laterItem
+	for len(w.later) > 0 && (all || !w.later[0].at.After(now)) {
+		due = append(due, heap.Pop(&w.later).(laterItem))
+	}
 	w.mu.Unlock()
-	if len(reqs) == 0 && len(dirty) == 0 {
+	if len(reqs) == 0 && len(dirty) == 0 && len(due) == 0 {
 		return true
 	}
 
 	var flushes []flush
 	var again []*sessionState
+	var later []laterItem
+	take := func(st *sessionState) {
+		if st.writing {
+			w.markLocked(st)
+			return
+		}
+		if t := w.s.takeTextLocked(st); t != nil {
+			st.writing = true
+			flushes = append(flushes, flush{t: t})
+		}
+	}
 	for _, st := range dirty {
 		if !st.mu.TryLock() { // a command holds it; its own write takes the text
 			again = append(again, st)
 			continue
 		}
 		st.dirty = false
-		if st.writing {
-			w.markLocked(st)
-			st.mu.Unlock()
+		take(st)
+		st.mu.Unlock()
+	}
+	for _, it := range due {
+		st := it.st
+		if !st.mu.TryLock() {
+			later = append(later, it)
 			continue
 		}
-		if t := w.s.takeTextLocked(st); t != nil {
-			st.writing = true
-			flushes = append(flushes, flush{t: t})
+		// A run that started since wants its first text at once: it was put on the list
+		// then, and this time no longer stands.
+		if st.flushAt.Equal(it.at) {
+			st.flushAt = time.Time{}
+			if !st.dirty {
+				take(st)
+			}
 		}
 		st.mu.Unlock()
 	}
-	if len(again) > 0 {
+	if len(again) > 0 || len(later) > 0 {
 		w.mu.Lock()
 		w.dirty = append(w.dirty, again...)
+		for _, it := range later {
+			heap.Push(&w.later, it)
+		}
 		w.mu.Unlock()
 		w.signal()
 	}
 	if len(reqs) == 0 && len(flushes) == 0 {
-		return false
+		return len(again) == 0 && len(later) == 0
 	}
 
 	batches := make([]*Batch, 0, len(reqs)+len(flushes))
@@ -318,4 +366,25 @@ func (w *writer) round() (progress bool) {
 		w.s.flushed(f.t, err)
 	}
 	return true
+}
+
+// laterItem is a session waiting on the writer's list until at.
+type laterItem struct {
+	at time.Time
+	st *sessionState
+}
+
+// laterQueue is a min-heap of laterItems by time (container/heap).
+type laterQueue []laterItem
+
+func (q laterQueue) Len() int           { return len(q) }
+func (q laterQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
+func (q laterQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *laterQueue) Push(x any)        { *q = append(*q, x.(laterItem)) }
+func (q *laterQueue) Pop() any {
+	old := *q
+	it := old[len(old)-1]
+	old[len(old)-1] = laterItem{}
+	*q = old[:len(old)-1]
+	return it
 }

@@ -201,3 +201,31 @@ func TestFlushInterval(t *testing.T) {
 		}
 	}
 }
+
+// Text that waits for FlushInterval is written once it has passed, while the run goes on:
+// the writer keeps the time of every session that waits.
+func TestTextWaitingForTheIntervalIsWrittenWhenItPasses(t *testing.T) {
+	p := newPuppet()
+	svc := start(t, setup{agents: map[string]service.Runner{"puppet": p},
+		config: func(c *service.Config) { c.FlushInterval = 20 * time.Millisecond }})
+	sess := newSession(t, svc, alice, "puppet", "")
+	f := follow(t, svc, alice, sess.ID, sess.StreamCursor)
+	_, run := send(t, svc, alice, sess.ID, "hello")
+	tn := p.next(t)
+	for i, word := range []string{"one ", "two ", "three"} {
+		tn.say(t, word)
+		evs := f.until(is(service.EventMessageChunk))
+		for _, e := range evs {
+			if e.Type == service.EventRunStatusChanged && e.Run.ID == run.ID && e.Run.FinishedAt != nil {
+				t.Fatalf("word %d: the run ended before its text was written: %s", i, describe(evs))
+			}
+		}
+		if c := evs[len(evs)-1]; c.Delta != word {
+			t.Errorf("word %d: chunk %q, want %q", i, c.Delta, word)
+		}
+	}
+	tn.finish(nil)
+	if reply := replyOf(t, f.until(runEnds(run.ID)), run.ID); reply.Content != "one two three" {
+		t.Errorf("reply %q", reply.Content)
+	}
+}
