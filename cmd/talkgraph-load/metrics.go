@@ -17,6 +17,7 @@ const (
 	metricCPU           = "process_cpu_seconds_total"
 	metricRSS           = "process_resident_memory_bytes"
 	metricGoroutines    = "go_goroutines"
+	metricGCCycles      = "go_gc_duration_seconds_count"
 	metricSubscriptions = "talkgraph_subscriptions_active"
 	metricRunsWaiting   = "talkgraph_runs_waiting_for_slot"
 	metricRunsExecuting = "talkgraph_runs_executing"

@@ -466,6 +466,9 @@ func (m *measure) serverCPU() float64 {
 func (r *runner) addResources(scen string, m *measure) {
 	if m.ok {
 		r.rep.add(scen, "server CPU", m.serverCPU(), "s")
+		if gc, ok := m.after.sum(metricGCCycles); ok {
+			r.rep.add(scen, "server GC cycles", gc-m.before.value(metricGCCycles), "")
+		}
 		if m.peaks.Scrapes > 0 {
 			r.rep.add(scen, "server peak RSS", m.peaks.RSS/(1<<20), "MiB")
 			r.rep.add(scen, "server peak goroutines", m.peaks.Goroutines, "")
