@@ -221,6 +221,8 @@ func (s *scraper) scrapeOne(ctx context.Context, u string) ([]sample, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Uncompressed: the server's gzip of every scrape would count in the CPU measured.
+	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := s.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("metrics %s: %w", u, err)

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/talkgraph/talkgraph/service"
 )
@@ -43,7 +44,7 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 	}
 	in := 0
 	for _, m := range req.History {
-		in += len(strings.Fields(m.Content))
+		in += countWords(m.Content)
 	}
 	return out.ReportUsage(Model, service.Usage{InputTokens: in, OutputTokens: counted.words})
 }
@@ -58,8 +59,23 @@ type countingOutput struct {
 }
 
 func (c *countingOutput) Text(delta string) error {
-	c.words += len(strings.Fields(delta))
+	c.words += countWords(delta)
 	return c.Output.Text(delta)
+}
+
+// countWords is len(strings.Fields(s)) without the slice: the demo agent counts every word
+// it streams.
+func countWords(s string) int {
+	n, in := 0, false
+	for _, r := range s {
+		if unicode.IsSpace(r) {
+			in = false
+		} else if !in {
+			in = true
+			n++
+		}
+	}
+	return n
 }
 
 func (a *Agent) run(ctx context.Context, req service.RunRequest, out service.Output) error {

@@ -77,9 +77,7 @@ const (
 )
 
 // qUpsertMessages upserts n messages.
-func qUpsertMessages(n int) string {
-	return multiRow(`INSERT INTO messages (`+messageCols+`)`, 11, n, upsertMessageTail)
-}
+var qUpsertMessages = multiRow(`INSERT INTO messages (`+messageCols+`)`, 11, upsertMessageTail)
 
 func messageArgs(m *service.Message) []any {
 	return []any{m.ID, m.SessionID, m.Seq, string(m.Role), string(m.Kind), m.Content, string(m.Status),
@@ -113,9 +111,7 @@ const (
 )
 
 // qUpsertRuns upserts n runs.
-func qUpsertRuns(n int) string {
-	return multiRow(`INSERT INTO runs (`+runCols+`)`, 11, n, upsertRunTail)
-}
+var qUpsertRuns = multiRow(`INSERT INTO runs (`+runCols+`)`, 11, upsertRunTail)
 
 func runArgs(r *service.Run) []any {
 	var usage any // NULL when none was reported
@@ -152,9 +148,7 @@ const (
 )
 
 // qUpsertQuestions upserts n questions.
-func qUpsertQuestions(n int) string {
-	return multiRow(`INSERT INTO questions (`+questionCols+`)`, 9, n, upsertQuestionTail)
-}
+var qUpsertQuestions = multiRow(`INSERT INTO questions (`+questionCols+`)`, 9, upsertQuestionTail)
 
 func questionArgs(q *service.Question) ([]any, error) {
 	var choices any // NULL for nil, so that nil and empty stay apart
@@ -194,9 +188,7 @@ const (
 )
 
 // qUpsertToolCalls upserts n tool calls.
-func qUpsertToolCalls(n int) string {
-	return multiRow(`INSERT INTO tool_calls (`+toolCallCols+`)`, 13, n, upsertToolCallTail)
-}
+var qUpsertToolCalls = multiRow(`INSERT INTO tool_calls (`+toolCallCols+`)`, 13, upsertToolCallTail)
 
 func toolCallArgs(tc *service.ToolCall) []any {
 	return []any{tc.ID, tc.RunID, tc.SessionID, tc.MessageID, tc.Name, tc.Arguments, tc.Output,
@@ -227,8 +219,23 @@ const (
 	qRewriteEvent = `UPDATE events SET delta = ?3, delta_offset = ?4, coalesced_from = ?5 WHERE session_id = ?1 AND seq = ?2`
 )
 
-// multiRow is an INSERT of n rows of cols columns: head, the VALUES, then tail.
-func multiRow(head string, cols, n int, tail string) string {
+// multiRow returns the text of an INSERT of n rows of cols columns (head, the VALUES, then
+// tail) for each n: built once for the sizes of rowBatchSizes, the only ones the writes
+// use, rather than at every write (a statement of 512 rows is some 20 KB of text).
+func multiRow(head string, cols int, tail string) func(n int) string {
+	built := make(map[int]string, len(rowBatchSizes))
+	for _, n := range rowBatchSizes {
+		built[n] = multiRowText(head, cols, n, tail)
+	}
+	return func(n int) string {
+		if q, ok := built[n]; ok {
+			return q
+		}
+		return multiRowText(head, cols, n, tail)
+	}
+}
+
+func multiRowText(head string, cols, n int, tail string) string {
 	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", cols), ", ") + ")"
 	var b strings.Builder
 	b.WriteString(head)
@@ -252,9 +259,7 @@ var rowBatchSizes = []int{512, 64, 8, 1}
 
 // qInsertEvents inserts n events. Append has checked that none is there yet; OR IGNORE
 // spares SQLite a statement journal for each insert (Append checks the count inserted).
-func qInsertEvents(n int) string {
-	return multiRow(`INSERT OR IGNORE INTO events (`+eventCols+`)`, 14, n, "")
-}
+var qInsertEvents = multiRow(`INSERT OR IGNORE INTO events (`+eventCols+`)`, 14, "")
 
 // eventArgs encodes e, an event of session sessionID, for qInsertEvent; payloads are
 // stored as JSON.
