@@ -28,8 +28,9 @@
 //	         and connection; reports the server's RSS and goroutines per subscription, then
 //	         closes them all and checks that the goroutines return to the baseline.
 //
-// Server figures (CPU, RSS, goroutines, GC cycles) come from the server's Prometheus /metrics, read
-// before and after each scenario (-metrics, several URLs summed for several replicas).
+// Server figures (CPU, RSS, goroutines, GC cycles) come from the server's Prometheus
+// /metrics, read before and after each scenario (-metrics, several URLs summed for several
+// replicas).
 // Several -url (replicas without a load balancer) share the sessions round robin; with
 // -cross a session follows its stream on one replica and sends through the next, so that
 // every message, chunk and stop crosses between replicas.
