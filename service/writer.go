@@ -315,8 +315,8 @@ func (w *writer) round(all bool) (progress bool) {
 			later = append(later, it)
 			continue
 		}
-		// A run that started since wants its first text at once: it was put on the list
-		// then, and this time no longer stands.
+		// Unless the session's time is still this one, the item is stale: a run that
+		// started since called the wait off (its first text goes at once).
 		if st.flushAt.Equal(it.at) {
 			st.flushAt = time.Time{}
 			if !st.dirty {
