@@ -31,6 +31,7 @@ type metrics struct {
 	owned   *prometheus.Desc
 	taken   *prometheus.Desc
 	broker  *prometheus.Desc
+	queued  *prometheus.Desc
 }
 
 func newMetrics(svc *service.Service, ws *graphqlws.Transport) *metrics {
@@ -50,6 +51,7 @@ func newMetrics(svc *service.Service, ws *graphqlws.Transport) *metrics {
 		batches: prometheus.NewDesc("talkgraph_writer_batches_total", "Sessions' batches written (a round writes many).", nil, nil),
 		failed:  prometheus.NewDesc("talkgraph_writer_failed_batches_total", "Batches the store refused or could not write.", nil, nil),
 		inStore: prometheus.NewDesc("talkgraph_writer_busy_seconds_total", "Time the writer spent in the store.", nil, nil),
+		queued:  prometheus.NewDesc("talkgraph_writer_commands_waiting", "Commands waiting for a round of the writer.", nil, nil),
 		owned:   prometheus.NewDesc("talkgraph_runs_owned", "Runs this replica runs (queued and waiting included).", nil, nil),
 		taken:   prometheus.NewDesc("talkgraph_runs_taken_over_total", "Runs this replica took over from replicas that were gone.", nil, nil),
 		broker:  prometheus.NewDesc("talkgraph_broker_reconnects_total", "Times the connection to NATS came back after a loss.", nil, nil),
@@ -59,7 +61,7 @@ func newMetrics(svc *service.Service, ws *graphqlws.Transport) *metrics {
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.latency.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.runs, m.subs, m.chunks, m.busy, m.waiting, m.sockets, m.rounds, m.batches, m.failed, m.inStore, m.usage, m.owned, m.taken, m.broker} {
+	for _, d := range []*prometheus.Desc{m.runs, m.subs, m.chunks, m.busy, m.waiting, m.sockets, m.rounds, m.batches, m.failed, m.inStore, m.queued, m.usage, m.owned, m.taken, m.broker} {
 		ch <- d
 	}
 }
@@ -79,6 +81,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.batches, prometheus.CounterValue, float64(st.Writes.Batches))
 	ch <- prometheus.MustNewConstMetric(m.failed, prometheus.CounterValue, float64(st.Writes.Failed))
 	ch <- prometheus.MustNewConstMetric(m.inStore, prometheus.CounterValue, st.Writes.Busy.Seconds())
+	ch <- prometheus.MustNewConstMetric(m.queued, prometheus.GaugeValue, float64(st.Writes.Waiting))
 	ch <- prometheus.MustNewConstMetric(m.owned, prometheus.GaugeValue, float64(st.RunsOwned))
 	ch <- prometheus.MustNewConstMetric(m.taken, prometheus.CounterValue, float64(st.Takeovers))
 	ch <- prometheus.MustNewConstMetric(m.broker, prometheus.CounterValue, float64(st.BrokerReconnects))

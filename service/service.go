@@ -28,6 +28,9 @@ type Config struct {
 	MaxSessionsPerUser int
 	MaxUserBytes       int64
 	FlushInterval      time.Duration // least time between two writes of one run's streamed text; a run's first goes at once (0: as soon as the writer is free)
+	// RoundCommands is how many commands one round of the writer takes at most; more
+	// wait for the next round, which begins once this one is written.
+	RoundCommands int
 	// TailEvents is how many recent events of a session stay in memory for its
 	// subscribers; those further behind read the store.
 	TailEvents int
@@ -72,6 +75,7 @@ func DefaultConfig() Config {
 		MaxSessionsPerUser: 1000,
 		MaxUserBytes:       100 << 20,
 		FlushInterval:      50 * time.Millisecond,
+		RoundCommands:      128,
 		TailEvents:         1024,
 		ReadBatch:          256,
 		MaxSubscriptions:   100000,
@@ -105,6 +109,7 @@ func (c *Config) fill() {
 	pick(&c.TailEvents, d.TailEvents)
 	pick(&c.ReadBatch, d.ReadBatch)
 	pick(&c.MaxSubscriptions, d.MaxSubscriptions)
+	pick(&c.RoundCommands, d.RoundCommands)
 	if c.FlushInterval < 0 {
 		c.FlushInterval = d.FlushInterval
 	}

@@ -8,11 +8,14 @@ import (
 	"time"
 )
 
-// writer is the one goroutine that writes to the store. Each round it takes every
-// command waiting to be written and every session with streamed text to flush, and hands
-// them to Store.Append at once: one transaction for all. While a round is being written,
-// the next one gathers, so a busy server makes fewer, larger commits and a quiet one writes
-// at once.
+// writer is the one goroutine that writes to the store. Each round it takes the commands
+// waiting to be written (up to RoundCommands, oldest first) and every session with
+// streamed text to flush, and hands them to Store.Append at once: one transaction for all.
+// While a round is being written, the next one gathers, so a busy server makes fewer,
+// larger commits and a quiet one writes at once. The bound on commands keeps a crowd's
+// first ones from waiting for a round of all the others: a thousand messages at once are
+// written in rounds of a hundred or so, each answered, its runs started and their first
+// text gathered for the next round while that one is written.
 //
 // Streamed text is never shown before it is durable: the writer takes a run's pending
 // text, writes it, and only then appends its chunk events to the log subscribers read.
@@ -70,6 +73,7 @@ type WriterStats struct {
 	Batches int64         // session batches written in them
 	Failed  int64         // batches that failed
 	Busy    time.Duration // time spent writing
+	Waiting int           // commands waiting for a round now
 }
 
 func newWriter(s *Service) *writer {
@@ -79,7 +83,11 @@ func newWriter(s *Service) *writer {
 }
 
 func (w *writer) stats() WriterStats {
-	return WriterStats{Rounds: w.rounds.Load(), Batches: w.batches.Load(), Failed: w.failed.Load(), Busy: time.Duration(w.busy.Load())}
+	w.mu.Lock()
+	waiting := len(w.reqs)
+	w.mu.Unlock()
+	return WriterStats{Rounds: w.rounds.Load(), Batches: w.batches.Load(), Failed: w.failed.Load(),
+		Busy: time.Duration(w.busy.Load()), Waiting: waiting}
 }
 
 func (w *writer) signal() {
@@ -270,14 +278,20 @@ func (w *writer) run() {
 	}
 }
 
-// round writes one round: the commands waiting, and the text of the sessions on the list
-// and of those whose time has come (of every waiting session when all). progress is false
-// when there was work but none could be taken.
+// round writes one round: the commands waiting (up to RoundCommands; all of them when
+// all), and the text of the sessions on the list and of those whose time has come (of
+// every waiting session when all). progress is false when there was work but none could
+// be taken.
 func (w *writer) round(all bool) (progress bool) {
 	now := time.Now()
 	w.mu.Lock()
 	reqs, dirty := w.reqs, w.dirty
 	w.reqs, w.dirty = nil, nil
+	if n := w.s.cfg.RoundCommands; !all && n > 0 && len(reqs) > n {
+		w.reqs = append(w.reqs, reqs[n:]...) // the next round's, still first in line
+		reqs = reqs[:n:n]
+		defer w.signal()
+	}
 	var due []laterItem
 	for len(w.later) > 0 && (all || !w.later[0].at.After(now)) {
 		due = append(due, heap.Pop(&w.later).(laterItem))

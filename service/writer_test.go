@@ -1,11 +1,15 @@
 package service_test
 
 import (
+	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/talkgraph/talkgraph/service"
+	"github.com/talkgraph/talkgraph/service/inmem"
 )
 
 // The writer's promises: streamed text is never shown before it is durable, and a failed
@@ -227,5 +231,70 @@ func TestTextWaitingForTheIntervalIsWrittenWhenItPasses(t *testing.T) {
 	tn.finish(nil)
 	if reply := replyOf(t, f.until(runEnds(run.ID)), run.ID); reply.Content != "one two three" {
 		t.Errorf("reply %q", reply.Content)
+	}
+}
+
+// gatedStore holds every Append until the test lets it go, and tells how many batches
+// each was given, as it begins.
+type gatedStore struct {
+	service.Store
+	rounds chan int
+	next   chan struct{}
+}
+
+func (g *gatedStore) Append(ctx context.Context, batches []*service.Batch) []error {
+	g.rounds <- len(batches)
+	<-g.next
+	return g.Store.Append(ctx, batches)
+}
+
+// A round takes at most RoundCommands commands, the oldest first; the others wait for the
+// next rounds, which follow at once, and every command is written.
+func TestRoundTakesAtMostRoundCommands(t *testing.T) {
+	const most, crowd = 4, 10
+	g := &gatedStore{Store: inmem.New(), rounds: make(chan int, 100), next: make(chan struct{})}
+	svc := start(t, setup{store: g, config: func(c *service.Config) { c.RoundCommands = most }})
+	done := make(chan error, crowd+1)
+	create := func(i int) {
+		_, err := svc.CreateTalkSession(alice, fmt.Sprintf("s%d", i), service.SettingsInput{})
+		done <- err
+	}
+	go create(0)
+	if n := <-g.rounds; n != 1 { // the writer is now in the store with one command
+		t.Fatalf("first round: %d batches, want 1", n)
+	}
+	var wg sync.WaitGroup
+	for i := 1; i <= crowd; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); create(i) }()
+	}
+	// The crowd waits for the round that is out.
+	deadline := time.Now().Add(patience)
+	for svc.Stats().Writes.Waiting < crowd {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d commands waiting, want %d", svc.Stats().Writes.Waiting, crowd)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var sizes []int
+	for written := 0; written < crowd; {
+		g.next <- struct{}{} // let the round that is out go
+		n := <-g.rounds
+		sizes = append(sizes, n)
+		written += n
+	}
+	g.next <- struct{}{}
+	close(g.next) // later rounds (none expected) go at once
+	if want := []int{most, most, crowd - 2*most}; fmt.Sprint(sizes) != fmt.Sprint(want) {
+		t.Errorf("rounds of %v batches, want %v", sizes, want)
+	}
+	wg.Wait()
+	for range crowd + 1 {
+		if err := <-done; err != nil {
+			t.Errorf("CreateTalkSession: %v", err)
+		}
+	}
+	if w := svc.Stats().Writes.Waiting; w != 0 {
+		t.Errorf("%d commands still waiting", w)
 	}
 }
