@@ -254,7 +254,7 @@ func (w *writer) run() {
 		case <-w.wake:
 		case <-timer.C:
 		case <-w.quit:
-			w.round(true) // what was queued before stop, and the text waiting for its time
+			w.round(true) // every command queued before stop, whatever RoundCommands says
 			return
 		}
 		if progress := w.round(false); !progress {
@@ -279,9 +279,9 @@ func (w *writer) run() {
 }
 
 // round writes one round: the commands waiting (up to RoundCommands; all of them when
-// all), and the text of the sessions on the list and of those whose time has come (of
-// every waiting session when all). progress is false when there was work but none could
-// be taken.
+// all, at stop), and the text of the sessions on the list and of those whose time has
+// come. (At stop no text waits for its time: Close wrote the runs' text as it ended or
+// sealed them.) progress is false when there was work but none could be taken.
 func (w *writer) round(all bool) (progress bool) {
 	now := time.Now()
 	w.mu.Lock()
@@ -293,7 +293,7 @@ func (w *writer) round(all bool) (progress bool) {
 		defer w.signal()
 	}
 	var due []laterItem
-	for len(w.later) > 0 && (all || !w.later[0].at.After(now)) {
+	for len(w.later) > 0 && !w.later[0].at.After(now) {
 		due = append(due, heap.Pop(&w.later).(laterItem))
 	}
 	w.mu.Unlock()

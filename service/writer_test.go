@@ -298,3 +298,58 @@ func TestRoundTakesAtMostRoundCommands(t *testing.T) {
 		t.Errorf("%d commands still waiting", w)
 	}
 }
+
+// Commands waiting when the service stops are all written, however many rounds the bound
+// would have made of them: each was accepted into the queue and is answered.
+func TestCommandsWaitingAtStopAreAllWritten(t *testing.T) {
+	const most, crowd = 2, 8
+	g := &gatedStore{Store: inmem.New(), rounds: make(chan int, 100), next: make(chan struct{})}
+	svc, err := tryStart(setup{store: g, config: func(c *service.Config) { c.RoundCommands = most }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type created struct {
+		v   *service.SessionView
+		err error
+	}
+	done := make(chan created, crowd+1)
+	create := func(i int) {
+		v, err := svc.CreateTalkSession(alice, fmt.Sprintf("s%d", i), service.SettingsInput{})
+		done <- created{v, err}
+	}
+	go create(0)
+	<-g.rounds // the writer is in the store with the first
+	for i := 1; i <= crowd; i++ {
+		go create(i)
+	}
+	deadline := time.Now().Add(patience)
+	for svc.Stats().Writes.Waiting < crowd {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d commands waiting, want %d", svc.Stats().Writes.Waiting, crowd)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan struct{})
+	go func() { svc.Close(); close(closed) }()
+	close(g.next) // every round goes now, the first included
+	timeout := time.After(patience)
+	for range crowd + 1 {
+		select {
+		case c := <-done:
+			if c.err != nil {
+				t.Errorf("CreateTalkSession: %v", c.err)
+				continue
+			}
+			if _, err := g.Store.Session(context.Background(), c.v.ID); err != nil {
+				t.Errorf("session %s was answered but not stored: %v", c.v.ID, err)
+			}
+		case <-timeout:
+			t.Fatal("a command waiting at stop was never answered")
+		}
+	}
+	select {
+	case <-closed:
+	case <-timeout:
+		t.Fatal("Close did not return")
+	}
+}
