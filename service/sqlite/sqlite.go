@@ -58,7 +58,15 @@ type Options struct {
 	// MaxBytes caps the size of the database; writes that would grow it further fail with
 	// EUNAVAILABLE ("storage is full"), as on a full disk. 0 means no cap.
 	MaxBytes int64
+	// CompactHold is how long Compact writes before it commits what it folded so far and
+	// lets the writer's rounds in. Default DefaultCompactHold.
+	CompactHold time.Duration
 }
+
+// DefaultCompactHold is Options.CompactHold's default: folding a thousand finished
+// replies at once takes a fifth of a second, which the streams still going must not wait
+// for.
+const DefaultCompactHold = 5 * time.Millisecond
 
 // DefaultBusyTimeout is Options.BusyTimeout's default.
 const DefaultBusyTimeout = 5 * time.Second
@@ -76,6 +84,10 @@ type Store struct {
 	wmu   sync.Mutex           // one transaction at a time on the writer connection
 	stmts map[string]*sql.Stmt // the writes, prepared on the writer connection
 	last  map[string]int64     // the Seq of sessions' last events, as committed (see appendTx)
+	hold  time.Duration        // Options.CompactHold
+	// compactSliced, when set (by tests), is called after each of Compact's transactions
+	// with how many streams it folded and how many are left.
+	compactSliced func(done, left int)
 
 	ckpt               *sql.DB // one connection, for checkpoints
 	stopCkpt, ckptDone chan struct{}
@@ -106,6 +118,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.ReadConns <= 0 {
 		opts.ReadConns = max(4, runtime.GOMAXPROCS(0))
 	}
+	if opts.CompactHold <= 0 {
+		opts.CompactHold = DefaultCompactHold
+	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open: %w", err)
@@ -128,7 +143,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 			service.Errorf(service.EUNAVAILABLE, "storage %s cannot be locked", abs), err)
 	}
 
-	s := &Store{path: abs, unlock: unlock}
+	s := &Store{path: abs, unlock: unlock, hold: opts.CompactHold}
 	if err := s.open(ctx, opts); err != nil {
 		s.release()
 		return nil, s.fail("open", err)

@@ -393,6 +393,18 @@ func BenchmarkTurns(b *testing.B) {
 	}
 }
 
+// BenchmarkCompact folds replies of 200 chunks that ended together, with the default
+// CompactHold and in one transaction (hold=1h), to show what committing in slices costs.
+func BenchmarkCompact(b *testing.B) {
+	for _, hold := range []time.Duration{sqlite.DefaultCompactHold, time.Hour} {
+		for _, n := range []int{100, 1000} {
+			b.Run(fmt.Sprintf("hold=%v/sessions=%d", hold, n), func(b *testing.B) {
+				storetest.BenchmarkCompact(b, mustOpen(b, tempPath(b), sqlite.Options{CompactHold: hold}), n, 200)
+			})
+		}
+	}
+}
+
 // BenchmarkOpen100kMessages measures Open (and Close) of a database that holds 100,000
 // messages, with their MessageAdded events, in 100 sessions.
 func BenchmarkOpen100kMessages(b *testing.B) {
@@ -467,5 +479,65 @@ func TestFilesAreTheOwnersOnly(t *testing.T) {
 	mustOpen(t, old, sqlite.Options{})
 	if fi, err := os.Stat(old); err != nil || fi.Mode().Perm()&0o077 != 0 {
 		t.Errorf("an existing database left readable by others: %v %v", fi.Mode(), err)
+	}
+}
+
+// TestCompactLetsAppendInBetweenItsTransactions: a compaction of many streams commits in
+// slices, and a round of the writer that comes meanwhile is written between two of them
+// rather than after the last.
+func TestCompactLetsAppendInBetweenItsTransactions(t *testing.T) {
+	ctx := t.Context()
+	s := mustOpen(t, tempPath(t), sqlite.Options{CompactHold: time.Nanosecond})
+	const streams = 3
+	var cs []service.Compaction
+	for i := range streams {
+		id := fmt.Sprintf("s%d", i)
+		if err := create(s, id); err != nil {
+			t.Fatal(err)
+		}
+		for seq := int64(1); seq <= 4; seq++ {
+			b := chunkBatch(id, seq, "ab")
+			b.Events[0].Offset = int(seq-1) * 2
+			if err := appendOne(s, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cs = append(cs, service.Compaction{SessionID: id, Key: "m1", FromSeq: 1})
+	}
+	if err := create(s, "other"); err != nil {
+		t.Fatal(err)
+	}
+
+	var slices []int
+	appended := make(chan error, 1)
+	sqlite.OnCompactSlice(s, func(done, left int) {
+		slices = append(slices, done)
+		if len(slices) == 1 {
+			// The compaction is not over: an Append must not wait for it to end.
+			go func() { appended <- appendOne(s, chunkBatch("other", 1, "x")) }()
+			select {
+			case err := <-appended:
+				if err != nil {
+					t.Errorf("Append between two slices of a compaction: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("Append did not get in between two slices of a compaction (%d streams left)", left)
+			}
+		}
+	})
+	if err := s.Compact(ctx, cs); err != nil {
+		t.Fatal(err)
+	}
+	if len(slices) != streams {
+		t.Errorf("Compact of %d streams with CompactHold 1ns wrote %d transactions (%v), want one per stream", streams, len(slices), slices)
+	}
+	for _, c := range cs {
+		evs, err := s.Events(ctx, c.SessionID, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != 1 || evs[0].Seq != 4 || evs[0].Delta != "abababab" || evs[0].CoalescedFrom != 1 {
+			t.Errorf("%s after compaction: %+v, want one chunk at 4 with abababab from 1", c.SessionID, evs)
+		}
 	}
 }

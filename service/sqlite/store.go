@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"time"
 
@@ -482,17 +483,16 @@ func (w *txWriter) refusedRow(u *upserts, batches []*service.Batch, errs []error
 }
 
 // Compact implements service.Store. It reads only what folding needs, on the read
-// connections, then writes every stream's folding in one transaction, dropping each
-// folded run with one statement: a run's events are consecutive in the log, so the range
-// of Seqs from its first to its last holds nothing else. A session deleted in between
-// loses its rows anyway, and Append only adds events after the folded ones.
+// connections, then writes the streams' folding in transactions of CompactHold at most:
+// each commits what it folded and lets the writer's rounds in before the next, so that
+// the streams still going wait for one slice of a large compaction, not for all of it.
+// Each stream is folded in one transaction, dropping its folded runs with one statement
+// each: a run's events are consecutive in the log, so the range of Seqs from its first to
+// its last holds nothing else. A session deleted in between loses its rows anyway, and
+// Append only adds events after the folded ones.
 func (s *Store) Compact(ctx context.Context, cs []service.Compaction) error {
 	if err := s.check(); err != nil {
 		return err
-	}
-	type folding struct {
-		c      service.Compaction
-		folded []*service.Event
 	}
 	var todo []folding
 	for _, c := range cs {
@@ -504,30 +504,61 @@ func (s *Store) Compact(ctx context.Context, cs []service.Compaction) error {
 			todo = append(todo, folding{c, folded})
 		}
 	}
-	if len(todo) == 0 {
-		return nil
+	for len(todo) > 0 {
+		n, err := s.foldSome(ctx, todo)
+		if err != nil {
+			return err
+		}
+		todo = todo[n:]
+		if s.compactSliced != nil {
+			s.compactSliced(n, len(todo))
+		}
+		if len(todo) > 0 {
+			// The writer may be waiting for the connection: let it take it first, rather
+			// than take it straight back (a sync.Mutex lets a running goroutine barge in).
+			runtime.Gosched()
+		}
 	}
+	return nil
+}
+
+// folding is one stream's chunk events as Compact folds them.
+type folding struct {
+	c      service.Compaction
+	folded []*service.Event
+}
+
+// foldSome writes the folding of todo's first streams in one transaction, as many as it
+// can in s.hold (at least one), and answers how many.
+func (s *Store) foldSome(ctx context.Context, todo []folding) (int, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	start := time.Now()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return s.fail("compact", err)
+		return 0, s.fail("compact", err)
 	}
 	defer tx.Rollback()
 	w := &txWriter{s: s, ctx: ctx, tx: tx, prepared: map[string]*sql.Stmt{}}
-	for _, f := range todo {
+	n := 0
+	for n < len(todo) && (n == 0 || time.Since(start) < s.hold) {
+		f := todo[n]
 		for _, e := range f.folded {
 			// CoalescedFrom is where this run begins (or began, when folded before).
 			from := e.CoalescedFrom
 			if _, err := w.exec(qDropEvents, f.c.SessionID, max(from, f.c.FromSeq), e.Seq); err != nil {
-				return s.fail("compact", err)
+				return 0, s.fail("compact", err)
 			}
 			if _, err := w.exec(qRewriteEvent, f.c.SessionID, e.Seq, e.Delta, e.Offset, e.CoalescedFrom); err != nil {
-				return s.fail("compact", err)
+				return 0, s.fail("compact", err)
 			}
 		}
+		n++
 	}
-	return s.fail("compact", tx.Commit())
+	if err := tx.Commit(); err != nil {
+		return 0, s.fail("compact", err)
+	}
+	return n, nil
 }
 
 // Session implements service.Store.

@@ -78,3 +78,37 @@ func BenchmarkTurns(b *testing.B, s service.Store, sessions int) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*sessions), "ns/session")
 }
+
+// BenchmarkCompact measures what folding finished replies costs a Store: each op folds
+// the chunks of one finished reply in each of sessions sessions (chunks chunk events
+// each) in one Compact, as the service's compactor does when replies end together. ns/op
+// is per Compact; the custom metric is per reply.
+func BenchmarkCompact(b *testing.B, s service.Store, sessions, chunks int) {
+	logs := make([]*log, sessions)
+	for i := range logs {
+		id := fmt.Sprintf("s%04d", i)
+		logs[i] = create(b, s, newSession(id, fmt.Sprintf("u%04d", i), t0))
+	}
+	batches := make([]*service.Batch, sessions)
+	cs := make([]service.Compaction, sessions)
+	b.ReportAllocs()
+	for n := 0; n < b.N; n++ {
+		b.StopTimer()
+		for i, l := range logs {
+			m := newMessage(fmt.Sprintf("m%d-%d", i, n), l.id)
+			evs := []*service.Event{added(m)}
+			for k := range chunks {
+				evs = append(evs, chunk(m.ID, "word ", 5*k))
+			}
+			batches[i] = l.batch(append(evs, completed(m))...)
+			cs[i] = service.Compaction{SessionID: l.id, Key: m.ID, FromSeq: l.last + 2}
+			l.last += int64(len(batches[i].Events))
+		}
+		mustAppend(b, s, batches...)
+		b.StartTimer()
+		if err := s.Compact(b.Context(), cs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*sessions), "ns/reply")
+}
