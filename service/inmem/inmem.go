@@ -248,33 +248,52 @@ func (s *Store) Compact(ctx context.Context, cs []service.Compaction) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return errClosed()
-	}
+	// One stream at a time under the lock, so that a thousand replies folded at once do
+	// not hold every other call up meanwhile.
 	for _, c := range cs {
-		if sd := s.sessions[c.SessionID]; sd != nil {
-			compact(sd, c.Key, c.FromSeq)
+		if err := s.compactOne(c); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// compact folds one stream of sd; s.mu must be held.
+func (s *Store) compactOne(c service.Compaction) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed()
+	}
+	if sd := s.sessions[c.SessionID]; sd != nil {
+		compact(sd, c.Key, c.FromSeq)
+	}
+	return nil
+}
+
+// compact folds one stream of sd in one pass over its events from fromSeq; s.mu must be
+// held.
 func compact(sd *sessionData, key string, fromSeq int64) {
 	i, _ := findEvent(sd.events, fromSeq)
 	folded, drop := service.Coalesce(sd.events[i:], key)
-	for _, e := range folded {
-		if j, ok := findEvent(sd.events, e.Seq); ok {
-			sd.events[j] = cloneEvent(e)
-		}
+	if len(folded) == 0 {
+		return
 	}
-	for _, seq := range drop {
-		if j, ok := findEvent(sd.events, seq); ok {
-			sd.events = slices.Delete(sd.events, j, j+1)
+	// Both are in Seq order, as the events are.
+	out := sd.events[:i]
+	f, d := 0, 0
+	for _, e := range sd.events[i:] {
+		switch {
+		case d < len(drop) && e.Seq == drop[d]:
+			d++
+			continue
+		case f < len(folded) && e.Seq == folded[f].Seq:
+			e = cloneEvent(folded[f])
+			f++
 		}
+		out = append(out, e)
 	}
+	clear(sd.events[len(out):])
+	sd.events = out
 }
 
 // deleteSession removes sd and everything that belongs to it; s.mu must be held.

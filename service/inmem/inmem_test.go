@@ -36,3 +36,9 @@ func BenchmarkAppend(b *testing.B) {
 		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) { storetest.BenchmarkAppend(b, inmem.New(), n) })
 	}
 }
+
+func BenchmarkCompact(b *testing.B) {
+	for _, n := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) { storetest.BenchmarkCompact(b, inmem.New(), n, 200) })
+	}
+}
