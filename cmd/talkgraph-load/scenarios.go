@@ -365,6 +365,7 @@ type outcome struct {
 	completed  int
 	running    []time.Duration // addMessage sent -> run RUNNING
 	firstChunk []time.Duration // addMessage sent -> first chunk
+	pause      []time.Duration // each reply's longest wait between two chunks
 	reply      []time.Duration // addMessage sent -> reply and run done
 	firstSent  time.Time
 	lastEnd    time.Time
@@ -394,6 +395,9 @@ func (r *runner) evaluate(sessions []*session, res []turnResult) outcome {
 			r.errs.add(s.scen, "reply completed without chunks", "session "+s.id)
 		} else {
 			o.firstChunk = append(o.firstChunk, x.FirstChunk.Sub(x.Sent))
+		}
+		if x.Chunks > 1 {
+			o.pause = append(o.pause, x.LongestPause)
 		}
 		e := x.End()
 		o.reply = append(o.reply, e.Sub(x.Sent))
@@ -520,6 +524,7 @@ func (r *runner) paced(ctx context.Context, n int) {
 	}
 	r.rep.latency(scen, "run RUNNING seen", summarize(o.running))
 	r.rep.latency(scen, "first chunk", summarize(o.firstChunk))
+	r.rep.latency(scen, "longest pause in a reply", summarize(o.pause))
 	r.rep.latency(scen, "whole reply", summarize(o.reply))
 	r.rep.latency(scen, "addMessage", summarize(rtt))
 	r.addResources(scen, m)

@@ -114,6 +114,8 @@ type turn struct {
 	sent       time.Time // addMessage sent
 	running    time.Time // first RunStatusChanged to RUNNING
 	firstChunk time.Time // first chunk of an assistant message after sent
+	lastChunk  time.Time
+	longest    time.Duration // longest wait between two of its chunks
 	chunks     int
 	msgDone    time.Time // MessageCompleted of the assistant message
 	runDone    time.Time // RunStatusChanged to a final status
@@ -130,6 +132,7 @@ type turn struct {
 type turnResult struct {
 	Sent, Running, FirstChunk, MsgDone, RunDone time.Time
 	Chunks                                      int
+	LongestPause                                time.Duration // between two chunks; 0 with fewer than two
 	Status, Failed                              string
 	Done                                        bool
 }
@@ -207,7 +210,7 @@ func (s *session) result(t *turn) turnResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return turnResult{Sent: t.sent, Running: t.running, FirstChunk: t.firstChunk, MsgDone: t.msgDone, RunDone: t.runDone,
-		Chunks: t.chunks, Status: t.status, Failed: t.failed, Done: t.ended}
+		Chunks: t.chunks, LongestPause: t.longest, Status: t.status, Failed: t.failed, Done: t.ended}
 }
 
 // wordsDelivered is the number of words in all deltas the session received.
@@ -258,7 +261,10 @@ func (s *session) onEvent(ev *streamEvent, at time.Time) {
 		if t != nil && m.role != "USER" && !t.sent.IsZero() {
 			if t.firstChunk.IsZero() {
 				t.firstChunk = at
+			} else if d := at.Sub(t.lastChunk); d > t.longest {
+				t.longest = d
 			}
+			t.lastChunk = at
 			t.chunks++
 			if t.chunkWait > 0 && t.chunks >= t.chunkWait && !t.wasReach {
 				t.wasReach = true

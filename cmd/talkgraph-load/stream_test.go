@@ -115,22 +115,23 @@ func TestSessionTurn(t *testing.T) {
 		t.Fatal("reached after one chunk of two")
 	default:
 	}
-	s.onEvent(&streamEvent{Typename: "MessageChunk", MessageID: "a", Delta: "said: hi", Offset: 4}, at(5))
+	s.onEvent(&streamEvent{Typename: "MessageChunk", MessageID: "a", Delta: "said: hi", Offset: 4}, at(9))
 	select {
 	case <-tr.reached:
 	default:
 		t.Fatal("not reached after two chunks")
 	}
-	s.onEvent(&streamEvent{Typename: "MessageCompleted", Message: &eventMessage{ID: "a", Role: "ASSISTANT", Status: "COMPLETE", Content: "You said: hi"}}, at(6))
+	s.onEvent(&streamEvent{Typename: "MessageCompleted", Message: &eventMessage{ID: "a", Role: "ASSISTANT", Status: "COMPLETE", Content: "You said: hi"}}, at(10))
 	select {
 	case <-tr.done:
 		t.Fatal("done before the run's final status")
 	default:
 	}
-	s.onEvent(&streamEvent{Typename: "RunStatusChanged", Run: &eventRun{ID: "r", Status: "COMPLETED"}}, at(7))
+	s.onEvent(&streamEvent{Typename: "RunStatusChanged", Run: &eventRun{ID: "r", Status: "COMPLETED"}}, at(11))
 	<-tr.done
 	r := s.result(tr)
-	if !r.Done || r.Status != "COMPLETED" || r.Chunks != 2 || !r.FirstChunk.Equal(at(4)) || !r.End().Equal(at(7)) {
+	if !r.Done || r.Status != "COMPLETED" || r.Chunks != 2 || !r.FirstChunk.Equal(at(4)) || !r.End().Equal(at(11)) ||
+		r.LongestPause != 5*time.Millisecond {
 		t.Errorf("result = %+v", r)
 	}
 	if s.wordsDelivered() != 3 {
