@@ -205,19 +205,34 @@ func (s *Service) readAfter(ctx context.Context, st *sessionState, pos Cursor, l
 type Compaction struct {
 	SessionID, Key string
 	FromSeq        int64
+	// Prepared says that Folded is the folding the service made itself from the events it
+	// wrote (Coalesce of the session's log from FromSeq, as it held it in memory), which
+	// may be empty. A store that is the only one written by this service and finds every
+	// folded run whole (each Seq from the run's first, its CoalescedFrom, to its last
+	// present) may write Folded without reading the events back; otherwise it folds from
+	// what it reads, as without Prepared.
+	Prepared bool
+	Folded   []*Event
 }
 
 // compactSoon asks the compactor to fold a finished stream's chunk events (see
 // Store.Compact). Compaction only keeps the log small, so a request is dropped, with a
-// note in the log, when too many wait.
-func (s *Service) compactSoon(sessionID, key string, fromSeq int64) {
+// note in the log, when too many wait. st.mu must be held: when the session's tail still
+// holds the stream whole, and no other replica writes to the log, the folding is made
+// from it here, so that the store need not read the events back.
+func (s *Service) compactSoon(st *sessionState, key string, fromSeq int64) {
 	if fromSeq <= 0 {
 		return
 	}
+	c := Compaction{SessionID: st.id, Key: key, FromSeq: fromSeq}
+	if i := fromSeq - st.tailStart; s.coord == nil && st.synced && i >= 0 && i <= int64(len(st.tail)) {
+		c.Folded, _ = Coalesce(st.tail[i:], key)
+		c.Prepared = true
+	}
 	select {
-	case s.compactions <- Compaction{sessionID, key, fromSeq}:
+	case s.compactions <- c:
 	default:
-		s.log.Debug("compaction skipped: too many waiting", "session", sessionID)
+		s.log.Debug("compaction skipped: too many waiting", "session", st.id)
 	}
 }
 

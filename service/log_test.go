@@ -235,3 +235,62 @@ func TestCompactionGathersFinishedReplies(t *testing.T) {
 		}
 	}
 }
+
+// TestFinishedReplyIsFoldedFromTheLogInMemory: when a reply ends, the service folds its
+// chunks from the events it holds in memory and hands the folding to the store with the
+// compaction (Prepared), the same folding the store would make from what it holds.
+func TestFinishedReplyIsFoldedFromTheLogInMemory(t *testing.T) {
+	store := &compactionLog{Store: inmem.New()}
+	step := make(chan struct{}, 1)
+	words := lockstepRunner{[]string{"one ", "two ", "three ", "four ", "five"}, step} // a chunk each
+	svc, ctx := newServiceOn(t, store, words, func(c *service.Config) { c.CompactAfter = time.Hour })
+	agent := "test"
+	sess, err := svc.CreateTalkSession(ctx, "", service.SettingsInput{Agent: &agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := svc.View(ctx, sess.ID)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := watch(svc, sctx, sess.ID, v.StreamCursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.AddMessage(ctx, sess.ID, "go", ""); err != nil {
+		t.Fatal(err)
+	}
+	collect(t, ch, func(ev *service.Event) bool {
+		if ev.Type == service.EventMessageChunk {
+			step <- struct{}{}
+		}
+		return runEnded(ev)
+	})
+	stored, err := store.Events(context.Background(), sess.ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Close()
+
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if len(store.calls) != 1 || len(store.calls[0]) != 1 {
+		t.Fatalf("Compact calls %v, want one with the reply", store.calls)
+	}
+	c := store.calls[0][0]
+	if !c.Prepared {
+		t.Fatalf("compaction %+v is not prepared", c)
+	}
+	want, _ := service.Coalesce(stored[c.FromSeq-1:], c.Key)
+	if len(want) == 0 {
+		t.Fatalf("the reply was stored in one chunk (%d events): nothing to fold", len(stored))
+	}
+	if len(c.Folded) != len(want) {
+		t.Fatalf("prepared folding has %d events, folding what is stored gives %d", len(c.Folded), len(want))
+	}
+	for i, e := range c.Folded {
+		w := want[i]
+		if e.Seq != w.Seq || e.Delta != w.Delta || e.Offset != w.Offset || e.CoalescedFrom != w.CoalescedFrom {
+			t.Errorf("prepared folded event %+v, want %+v", e, w)
+		}
+	}
+}

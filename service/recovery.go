@@ -95,7 +95,7 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 		done := *m
 		done.Content, done.Status = texts[m.ID], MessageInterrupted
 		s.add(t, &Event{Type: EventMessageCompleted, Message: &done})
-		t.onCommit(func() { s.compactSoon(st.id, m.ID, m.Seq+1) })
+		t.onCommit(func() { s.compactSoon(st, m.ID, m.Seq+1) })
 	}
 	st.active = ar
 	s.planFinish(t, ar, RunInterrupted, "")

@@ -482,7 +482,7 @@ func (s *Service) completeMessage(t *txn, ar *activeRun, status MessageStatus, e
 	}
 	s.add(t, &Event{Type: EventMessageCompleted, Message: &done})
 	t.onCommit(func() {
-		s.compactSoon(ar.st.id, m.ID, seq+1)
+		s.compactSoon(ar.st, m.ID, seq+1)
 		if ar.msg == m {
 			ar.msg, ar.announced, ar.text = nil, false, textStream{}
 		}
@@ -501,7 +501,7 @@ func (s *Service) finishTool(t *txn, ts *toolState, status ToolCallStatus, resul
 	st := t.st
 	t.onCommit(func() {
 		*ts.call = snap
-		s.compactSoon(st.id, snap.ID, ts.fromSeq)
+		s.compactSoon(st, snap.ID, ts.fromSeq)
 	})
 }
 

@@ -39,6 +39,6 @@ func BenchmarkAppend(b *testing.B) {
 
 func BenchmarkCompact(b *testing.B) {
 	for _, n := range []int{100, 1000} {
-		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) { storetest.BenchmarkCompact(b, inmem.New(), n, 200) })
+		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) { storetest.BenchmarkCompact(b, inmem.New(), n, 200, false) })
 	}
 }

@@ -213,6 +213,9 @@ const (
 	// qChunks reads what compaction needs of a session's events from a Seq on.
 	qChunks = `SELECT seq, type, key, delta, delta_offset, coalesced_from FROM events
 		WHERE session_id = ? AND seq >= ? ORDER BY seq`
+	// qCountEvents counts a session's events in a range of Seqs [from, to] (on the log's
+	// key alone).
+	qCountEvents = `SELECT count(*) FROM events WHERE session_id = ? AND seq >= ? AND seq <= ?`
 	// qDropEvents deletes the events of a session in a range of Seqs [from, to).
 	qDropEvents = `DELETE FROM events WHERE session_id = ? AND seq >= ? AND seq < ?`
 	// qRewriteEvent replaces the event at its Seq (for compaction).
@@ -466,5 +469,5 @@ func scanChunk(sc scanner) (*service.Event, error) {
 // reads are the queries of the read pool, prepared once.
 var reads = []string{
 	qSession, qSessions, qSessionsAft, qMessage, qMessagesFirst, qMessagesLast, qRun, qRunsByStatus,
-	qQuestion, qQuestions, qToolCalls, qEvents, qChunks, qIdempotency, qFootprint,
+	qQuestion, qQuestions, qToolCalls, qEvents, qChunks, qCountEvents, qIdempotency, qFootprint,
 }

@@ -393,13 +393,18 @@ func BenchmarkTurns(b *testing.B) {
 	}
 }
 
-// BenchmarkCompact folds replies of 200 chunks that ended together, with the default
-// CompactHold and in one transaction (hold=1h), to show what committing in slices costs.
+// BenchmarkCompact folds replies of 200 chunks that ended together: reading their events
+// back, with the default CompactHold and in one transaction (hold=1h), to show what
+// committing in slices costs; and prepared, with the folding the service made.
 func BenchmarkCompact(b *testing.B) {
-	for _, hold := range []time.Duration{sqlite.DefaultCompactHold, time.Hour} {
+	for _, c := range []struct {
+		name     string
+		hold     time.Duration
+		prepared bool
+	}{{"read/hold=5ms", sqlite.DefaultCompactHold, false}, {"read/hold=1h", time.Hour, false}, {"prepared/hold=5ms", sqlite.DefaultCompactHold, true}} {
 		for _, n := range []int{100, 1000} {
-			b.Run(fmt.Sprintf("hold=%v/sessions=%d", hold, n), func(b *testing.B) {
-				storetest.BenchmarkCompact(b, mustOpen(b, tempPath(b), sqlite.Options{CompactHold: hold}), n, 200)
+			b.Run(fmt.Sprintf("%s/sessions=%d", c.name, n), func(b *testing.B) {
+				storetest.BenchmarkCompact(b, mustOpen(b, tempPath(b), sqlite.Options{CompactHold: c.hold}), n, 200, c.prepared)
 			})
 		}
 	}

@@ -496,11 +496,19 @@ func (s *Store) Compact(ctx context.Context, cs []service.Compaction) error {
 	}
 	var todo []folding
 	for _, c := range cs {
-		evs, err := getAll(ctx, s, "events", scanChunk, qChunks, c.SessionID, c.FromSeq)
+		folded := c.Folded
+		whole, err := s.runsWhole(ctx, c)
 		if err != nil {
 			return err
 		}
-		if folded, _ := service.Coalesce(evs, c.Key); len(folded) > 0 {
+		if !whole {
+			evs, err := getAll(ctx, s, "events", scanChunk, qChunks, c.SessionID, c.FromSeq)
+			if err != nil {
+				return err
+			}
+			folded, _ = service.Coalesce(evs, c.Key)
+		}
+		if len(folded) > 0 {
 			todo = append(todo, folding{c, folded})
 		}
 	}
@@ -520,6 +528,35 @@ func (s *Store) Compact(ctx context.Context, cs []service.Compaction) error {
 		}
 	}
 	return nil
+}
+
+// runsWhole reports whether c's prepared folding can be written as it is: the file holds
+// every Seq of each folded run (one count on the log's key per run, where reading the
+// events back costs a row lookup each). This store is the only one the service writes, so
+// a run whose Seqs are all there holds the events the service folded; one that lost some
+// (a session deleted, folded before) is folded from what is read.
+func (s *Store) runsWhole(ctx context.Context, c service.Compaction) (bool, error) {
+	if !c.Prepared {
+		return false, nil
+	}
+	if err := s.check(); err != nil {
+		return false, err
+	}
+	for _, e := range c.Folded {
+		first := e.CoalescedFrom
+		if first < c.FromSeq || first >= e.Seq {
+			return false, nil
+		}
+		var n int64
+		err := s.stmt(qCountEvents).QueryRowContext(context.WithoutCancel(ctx), c.SessionID, first, e.Seq).Scan(&n)
+		if err != nil {
+			return false, s.fail("events", err)
+		}
+		if n != e.Seq-first+1 {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // folding is one stream's chunk events as Compact folds them.

@@ -83,8 +83,10 @@ func BenchmarkTurns(b *testing.B, s service.Store, sessions int) {
 // one finished reply in each of sessions sessions in one Compact, as the service's
 // compactor does when replies end together. The replies were streamed together, a chunk
 // of each session's in every Append, so that their events interleave in the log as they
-// do on a busy server. ns/op is per Compact; the custom metric is per reply.
-func BenchmarkCompact(b *testing.B, s service.Store, sessions, chunks int) {
+// do on a busy server. With prepared, each Compaction carries the folding made from the
+// events as written, as the service gives it when it holds them in memory. ns/op is per
+// Compact; the custom metric is per reply.
+func BenchmarkCompact(b *testing.B, s service.Store, sessions, chunks int, prepared bool) {
 	logs := make([]*log, sessions)
 	for i := range logs {
 		id := fmt.Sprintf("s%04d", i)
@@ -92,10 +94,13 @@ func BenchmarkCompact(b *testing.B, s service.Store, sessions, chunks int) {
 	}
 	batches := make([]*service.Batch, sessions)
 	msgs := make([]*service.Message, sessions)
+	written := make([][]*service.Event, sessions)
 	cs := make([]service.Compaction, sessions)
 	appendEach := func(ev func(i int) *service.Event) {
 		for i, l := range logs {
-			batches[i] = l.batch(ev(i))
+			e := ev(i)
+			batches[i] = l.batch(e)
+			written[i] = append(written[i], e)
 			l.last++
 		}
 		mustAppend(b, s, batches...)
@@ -106,12 +111,19 @@ func BenchmarkCompact(b *testing.B, s service.Store, sessions, chunks int) {
 		appendEach(func(i int) *service.Event {
 			msgs[i] = newMessage(fmt.Sprintf("m%d-%d", i, n), logs[i].id)
 			cs[i] = service.Compaction{SessionID: logs[i].id, Key: msgs[i].ID, FromSeq: logs[i].last + 2}
+			written[i] = written[i][:0]
 			return added(msgs[i])
 		})
 		for k := range chunks {
 			appendEach(func(i int) *service.Event { return chunk(msgs[i].ID, "word ", 5*k) })
 		}
 		appendEach(func(i int) *service.Event { return completed(msgs[i]) })
+		if prepared {
+			for i := range cs {
+				cs[i].Folded, _ = service.Coalesce(written[i][1:], cs[i].Key)
+				cs[i].Prepared = true
+			}
+		}
 		b.StartTimer()
 		if err := s.Compact(b.Context(), cs); err != nil {
 			b.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) service.Store) {
 		{"Append/safe for concurrent use across sessions", testAppendConcurrent},
 		{"Compact/folds unbroken runs of one stream's chunks", testCompact},
 		{"Compact/folds many sessions at once, skipping a missing one", testCompactMany},
+		{"Compact/writes a prepared folding, or folds what it reads when a run is not whole", testCompactPrepared},
 		{"Session/ENOTFOUND when missing", testSessionNotFound},
 		{"Session/round-trips every field, LastSeq from the log", testSessionRoundTrip},
 		{"Sessions/most recent activity first with keyset pagination", testSessions},
@@ -764,6 +766,70 @@ func testCompactMany(t *testing.T, s service.Store) {
 			t.Errorf("%s: folded chunk %+v, want abc from offset 0, coalesced from 2", id, e)
 		}
 	}
+}
+
+// testCompactPrepared gives Compact the folding the service made of the events it wrote:
+// the result is the same as folding what the store reads. A prepared folding whose runs
+// the store no longer holds whole (folded before) is not written as it is: here its text
+// is wrong, and the events stay as the first folding left them.
+func testCompactPrepared(t *testing.T, s service.Store) {
+	ctx := t.Context()
+	written := func(id string) []*service.Event {
+		l := create(t, s, newSession(id, "u1", t0))
+		m := newMessage("m"+id, id)
+		tc := newToolCall("t"+id, id, m.ID, t0)
+		evs := []*service.Event{added(m), // 1
+			chunk(m.ID, "Hel", 0), chunk(m.ID, "lo", 3), // 2, 3
+			toolStarted(tc),                              // 4
+			chunk(m.ID, ", ", 5), toolOutput(tc, "o", 0), // 5, 6
+			chunk(m.ID, "wor", 7), chunk(m.ID, "ld", 10), // 7, 8
+			completed(m)} // 9
+		l.append(evs...)
+		return evs
+	}
+	prepared := func(id string, evs []*service.Event) service.Compaction {
+		folded, _ := service.Coalesce(evs[1:], "m"+id)
+		return service.Compaction{SessionID: id, Key: "m" + id, FromSeq: 2, Prepared: true, Folded: folded}
+	}
+	check := func(id string) {
+		t.Helper()
+		evs, err := s.Events(ctx, id, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantEqual(t, id+": seqs after compaction", seqsOf(evs), []int64{1, 3, 4, 5, 6, 8, 9})
+		byseq := map[int64]*service.Event{}
+		for _, e := range evs {
+			byseq[e.Seq] = e
+		}
+		for seq, want := range map[int64][3]any{3: {"Hello", 0, int64(2)}, 5: {", ", 5, int64(0)}, 8: {"world", 7, int64(7)}} {
+			e := byseq[seq]
+			if got := [3]any{e.Delta, e.Offset, e.CoalescedFrom}; got != want {
+				t.Errorf("%s: event %d: delta, offset, coalesced from = %v, want %v", id, seq, got, want)
+			}
+		}
+	}
+
+	evs := written("s1")
+	if err := s.Compact(ctx, []service.Compaction{prepared("s1", evs)}); err != nil {
+		t.Fatal(err)
+	}
+	check("s1")
+
+	evs = written("s2")
+	stale := prepared("s2", evs)
+	if err := s.Compact(ctx, []service.Compaction{{SessionID: "s2", Key: "ms2", FromSeq: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range stale.Folded {
+		cp := *e
+		cp.Delta = strings.Repeat("?", len(e.Delta))
+		stale.Folded[i] = &cp
+	}
+	if err := s.Compact(ctx, []service.Compaction{stale}); err != nil {
+		t.Fatal(err)
+	}
+	check("s2")
 }
 
 func testSessionNotFound(t *testing.T, s service.Store) {
