@@ -482,8 +482,10 @@ func (w *txWriter) refusedRow(u *upserts, batches []*service.Batch, errs []error
 	return -1, fmt.Errorf("sqlite: an upsert of %ss changed fewer rows than it was given, none of another session", u.what)
 }
 
-// Compact implements service.Store. It reads only what folding needs, on the read
-// connections, then writes the streams' folding in transactions of CompactHold at most:
+// Compact implements service.Store. A stream the service prepared is written as it was
+// folded once each of its runs is found whole (runsWhole); any other is folded from what
+// is read, only what folding needs, on the read connections. It then writes the streams'
+// folding in transactions of CompactHold at most:
 // each commits what it folded and lets the writer's rounds in before the next, so that
 // the streams still going wait for one slice of a large compaction, not for all of it.
 // Each stream is folded in one transaction, dropping its folded runs with one statement
