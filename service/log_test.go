@@ -25,6 +25,35 @@ func (w wordsRunner) Run(ctx context.Context, req service.RunRequest, out servic
 	return nil
 }
 
+// lockstepReply sends a message to a new session of svc, whose agent is a lockstepRunner
+// stepping on step, and returns the session's ID and what its subscriber saw until the
+// run ended: a chunk event for each word.
+func lockstepReply(t *testing.T, svc *service.Service, ctx context.Context, step chan<- struct{}) (string, []*service.Event) {
+	t.Helper()
+	agent := "test"
+	sess, err := svc.CreateTalkSession(ctx, "", service.SettingsInput{Agent: &agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := svc.View(ctx, sess.ID)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := watch(svc, sctx, sess.ID, v.StreamCursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.AddMessage(ctx, sess.ID, "go", ""); err != nil {
+		t.Fatal(err)
+	}
+	live := collect(t, ch, func(ev *service.Event) bool {
+		if ev.Type == service.EventMessageChunk {
+			step <- struct{}{}
+		}
+		return runEnded(ev)
+	})
+	return sess.ID, live
+}
+
 // lockstepRunner streams its words one at a time: after each it waits for the test to
 // have seen it (a step), so that every word is a chunk event of its own.
 type lockstepRunner struct {
@@ -93,27 +122,9 @@ func TestReplayInsideCompactedChunksGivesOnlyTheRest(t *testing.T) {
 	store := inmem.New()
 	step := make(chan struct{}, 1)
 	svc, ctx := newServiceOn(t, store, lockstepRunner{words, step}, nil)
-	agent := "test"
-	sess, err := svc.CreateTalkSession(ctx, "", service.SettingsInput{Agent: &agent})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, _ := svc.View(ctx, sess.ID)
+	sessID, live := lockstepReply(t, svc, ctx, step)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch, err := watch(svc, sctx, sess.ID, v.StreamCursor)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := svc.AddMessage(ctx, sess.ID, "go", ""); err != nil {
-		t.Fatal(err)
-	}
-	live := collect(t, ch, func(ev *service.Event) bool {
-		if ev.Type == service.EventMessageChunk {
-			step <- struct{}{}
-		}
-		return runEnded(ev)
-	})
 	var chunks []*service.Event
 	for _, ev := range live {
 		if ev.Type == service.EventMessageChunk {
@@ -130,8 +141,8 @@ func TestReplayInsideCompactedChunksGivesOnlyTheRest(t *testing.T) {
 	svc, _ = newServiceOn(t, store, wordsRunner(words), nil)
 	for i := range chunks {
 		// Resume after chunk i: what follows must be exactly the rest of the text.
-		after := service.EncodeCursor(sess.ID, service.CursorOf(chunks[i]))
-		rch, err := watch(svc, sctx, sess.ID, after)
+		after := service.EncodeCursor(sessID, service.CursorOf(chunks[i]))
+		rch, err := watch(svc, sctx, sessID, after)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +162,7 @@ func TestReplayInsideCompactedChunksGivesOnlyTheRest(t *testing.T) {
 		}
 	}
 	// From the start, the compacted log still yields all the text, in fewer events.
-	rch, _ := watch(svc, sctx, sess.ID, service.EncodeCursor(sess.ID, service.Cursor{}))
+	rch, _ := watch(svc, sctx, sessID, service.EncodeCursor(sessID, service.Cursor{}))
 	all := collect(t, rch, runEnded)
 	n, text := 0, ""
 	for _, ev := range all {
@@ -244,28 +255,8 @@ func TestFinishedReplyIsFoldedFromTheLogInMemory(t *testing.T) {
 	step := make(chan struct{}, 1)
 	words := lockstepRunner{[]string{"one ", "two ", "three ", "four ", "five"}, step} // a chunk each
 	svc, ctx := newServiceOn(t, store, words, func(c *service.Config) { c.CompactAfter = time.Hour })
-	agent := "test"
-	sess, err := svc.CreateTalkSession(ctx, "", service.SettingsInput{Agent: &agent})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, _ := svc.View(ctx, sess.ID)
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ch, err := watch(svc, sctx, sess.ID, v.StreamCursor)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := svc.AddMessage(ctx, sess.ID, "go", ""); err != nil {
-		t.Fatal(err)
-	}
-	collect(t, ch, func(ev *service.Event) bool {
-		if ev.Type == service.EventMessageChunk {
-			step <- struct{}{}
-		}
-		return runEnded(ev)
-	})
-	stored, err := store.Events(context.Background(), sess.ID, 0, 0)
+	sessID, _ := lockstepReply(t, svc, ctx, step)
+	stored, err := store.Events(context.Background(), sessID, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -716,21 +716,7 @@ func testCompact(t *testing.T, s service.Store) {
 	if err := s.Compact(ctx, []service.Compaction{{SessionID: "s1", Key: "m1", FromSeq: 2}}); err != nil {
 		t.Fatal(err)
 	}
-	evs, err := s.Events(ctx, "s1", 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantEqual(t, "seqs after compaction", seqsOf(evs), []int64{1, 3, 4, 5, 6, 8, 9})
-	byseq := map[int64]*service.Event{}
-	for _, e := range evs {
-		byseq[e.Seq] = e
-	}
-	for seq, want := range map[int64][3]any{3: {"Hello", 0, int64(2)}, 5: {", ", 5, int64(0)}, 8: {"world", 7, int64(7)}} {
-		e := byseq[seq]
-		if got := [3]any{e.Delta, e.Offset, e.CoalescedFrom}; got != want {
-			t.Errorf("event %d: delta, offset, coalesced from = %v, want %v", seq, got, want)
-		}
-	}
+	evs := wantHelloWorldFolded(t, s, "s1")
 	// Compacting again changes nothing; another stream's key leaves these alone.
 	if err := s.Compact(ctx, []service.Compaction{{SessionID: "s1", Key: "m1", FromSeq: 2}, {SessionID: "s1", Key: "t1", FromSeq: 2}}); err != nil {
 		t.Fatal(err)
@@ -791,30 +777,11 @@ func testCompactPrepared(t *testing.T, s service.Store) {
 		folded, _ := service.Coalesce(evs[1:], "m"+id)
 		return service.Compaction{SessionID: id, Key: "m" + id, FromSeq: 2, Prepared: true, Folded: folded}
 	}
-	check := func(id string) {
-		t.Helper()
-		evs, err := s.Events(ctx, id, 0, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantEqual(t, id+": seqs after compaction", seqsOf(evs), []int64{1, 3, 4, 5, 6, 8, 9})
-		byseq := map[int64]*service.Event{}
-		for _, e := range evs {
-			byseq[e.Seq] = e
-		}
-		for seq, want := range map[int64][3]any{3: {"Hello", 0, int64(2)}, 5: {", ", 5, int64(0)}, 8: {"world", 7, int64(7)}} {
-			e := byseq[seq]
-			if got := [3]any{e.Delta, e.Offset, e.CoalescedFrom}; got != want {
-				t.Errorf("%s: event %d: delta, offset, coalesced from = %v, want %v", id, seq, got, want)
-			}
-		}
-	}
-
 	evs := written("s1")
 	if err := s.Compact(ctx, []service.Compaction{prepared("s1", evs)}); err != nil {
 		t.Fatal(err)
 	}
-	check("s1")
+	wantHelloWorldFolded(t, s, "s1")
 
 	evs = written("s2")
 	stale := prepared("s2", evs)
@@ -829,7 +796,30 @@ func testCompactPrepared(t *testing.T, s service.Store) {
 	if err := s.Compact(ctx, []service.Compaction{stale}); err != nil {
 		t.Fatal(err)
 	}
-	check("s2")
+	wantHelloWorldFolded(t, s, "s2")
+}
+
+// wantHelloWorldFolded checks session id's log as the stream "Hello, world" broken by a
+// tool call's start and output (see testCompact) is left once folded: seqs 2 and 7 gone,
+// "Hello" at 3 from 2 and "world" at 8 from 7. It returns the log.
+func wantHelloWorldFolded(t *testing.T, s service.Store, id string) []*service.Event {
+	t.Helper()
+	evs, err := s.Events(t.Context(), id, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEqual(t, id+": seqs after compaction", seqsOf(evs), []int64{1, 3, 4, 5, 6, 8, 9})
+	byseq := map[int64]*service.Event{}
+	for _, e := range evs {
+		byseq[e.Seq] = e
+	}
+	for seq, want := range map[int64][3]any{3: {"Hello", 0, int64(2)}, 5: {", ", 5, int64(0)}, 8: {"world", 7, int64(7)}} {
+		e := byseq[seq]
+		if got := [3]any{e.Delta, e.Offset, e.CoalescedFrom}; got != want {
+			t.Errorf("%s: event %d: delta, offset, coalesced from = %v, want %v", id, seq, got, want)
+		}
+	}
+	return evs
 }
 
 func testSessionNotFound(t *testing.T, s service.Store) {
