@@ -38,7 +38,11 @@ func BenchmarkAppend(b *testing.B) {
 }
 
 func BenchmarkCompact(b *testing.B) {
-	for _, n := range []int{100, 1000} {
-		b.Run(fmt.Sprintf("sessions=%d", n), func(b *testing.B) { storetest.BenchmarkCompact(b, inmem.New(), n, 200, false) })
+	for _, prepared := range []bool{false, true} {
+		for _, n := range []int{100, 1000} {
+			b.Run(fmt.Sprintf("prepared=%v/sessions=%d", prepared, n), func(b *testing.B) {
+				storetest.BenchmarkCompact(b, inmem.New(), n, 200, prepared)
+			})
+		}
 	}
 }
