@@ -365,7 +365,7 @@ func TestHealthReadinessAndMetrics(t *testing.T) {
 	resp.Body.Close()
 	for _, want := range []string{`talkgraph_runs_finished_total{status="COMPLETED"} 1`, "talkgraph_subscriptions_active 1",
 		"talkgraph_chunks_streamed_total", `talkgraph_operation_duration_seconds_count{type="mutation"}`, "talkgraph_build_info{",
-		"talkgraph_writer_rounds_total", `talkgraph_model_tokens_total{kind="output",model="demo"}`, "process_resident_memory_bytes"} {
+		"talkgraph_writer_rounds_total", "talkgraph_writer_commands_waiting 0", `talkgraph_model_tokens_total{kind="output",model="demo"}`, "process_resident_memory_bytes"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
 		}
