@@ -485,13 +485,13 @@ func (w *txWriter) refusedRow(u *upserts, batches []*service.Batch, errs []error
 // Compact implements service.Store. A stream the service prepared is written as it was
 // folded once each of its runs is found whole (runsWhole); any other is folded from what
 // is read, only what folding needs, on the read connections. It then writes the streams'
-// folding in transactions of CompactHold at most:
-// each commits what it folded and lets the writer's rounds in before the next, so that
-// the streams still going wait for one slice of a large compaction, not for all of it.
-// Each stream is folded in one transaction, dropping its folded runs with one statement
-// each: a run's events are consecutive in the log, so the range of Seqs from its first to
-// its last holds nothing else. A session deleted in between loses its rows anyway, and
-// Append only adds events after the folded ones.
+// folding in transactions of CompactHold at most: each commits what it folded and lets the
+// writer's rounds in before the next, so that the streams still going wait for one slice
+// of a large compaction, not for all of it. Each stream is folded in one transaction,
+// dropping its folded runs with one statement each: a run's events are consecutive in the
+// log, so the range of Seqs from its first to its last holds nothing else. A session
+// deleted in between loses its rows anyway, and Append only adds events after the folded
+// ones.
 func (s *Store) Compact(ctx context.Context, cs []service.Compaction) error {
 	if err := s.check(); err != nil {
 		return err
