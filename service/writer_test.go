@@ -269,13 +269,7 @@ func TestRoundTakesAtMostRoundCommands(t *testing.T) {
 		go func() { defer wg.Done(); create(i) }()
 	}
 	// The crowd waits for the round that is out.
-	deadline := time.Now().Add(patience)
-	for svc.Stats().Writes.Waiting < crowd {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d commands waiting, want %d", svc.Stats().Writes.Waiting, crowd)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitForCommandsWaiting(t, svc, crowd)
 	var sizes []int
 	for written := 0; written < crowd; {
 		g.next <- struct{}{} // let the round that is out go
@@ -322,13 +316,7 @@ func TestCommandsWaitingAtStopAreAllWritten(t *testing.T) {
 	for i := 1; i <= crowd; i++ {
 		go create(i)
 	}
-	deadline := time.Now().Add(patience)
-	for svc.Stats().Writes.Waiting < crowd {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d commands waiting, want %d", svc.Stats().Writes.Waiting, crowd)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitForCommandsWaiting(t, svc, crowd)
 	closed := make(chan struct{})
 	go func() { svc.Close(); close(closed) }()
 	close(g.next) // every round goes now, the first included
@@ -351,5 +339,18 @@ func TestCommandsWaitingAtStopAreAllWritten(t *testing.T) {
 	case <-closed:
 	case <-timeout:
 		t.Fatal("Close did not return")
+	}
+}
+
+// waitForCommandsWaiting polls the writer's stats until n commands wait for a round, or
+// fails the test after patience.
+func waitForCommandsWaiting(t *testing.T, svc *service.Service, n int) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	for svc.Stats().Writes.Waiting < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d commands waiting, want %d", svc.Stats().Writes.Waiting, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
