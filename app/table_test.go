@@ -10,21 +10,24 @@ import (
 	"github.com/talkgraph/talkgraph/app"
 )
 
-var update = flag.Bool("update", false, "rewrite the README's configuration table from app.Settings")
+var update = flag.Bool("update", false, "rewrite the configuration table in docs/CONFIGURATION.md from app.Settings")
 
-// TestReadmeListsEverySetting keeps the README's configuration table true: every setting
-// has its row, with its flag, environment variable, default and meaning. With -update it
-// rewrites the table.
-func TestReadmeListsEverySetting(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+// configurationDoc is where every setting is listed.
+const configurationDoc = "../docs/CONFIGURATION.md"
+
+// TestConfigurationListsEverySetting keeps the table in docs/CONFIGURATION.md true: every
+// setting has its row, with its flag, environment variable, default and meaning. With
+// -update it rewrites the table's rows.
+func TestConfigurationListsEverySetting(t *testing.T) {
+	doc, err := os.ReadFile(configurationDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if *update {
-		lines := strings.Split(string(readme), "\n")
+		lines := strings.Split(string(doc), "\n")
 		start := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "| `PORT`") })
 		if start < 0 {
-			t.Fatal("README has no configuration table (a row starting | `PORT`)")
+			t.Fatal("docs/CONFIGURATION.md has no configuration table (a row starting | `PORT`)")
 		}
 		end := start
 		for end < len(lines) && strings.HasPrefix(lines[end], "| `") {
@@ -35,14 +38,14 @@ func TestReadmeListsEverySetting(t *testing.T) {
 			rows = append(rows, tableRow(s))
 		}
 		lines = slices.Replace(lines, start, end, rows...)
-		readme = []byte(strings.Join(lines, "\n"))
-		if err := os.WriteFile("../README.md", readme, 0o644); err != nil {
+		doc = []byte(strings.Join(lines, "\n"))
+		if err := os.WriteFile(configurationDoc, doc, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, s := range app.Settings() {
-		if row := tableRow(s); !strings.Contains(string(readme), row+"\n") {
-			t.Errorf("README lacks the row for %s; want the line\n%s", s.Env, row)
+		if row := tableRow(s); !strings.Contains(string(doc), row+"\n") {
+			t.Errorf("docs/CONFIGURATION.md lacks the row for %s; want the line\n%s", s.Env, row)
 		}
 	}
 }
