@@ -2,7 +2,7 @@
 # Starts the services the replica tests need on this machine, when they are installed and
 # not running yet: PostgreSQL (127.0.0.1:5432, Debian's cluster) and NATS with JetStream
 # (127.0.0.1:4222). Tests that need them skip without them, except under CI=true, where
-# they fail. Nothing is installed here; see the README's "Running several replicas".
+# they fail. Nothing is installed here; see "Running several replicas" in docs/OPERATIONS.md.
 set -uo pipefail
 
 up() { # up HOST PORT: is something listening?
