@@ -422,11 +422,6 @@ func (c Config) RedactedDatabaseURL() string {
 	return u.Redacted()
 }
 
-// secretKeeper is a store that can keep the signing secret with the data it protects.
-type secretKeeper interface {
-	Secret(ctx context.Context, name string, gen func() ([]byte, error)) ([]byte, error)
-}
-
 // authSecret returns AUTH_SECRET, or else the secret kept by the store (SQLite and
 // PostgreSQL keep it in the database, shared by replicas) or in DATA_DIR/auth_secret,
 // created on first start, so that issued tokens stay valid across restarts.
@@ -437,7 +432,7 @@ func authSecret(ctx context.Context, c Config, store service.Store) ([]byte, err
 		}
 		return []byte(c.AuthSecret), nil
 	}
-	if k, ok := store.(secretKeeper); ok {
+	if k, ok := store.(service.SecretKeeper); ok {
 		return k.Secret(ctx, "auth", func() ([]byte, error) {
 			raw := make([]byte, 32)
 			_, err := rand.Read(raw)

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"fmt"
 	"strings"
 	"time"
 )
@@ -10,11 +9,10 @@ import (
 // transaction that appends the events. Each row is a whole snapshot: upsert it by ID with
 // all its fields.
 type Changes struct {
-	// Session is the last SessionUpdated snapshot: the session's title, settings and
-	// UpdatedAt take its values.
-	Session *TalkSession
-	// Activity, when not zero, is the time of the latest user message or answer: the
-	// session's UpdatedAt moves to it (unless Session sets it).
+	// Session is the last SessionUpdated snapshot, and Activity the time of the latest
+	// user message (zero for none): see SessionRow for what they make of the session's
+	// row.
+	Session  *TalkSession
 	Activity time.Time
 	// Messages, Runs, Questions and ToolCalls hold the last snapshot of each row the events
 	// carry, in the order the rows first appear.
@@ -23,7 +21,7 @@ type Changes struct {
 	Questions []*Question
 	ToolCalls []*ToolCall
 	// EndedRuns are runs that reached a final status: their questions that were never
-	// answered are withdrawn.
+	// answered are withdrawn (see Withdraws).
 	EndedRuns []string
 	// Bytes is what the events add to the session's size as its user's quota counts it:
 	// what the user wrote (messages, answers) and set (a title, settings).
@@ -126,89 +124,45 @@ func Coalesce(events []*Event, key string) (folded []*Event, drop []int64) {
 	return folded, drop
 }
 
-// Check reports what is wrong with b on its face, without the stored state: a missing
-// session ID, a creation of another session, a deletion that writes anything else, events
-// of another session or with Seqs that are not consecutive, an idempotency record of
-// another session or without a user or key. Such mistakes are the caller's bugs; every
-// Store checks them before it writes anything.
-func (b *Batch) Check() error {
-	if b == nil {
-		return fmt.Errorf("batch: nil batch")
+// SessionRow says how the events change their session's row, as every store and the
+// service's copy of the row apply it: the snapshot of the last SessionUpdated (its title,
+// settings and UpdatedAt) when there is one; otherwise, when touch is not zero, only
+// UpdatedAt moves to touch, the time of the latest user message. Both nil and zero: the
+// row does not change.
+func (c *Changes) SessionRow() (snapshot *TalkSession, touch time.Time) {
+	if c.Session != nil {
+		return c.Session, time.Time{}
 	}
-	if b.SessionID == "" {
-		return fmt.Errorf("batch: batch without a session ID")
-	}
-	if b.Delete {
-		if b.Create != nil || len(b.Events) > 0 || b.Idempotency != nil || b.Admit != nil {
-			return fmt.Errorf("batch: a batch that deletes session %s must write nothing else", b.SessionID)
-		}
-		return nil
-	}
-	if b.Create != nil && b.Create.ID != b.SessionID {
-		return fmt.Errorf("batch: creation of session %q in a batch for session %s", b.Create.ID, b.SessionID)
-	}
-	for i, e := range b.Events {
-		if e == nil {
-			return fmt.Errorf("batch: nil event")
-		}
-		if e.SessionID != "" && e.SessionID != b.SessionID {
-			return fmt.Errorf("batch: event of session %s in a batch for session %s", e.SessionID, b.SessionID)
-		}
-		if e.Seq < 1 || (i > 0 && e.Seq != b.Events[i-1].Seq+1) {
-			return fmt.Errorf("batch: event sequence numbers must be consecutive and positive (event %d has %d)", i, e.Seq)
-		}
-	}
-	if b.Create != nil && len(b.Events) > 0 && b.Events[0].Seq != 1 {
-		return fmt.Errorf("batch: the log of a new session starts at 1, not %d", b.Events[0].Seq)
-	}
-	if r := b.Idempotency; r != nil {
-		if r.UserID == "" || r.Key == "" {
-			return fmt.Errorf("batch: idempotency record without a user or key")
-		}
-		if r.SessionID != b.SessionID {
-			return fmt.Errorf("batch: idempotency record of session %s in a batch for session %s", r.SessionID, b.SessionID)
-		}
-	}
-	if b.Create == nil && len(b.Events) == 0 && b.Idempotency != nil {
-		return fmt.Errorf("batch: an idempotency record without events")
-	}
-	if a := b.Admit; a != nil && (a.UserID == "" || a.RunID == "" || a.Limit < 1) {
-		return fmt.Errorf("batch: an admission needs a user, a run and a limit ≥ 1")
-	}
-	ch := Derive(b.Events)
-	rows := make([][2]string, 0, len(ch.Messages)+len(ch.Runs)+len(ch.Questions)+len(ch.ToolCalls))
-	for _, m := range ch.Messages {
-		rows = append(rows, [2]string{m.ID, m.SessionID})
-	}
-	for _, r := range ch.Runs {
-		rows = append(rows, [2]string{r.ID, r.SessionID})
-	}
-	for _, q := range ch.Questions {
-		rows = append(rows, [2]string{q.ID, q.SessionID})
-	}
-	for _, tc := range ch.ToolCalls {
-		rows = append(rows, [2]string{tc.ID, tc.SessionID})
-	}
-	for _, r := range rows {
-		if r[0] == "" {
-			return fmt.Errorf("batch: a row without an ID")
-		}
-		if r[1] != b.SessionID {
-			return fmt.Errorf("batch: row %s of session %q in a batch for session %s", r[0], r[1], b.SessionID)
-		}
-	}
-	return nil
+	return nil, c.Activity
 }
 
-// Empty reports whether the batch writes nothing.
-func (b *Batch) Empty() bool {
-	return b.Create == nil && !b.Delete && len(b.Events) == 0 && b.Idempotency == nil && b.Admit == nil
+// ApplySession changes sess as SessionRow says, keeping its ID, owner, creation time and
+// LastSeq; it reports whether anything changed.
+func (c *Changes) ApplySession(sess *TalkSession) bool {
+	snap, touch := c.SessionRow()
+	switch {
+	case snap != nil:
+		sess.Title, sess.Settings, sess.UpdatedAt = snap.Title, snap.Settings, snap.UpdatedAt
+		return true
+	case !touch.IsZero():
+		sess.UpdatedAt = touch
+		return true
+	}
+	return false
 }
 
-// PrevSeq is the Seq the batch's events follow (0 for a batch without events).
-func (b *Batch) PrevSeq() int64 {
-	if len(b.Events) == 0 {
-		return 0
+// Withdraws reports whether the events withdraw q, a question of their session as it
+// stands before them or among them: one never answered whose run reached a final status.
+// Stores that keep questions in SQL withdraw them with one statement per ended run
+// (EndedRuns) that says the same.
+func (c *Changes) Withdraws(q *Question) bool {
+	if q.Answer != nil || q.Withdrawn {
+		return false
 	}
-	return b.Events[0].Seq - 1
+	for _, id := range c.EndedRuns {
+		if q.RunID == id {
+			return true
+		}
+	}
+	return false
 }

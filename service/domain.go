@@ -235,7 +235,9 @@ func (t EventType) Chunky() bool { return t == EventMessageChunk || t == EventTo
 // was appended.
 type Event struct {
 	SessionID string
-	// Seq is assigned by the Store when the event is appended: 1, 2, 3, … per session.
+	// Seq numbers the session's events: 1, 2, 3, … with no gap. The service assigns it
+	// (it owns each session's log) and the Store checks that a batch's events follow the
+	// log it holds (ErrNotNext).
 	Seq  int64
 	Type EventType
 	At   time.Time

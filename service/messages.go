@@ -31,7 +31,7 @@ func (s *Service) AddMessage(ctx context.Context, sessionID, content, key string
 	if err := checkID("session ID", sessionID); err != nil {
 		return nil, nil, err
 	}
-	r, err := s.route(ctx, &Command{Op: opAdd, UserID: u, SessionID: sessionID, Content: content, Key: key}, func(ctx context.Context) (*Reply, error) {
+	r, err := s.peers.route(ctx, &Command{Op: opAdd, UserID: u, SessionID: sessionID, Content: content, Key: key}, func(ctx context.Context) (*Reply, error) {
 		m, run, err := s.addMessage(ctx, u, sessionID, content, key)
 		return &Reply{Message: m, Run: run}, err
 	})
@@ -76,8 +76,9 @@ func (s *Service) addMessage(ctx context.Context, u, sessionID, content, key str
 	}
 
 	// A run that can start at once starts in the same write: RUNNING follows QUEUED.
-	// With replicas the store admits it only while the user has fewer than RunsPerUser
-	// runs RUNNING on all of them; refused, it is written QUEUED and waits for a slot.
+	// Where the store is shared, it admits the run only while the user has fewer than
+	// RunsPerUser runs RUNNING across every process (see admit); refused, it is written
+	// QUEUED and waits for a slot.
 	tryAdmit := true
 	for {
 		t, msg, run, admitted := s.planAdd(ctx, st, sess, u, content, key, tryAdmit)
@@ -128,7 +129,7 @@ func (s *Service) planAdd(ctx context.Context, st *sessionState, sess *TalkSessi
 	}
 
 	now := s.now()
-	run = &Run{ID: newID(), SessionID: sess.ID, UserID: u, Status: RunQueued, Agent: sess.Settings.Agent, Owner: s.id, CreatedAt: now}
+	run = &Run{ID: newID(), SessionID: sess.ID, UserID: u, Status: RunQueued, Agent: sess.Settings.Agent, Owner: s.peers.id(), CreatedAt: now}
 	msg = &Message{ID: newID(), SessionID: sess.ID, Role: RoleUser, Kind: KindText, Content: content,
 		Status: MessageComplete, RunID: run.ID, CreatedAt: now}
 	added := *msg
@@ -146,13 +147,7 @@ func (s *Service) planAdd(ctx context.Context, st *sessionState, sess *TalkSessi
 	}
 	admitted = tryAdmit && willStart && s.sched.tryAcquire(u)
 	if admitted {
-		running := *run
-		running.Status, running.StartedAt = RunRunning, &now
-		s.add(t, runEvent(&running))
-		run.setState(&running)
-		if s.coord != nil {
-			t.b.Admit = &Admission{UserID: u, RunID: run.ID, Limit: s.cfg.RunsPerUser}
-		}
+		run.setState(s.admit(t, run))
 		t.onAbort(func() { s.sched.release(u) })
 	}
 	t.onCommit(func() {

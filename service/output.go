@@ -2,9 +2,7 @@ package service
 
 import (
 	"context"
-	"errors"
 	"strings"
-	"time"
 	"unicode/utf8"
 )
 
@@ -53,71 +51,8 @@ func (o *output) Text(delta string) error {
 		return Errorf(EINVALID, "the reply is longer than this server allows (%d bytes)", s.cfg.MaxReplyBytes)
 	}
 	ar.text.add(delta)
-	s.writer.flushSoon(ar.st)
+	s.flushSoonLocked(ar.st)
 	return nil
-}
-
-// takeTextLocked takes the streamed text of st's run that waits to be written (the current
-// message's, announcing it if need be, and running tools' output) into a write for the
-// writer's round; nil when there is none.
-func (s *Service) takeTextLocked(st *sessionState) *txn {
-	ar := st.active
-	if ar == nil || ar.sealed || ar.parked {
-		return nil
-	}
-	t := s.begin(st)
-	if ar.msg != nil && ar.text.pending.Len() > 0 {
-		s.announce(t, ar)
-		s.chunk(t, &ar.text, EventMessageChunk, ar.msg.ID, ar.msg.ID)
-	}
-	for _, ts := range ar.tools {
-		if ts.call.Status == ToolRunning {
-			s.chunk(t, &ts.out, EventToolCallOutput, ts.call.ID, ts.call.MessageID)
-		}
-	}
-	if len(t.b.Events) == 0 {
-		return nil
-	}
-	st.lastFlush = time.Now()
-	return t
-}
-
-// flushed applies the outcome of the writer's round to streamed text it took with
-// takeTextLocked. A failed write puts the text back to be written in a later round; when
-// writes keep failing for longer than WriteRetry the agent is stopped and its run fails.
-func (s *Service) flushed(t *txn, err error) {
-	st := t.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.writing = false
-	st.idle.Broadcast()
-	if err == nil {
-		st.failingSince = time.Time{}
-		s.appendLocked(st, t.b.Events)
-		s.publish(st, t.b.Events)
-		for _, f := range t.done {
-			f()
-		}
-		return
-	}
-	for _, f := range t.undo {
-		f()
-	}
-	if errors.Is(err, ErrNotNext) {
-		st.synced = false
-		s.reconcileSoon(st)
-	}
-	now := time.Now()
-	if st.failingSince.IsZero() {
-		st.failingSince = now
-	}
-	failing := now.Sub(st.failingSince)
-	s.log.Warn("writing streamed text failed; it is kept and written again", "session", st.id, "for", failing, "err", err)
-	if ar := st.active; ar != nil && !ar.sealed && failing > s.cfg.WriteRetry && ar.writeErr == nil {
-		ar.writeErr = Errorf(EUNAVAILABLE, "the reply could not be saved: %s", ErrorMessage(err))
-		ar.cancel() // execute records the failure once the storage takes it
-	}
-	s.writer.retryLater(st, min(max(failing/4, 20*time.Millisecond), time.Second))
 }
 
 func (o *output) Ask(ctx context.Context, prompt string, choices []string) (string, error) {
@@ -133,11 +68,7 @@ func (o *output) Ask(ctx context.Context, prompt string, choices []string) (stri
 		return "", o.ended()
 	}
 	t := s.begin(st)
-	for _, ts := range ar.tools {
-		if ts.call.Status == ToolRunning {
-			s.chunk(t, &ts.out, EventToolCallOutput, ts.call.ID, ts.call.MessageID)
-		}
-	}
+	s.writeText(t, ar)
 	if ar.msg != nil {
 		s.completeMessage(t, ar, MessageComplete, "")
 	}
@@ -234,18 +165,18 @@ func (o *output) StartTool(id, name, arguments string) (ToolHandle, error) {
 		s.newMessageLocked(ar)
 	}
 	t := s.begin(st)
-	s.announce(t, ar)
-	s.chunk(t, &ar.text, EventMessageChunk, ar.msg.ID, ar.msg.ID) // the text before the call
+	s.announce(t, ar) // the call belongs to the message
+	s.writeText(t, ar)
 	call := &ToolCall{ID: newID(), CallID: truncate(id, 200), RunID: ar.run.ID, SessionID: st.id, MessageID: ar.msg.ID,
 		Name: truncate(name, 100), Arguments: arguments, Status: ToolRunning, StartedAt: s.now()}
 	cp := *call
 	s.add(t, &Event{Type: EventToolCallStarted, ToolCall: &cp})
-	ts := &toolState{call: call, fromSeq: t.next}
-	t.onCommit(func() { ar.tools[call.ID] = ts })
+	tool := &toolState{call: call, fromSeq: t.next}
+	t.onCommit(func() { ar.tools[call.ID] = tool })
 	if err := s.commitLocked(ar.ctx, t); err != nil {
 		return nil, err
 	}
-	return &toolHandle{o: o, ts: ts}, nil
+	return &toolHandle{o: o, tool: tool}, nil
 }
 
 func (o *output) ReportUsage(model string, u Usage) error {
@@ -291,11 +222,11 @@ func addUsage(a *Usage, b Usage) *Usage {
 }
 
 type toolHandle struct {
-	o  *output
-	ts *toolState
+	o    *output
+	tool *toolState
 }
 
-func (h *toolHandle) ID() string { return h.ts.call.ID }
+func (h *toolHandle) ID() string { return h.tool.call.ID }
 
 func (h *toolHandle) Output(delta string) error {
 	if delta == "" {
@@ -308,25 +239,25 @@ func (h *toolHandle) Output(delta string) error {
 	if ar.sealed || ar.writeErr != nil {
 		return h.o.ended()
 	}
-	if h.ts.call.Status != ToolRunning {
+	if h.tool.call.Status != ToolRunning {
 		return Errorf(ECONFLICT, "the tool call has finished")
 	}
-	if h.ts.out.bytes+len(delta) > s.cfg.MaxReplyBytes {
+	if h.tool.out.bytes+len(delta) > s.cfg.MaxReplyBytes {
 		return Errorf(EINVALID, "the tool's output is longer than this server allows")
 	}
-	h.ts.out.add(delta)
-	s.writer.flushSoon(ar.st)
+	h.tool.out.add(delta)
+	s.flushSoonLocked(ar.st)
 	return nil
 }
 
 func (h *toolHandle) Finish(result string, err error) error {
-	s, ar, ts := h.o.s, h.o.ar, h.ts
+	s, ar, tool := h.o.s, h.o.ar, h.tool
 	ar.st.mu.Lock()
 	defer ar.st.mu.Unlock()
 	if ar.sealed || ar.writeErr != nil {
 		return h.o.ended()
 	}
-	if ts.call.Status != ToolRunning {
+	if tool.call.Status != ToolRunning {
 		return Errorf(ECONFLICT, "the tool call has finished")
 	}
 	t := s.begin(ar.st)
@@ -335,10 +266,10 @@ func (h *toolHandle) Finish(result string, err error) error {
 		if ErrorCode(err) == EINTERNAL {
 			msg = err.Error()
 		}
-		s.finishTool(t, ts, ToolFailed, nil, &msg)
+		s.finishTool(t, tool, ToolFailed, nil, &msg)
 	} else {
 		r := truncateBytes(result, s.cfg.MaxReplyBytes)
-		s.finishTool(t, ts, ToolCompleted, &r, nil)
+		s.finishTool(t, tool, ToolCompleted, &r, nil)
 	}
 	return s.commitLocked(ar.ctx, t)
 }

@@ -28,7 +28,7 @@ func (s *Service) Respond(ctx context.Context, questionID, answer string) (*Ques
 		return nil, nil, err
 	}
 	u := UserFrom(ctx)
-	r, err := s.route(ctx, &Command{Op: opRespond, UserID: u, SessionID: q.SessionID, QuestionID: questionID, Answer: answer}, func(ctx context.Context) (*Reply, error) {
+	r, err := s.peers.route(ctx, &Command{Op: opRespond, UserID: u, SessionID: q.SessionID, QuestionID: questionID, Answer: answer}, func(ctx context.Context) (*Reply, error) {
 		q, run, err := s.respond(ctx, q, answer)
 		return &Reply{Question: q, Run: run}, err
 	})
@@ -75,9 +75,9 @@ func (s *Service) respond(ctx context.Context, q *Question, answer string) (*Que
 		// history, which now holds the question and its answer. A tool call that was
 		// running when the question was asked (an agent's "ask the user" tool) is that
 		// question's call: the answer is its result.
-		for _, ts := range ar.tools {
-			if ts.call.Status == ToolRunning && !ts.call.StartedAt.After(q.AskedAt) {
-				s.finishTool(t, ts, ToolCompleted, &answer, nil)
+		for _, tool := range ar.tools {
+			if tool.call.Status == ToolRunning && !tool.call.StartedAt.After(q.AskedAt) {
+				s.finishTool(t, tool, ToolCompleted, &answer, nil)
 			}
 		}
 	}

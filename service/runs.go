@@ -3,7 +3,6 @@ package service
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"runtime/debug"
 	"slices"
@@ -16,18 +15,22 @@ import (
 // activeRun is the in-memory side of a run that owns its session: queued for a slot,
 // running, or waiting for an answer. Its fields are guarded by the session's lock, and
 // change only once what they describe is durable.
+//
+// A run is sealed once its end is written, or once it is left as it is stored (at
+// shutdown, when its session is deleted, when another replica took it over): nothing its
+// agent does afterwards is written, and every Output method answers that the run has
+// ended. A run is parked when it waits for an answer with no agent behind it: found
+// waiting at start-up or taken over from another replica. It has no goroutine, and holds
+// a reference to its session's state until it is answered (it then starts again on the
+// history, see respond) or ended.
 type activeRun struct {
 	st     *sessionState
 	run    *Run
 	ctx    context.Context
 	cancel context.CancelFunc
 	span   trace.Span // nil unless the service traces
-	// sealed is set once the run's end is recorded (or it is left for a restart): nothing
-	// the agent does afterwards is written.
-	sealed bool
-	// parked is set for a run found waiting for an answer at start-up: it has no goroutine
-	// and holds a reference to the session state until it is answered or ended.
-	parked bool
+	sealed bool       // see above
+	parked bool       // see above
 	// holdsSlot is set while the run's goroutine holds a scheduler slot.
 	holdsSlot atomic.Bool
 	// done is closed once the run's goroutine, and those of the session's runs before it,
@@ -89,7 +92,7 @@ func (s *Service) startLocked(st *sessionState, run *Run, resumed, holding bool,
 	st.active = ar
 	// The run's first text goes out at once, whatever an earlier run's last flush left
 	// waiting (that run's end wrote its text).
-	st.lastFlush, st.flushAt = time.Time{}, time.Time{}
+	st.log.flushNow()
 	s.holdState(st) // the run holds the state until it returns
 	s.runs.Add(1)
 	go s.execute(ar, resumed)
@@ -246,7 +249,8 @@ func modelOf(runner Runner, set Settings) string {
 	return ""
 }
 
-// startRunLocked marks ar RUNNING and reads what its agent works on.
+// startRunLocked marks ar RUNNING, unless it was admitted RUNNING when it was created, and
+// reads what its agent works on.
 func (s *Service) startRunLocked(ar *activeRun) (RunRequest, error) {
 	st := ar.st
 	if ar.sealed {
@@ -260,31 +264,38 @@ func (s *Service) startRunLocked(ar *activeRun) (RunRequest, error) {
 		}
 		st.sess = sess
 	}
-	// With replicas the log may have moved on elsewhere; the write below proves it has not.
-	whole := s.coord == nil
+	// Unless the store is a SoleWriter, another process may have written to the log; the
+	// write below proves that none has.
+	current := s.sole
 	if ar.run.Status != RunRunning {
 		t := s.begin(st)
-		snap := *ar.run
-		now := s.now()
-		snap.Status, snap.StartedAt = RunRunning, &now
-		s.add(t, runEvent(&snap))
-		if s.coord != nil {
-			// Across replicas: ERATELIMIT while the user's runs hold RunsPerUser slots
-			// elsewhere (execute tries again).
-			t.b.Admit = &Admission{UserID: ar.run.UserID, RunID: ar.run.ID, Limit: s.cfg.RunsPerUser}
-		}
-		t.onCommit(func() { ar.run.setState(&snap) })
+		snap := s.admit(t, ar.run)
+		t.onCommit(func() { ar.run.setState(snap) })
 		if err := s.commitLocked(ar.ctx, t); err != nil {
-			return RunRequest{}, err
+			return RunRequest{}, err // ERATELIMIT: execute tries again
 		}
-		whole = true
+		current = true
 	}
-	if whole {
+	if current {
 		if hist, ok := s.historyFromTail(st); ok {
 			return s.requestOf(sess, ar.run, hist), nil
 		}
 	}
 	return s.request(ar.ctx, sess, ar.run)
+}
+
+// admit adds to t the move of run to RUNNING, the one way a run starts (at once with its
+// message, see planAdd, or once a slot frees, see startRunLocked), and returns the run as
+// the write leaves it. Where the store is shared, the write carries the Admission that
+// keeps a user within RunsPerUser across every process: the store refuses it with
+// ERATELIMIT while the user's other runs hold every slot.
+func (s *Service) admit(t *txn, run *Run) *Run {
+	snap := *run
+	now := s.now()
+	snap.Status, snap.StartedAt = RunRunning, &now
+	s.add(t, runEvent(&snap))
+	t.b.Admit = s.peers.admission(&snap, s.cfg.RunsPerUser)
+	return &snap
 }
 
 // safeRun calls the runner, turning a panic into an error.
@@ -331,24 +342,21 @@ func (s *Service) requestOf(sess *TalkSession, run *Run, hist []*HistoryMessage)
 }
 
 // historyFromTail returns the session's history as the store would, derived from the
-// events in memory, when they are the whole log (from its first event to its last): a run
-// then starts without reading the store. The caller holds st.mu and knows that no other
-// replica wrote to the session since its own last write.
+// events in memory, when they are the whole log (see sessionLog.whole): a run then starts
+// without reading the store. The caller holds st.mu and knows that no other process wrote
+// to the session since its own last write.
 func (s *Service) historyFromTail(st *sessionState) ([]*HistoryMessage, bool) {
-	if st.tailStart != 1 || len(st.tail) == 0 || st.tail[len(st.tail)-1].Seq != st.lastSeq {
+	evs, ok := st.log.whole()
+	if !ok {
 		return nil, false
 	}
-	c := Derive(st.tail)
+	c := Derive(evs)
 	msgs := c.Messages
 	slices.SortStableFunc(msgs, func(a, b *Message) int { return cmp.Compare(a.Seq, b.Seq) })
-	ended := make(map[string]bool, len(c.EndedRuns))
-	for _, id := range c.EndedRuns {
-		ended[id] = true
-	}
 	qs := make([]*Question, len(c.Questions))
 	for i, q := range c.Questions {
 		cp := *q
-		if ended[cp.RunID] && cp.Answer == nil {
+		if c.Withdraws(&cp) {
 			cp.Withdrawn = true // as every store does when the run ends
 		}
 		qs[i] = &cp
@@ -376,14 +384,15 @@ func (s *Service) finishLockedRetrying(ar *activeRun, status RunStatus, msg stri
 		if err == nil || ar.sealed {
 			return
 		}
-		if errors.Is(err, ErrNotNext) && !s.closed.Load() && s.coord != nil {
-			// Another replica wrote to the session: read the log again (and learn
-			// whether the run is still this replica's: if not, it ends here unwritten).
-			if s.reconcileLocked(context.Background(), ar.st) == nil {
+		if isNotNext(err) && !s.closed.Load() {
+			// Another process wrote to the session: read the log again (and, with
+			// replicas, learn whether the run is still this one's: if not, it ends here
+			// unwritten).
+			if s.peers.reconcileLocked(context.Background(), ar.st) == nil {
 				continue
 			}
 		}
-		if s.closed.Load() || ErrorCode(err) != EUNAVAILABLE && !errors.Is(err, ErrNotNext) {
+		if s.closed.Load() || ErrorCode(err) != EUNAVAILABLE && !isNotNext(err) {
 			s.log.Error("recording the end of a run", "session", ar.st.id, "run", ar.run.ID, "err", err)
 			ar.sealed = true
 			ar.cancel()
@@ -413,15 +422,15 @@ func (s *Service) planFinish(t *txn, ar *activeRun, status RunStatus, errMsg str
 	case RunCancelled, RunInterrupted:
 		msgStatus = MessageInterrupted
 	}
-	for _, ts := range ar.tools {
-		if ts.call.Status != ToolRunning {
+	for _, tool := range ar.tools {
+		if tool.call.Status != ToolRunning {
 			continue
 		}
 		toolStatus := ToolCancelled
 		if status == RunFailed {
 			toolStatus = ToolFailed
 		}
-		s.finishTool(t, ts, toolStatus, nil, nil)
+		s.finishTool(t, tool, toolStatus, nil, nil)
 	}
 	if ar.msg != nil {
 		s.completeMessage(t, ar, msgStatus, errMsg)
@@ -454,57 +463,6 @@ func (s *Service) planFinish(t *txn, ar *activeRun, status RunStatus, errMsg str
 	})
 }
 
-// announce adds the MessageAdded of ar's current message to t unless it is durable, and
-// returns the message's Seq.
-func (s *Service) announce(t *txn, ar *activeRun) int64 {
-	if ar.msg == nil {
-		return 0
-	}
-	if ar.announced {
-		return ar.msg.Seq
-	}
-	m := *ar.msg
-	s.add(t, &Event{Type: EventMessageAdded, Message: &m})
-	msg := ar.msg
-	t.onCommit(func() { msg.Seq = m.Seq; ar.announced = ar.msg == msg })
-	return m.Seq
-}
-
-// completeMessage adds to t the rest of ar's current message and its completion.
-func (s *Service) completeMessage(t *txn, ar *activeRun, status MessageStatus, errMsg string) {
-	m := ar.msg
-	seq := s.announce(t, ar)
-	s.chunk(t, &ar.text, EventMessageChunk, m.ID, m.ID)
-	done := *m
-	done.Seq, done.Content, done.Status = seq, ar.text.all(), status
-	if status == MessageFailed {
-		done.Error = errMsg
-	}
-	s.add(t, &Event{Type: EventMessageCompleted, Message: &done})
-	t.onCommit(func() {
-		s.compactSoon(ar.st, m.ID, seq+1)
-		if ar.msg == m {
-			ar.msg, ar.announced, ar.text = nil, false, textStream{}
-		}
-	})
-}
-
-// finishTool adds to t the rest of a tool call's output and its end.
-func (s *Service) finishTool(t *txn, ts *toolState, status ToolCallStatus, result, errMsg *string) {
-	s.chunk(t, &ts.out, EventToolCallOutput, ts.call.ID, ts.call.MessageID)
-	snap := *ts.call
-	now := s.now()
-	snap.Status, snap.Result, snap.Error, snap.FinishedAt = status, result, errMsg, &now
-	snap.Output = ts.out.all()
-	cp := snap
-	s.add(t, &Event{Type: EventToolCallFinished, ToolCall: &cp})
-	st := t.st
-	t.onCommit(func() {
-		*ts.call = snap
-		s.compactSoon(st, snap.ID, ts.fromSeq)
-	})
-}
-
 // CancelRun stops the caller's active run in the session, keeping its partial reply; the
 // run ends CANCELLED. It returns nil (and no error) when nothing was running. ENOTFOUND
 // when the session is missing or not the caller's; EUNAVAILABLE when the end cannot be
@@ -517,7 +475,7 @@ func (s *Service) CancelRun(ctx context.Context, sessionID string) (*Run, error)
 	if err := checkID("session ID", sessionID); err != nil {
 		return nil, err
 	}
-	r, err := s.route(ctx, &Command{Op: opCancel, UserID: u, SessionID: sessionID}, func(ctx context.Context) (*Reply, error) {
+	r, err := s.peers.route(ctx, &Command{Op: opCancel, UserID: u, SessionID: sessionID}, func(ctx context.Context) (*Reply, error) {
 		run, err := s.cancelRun(ctx, sessionID)
 		return &Reply{Run: run}, err
 	})

@@ -13,7 +13,8 @@ import (
 )
 
 // Config holds the service's limits. A zero field takes its value from DefaultConfig,
-// which is the one place the defaults are written.
+// which is the one place the defaults are written; FlushInterval alone means something at
+// zero (see it), and takes the default when negative.
 type Config struct {
 	MaxMessageBytes int // a user message, an answer or a system prompt
 	MaxReplyBytes   int // an assistant message or a tool's output
@@ -27,7 +28,9 @@ type Config struct {
 	// they wrote and set in them (see Derive's Bytes).
 	MaxSessionsPerUser int
 	MaxUserBytes       int64
-	FlushInterval      time.Duration // least time between two writes of one run's streamed text; a run's first goes at once (0: as soon as the writer is free)
+	// FlushInterval is the least time between two writes of one run's streamed text; a
+	// run's first goes at once. Zero writes it as soon as the writer is free.
+	FlushInterval time.Duration
 	// RoundCommands is how many commands one round of the writer takes at most; more
 	// wait for the next round, which begins once this one is written.
 	RoundCommands int
@@ -129,6 +132,12 @@ func (c *Config) fill() {
 
 // Service is the AgentService: every operation of the API, for the user in the context
 // (see WithUser). It is safe for concurrent use.
+//
+// Processes sharing a store: a store that is a SoleWriter lets the service trust what it
+// holds in memory of a session (sole); a store with a Coordinator makes this process one
+// of several replicas (peers). The two questions are apart: a store shared by processes
+// that coordinate nothing gets no shortcut, and its commands are done again when a write
+// finds that another process wrote first.
 type Service struct {
 	store  Store
 	agents *Agents
@@ -138,6 +147,8 @@ type Service struct {
 	tracer trace.Tracer // nil: no spans
 	sched  *scheduler
 	writer *writer
+	peers  peers
+	sole   bool // the store is a SoleWriter: what memory holds of a session is current
 
 	statesMu sync.Mutex
 	states   map[string]*sessionState
@@ -154,27 +165,13 @@ type Service struct {
 	compactions   chan Compaction
 	compactorQuit chan struct{}
 	compactorDone chan struct{}
-
-	// With replicas (see Config): this replica's ID, the store's Coordinator, the Cluster,
-	// the replicas alive at the last heartbeat ([]string), and the lease keeper.
-	id         string
-	coord      Coordinator
-	cluster    Cluster
-	unserve    func() // stops answering the commands sent to this replica
-	live       atomic.Value
-	claimMu    sync.Mutex
-	leaseMu    sync.Mutex
-	leaseUntil time.Time // when this replica's lease runs out, as of its last heartbeat
-	claimNow   chan struct{}
-	leasesDone chan struct{}
 }
 
 type counters struct {
-	chunks    atomic.Int64
-	takeovers atomic.Int64
-	mu        sync.Mutex
-	runsDone  map[RunStatus]int64
-	usage     map[string]Usage // by model
+	chunks   atomic.Int64
+	mu       sync.Mutex
+	runsDone map[RunStatus]int64
+	usage    map[string]Usage // by model
 }
 
 // New builds the service on store with the given agents, and recovers what a previous
@@ -201,35 +198,16 @@ func New(ctx context.Context, store Store, agents *Agents, cfg Config, log *slog
 	}
 	s.stats.runsDone = make(map[RunStatus]int64)
 	s.stats.usage = make(map[string]Usage)
-	s.writer = newWriter(s)
-	go s.compactor()
 	if c, ok := store.(Coordinator); ok {
-		s.coord, s.cluster = c, cfg.Cluster
-		s.id = cfg.ReplicaID
-		if s.id == "" {
-			s.id = newID()
-		}
-		s.claimNow, s.leasesDone = make(chan struct{}, 1), make(chan struct{})
-		s.unserve = func() {}
-		if s.cluster != nil {
-			// Commands come addressed to this replica for as long as it runs, so that no
-			// subscription comes and goes with each run.
-			stop, err := s.cluster.Serve(s.id, s.handle)
-			if err != nil {
-				s.stop()
-				return nil, err
-			}
-			s.unserve = stop
-		}
-		if err := s.join(ctx); err != nil {
-			s.unserve()
-			s.stop()
-			return nil, err
-		}
-		go s.leases()
-		return s, nil
+		s.peers = newReplicas(s, c, cfg)
+	} else {
+		s.peers = solo{s}
+		w, ok := store.(SoleWriter)
+		s.sole = ok && w.SoleWriter()
 	}
-	if err := s.recover(ctx); err != nil {
+	s.writer = newWriter(store, cfg.RoundCommands)
+	go s.compactor()
+	if err := s.peers.start(ctx); err != nil {
 		s.stop()
 		return nil, err
 	}
@@ -266,11 +244,11 @@ func (s *Service) Sweep() {
 	s.shrinkStates()
 }
 
-// ReleaseMemory asks the store to give back the memory its caches hold (the SQLite store
-// does; see sqlite.Store.ReleaseMemory). Call it when a crowd of users has gone: the
+// ReleaseMemory asks the store to give back the memory its caches hold, when it is a
+// MemoryReleaser (the SQLite store is). Call it when a crowd of users has gone: the
 // caches are read again from the storage afterwards.
 func (s *Service) ReleaseMemory(ctx context.Context) error {
-	if r, ok := s.store.(interface{ ReleaseMemory(context.Context) error }); ok {
+	if r, ok := s.store.(MemoryReleaser); ok {
 		return r.ReleaseMemory(ctx)
 	}
 	return nil
@@ -283,11 +261,8 @@ func (s *Service) Subscriptions() int64 { return s.subs.Load() }
 func (s *Service) Stats() Stats {
 	busy, waiting := s.sched.stats()
 	st := Stats{ChunksStreamed: s.stats.chunks.Load(), Subscriptions: s.subs.Load(), RunsBusy: busy, RunsWaiting: waiting,
-		RunsFinished: map[RunStatus]int64{}, Usage: map[string]Usage{}, Writes: s.writer.stats(),
-		Takeovers: s.stats.takeovers.Load()}
-	if r, ok := s.cluster.(interface{ Reconnects() int64 }); ok {
-		st.BrokerReconnects = r.Reconnects()
-	}
+		RunsFinished: map[RunStatus]int64{}, Usage: map[string]Usage{}, Writes: s.writer.stats()}
+	s.peers.stats(&st)
 	for _, ss := range s.liveStates() {
 		ss.mu.Lock()
 		if ss.active != nil {
@@ -318,10 +293,8 @@ func (s *Service) Ready(ctx context.Context) error {
 	if s.closed.Load() {
 		return Errorf(EUNAVAILABLE, "the server is shutting down")
 	}
-	if s.cluster != nil {
-		if err := s.cluster.Ready(); err != nil {
-			return err
-		}
+	if err := s.peers.ready(); err != nil {
+		return err
 	}
 	return s.store.Ping(ctx)
 }
@@ -367,7 +340,7 @@ func (s *Service) Close() {
 	s.sched.close()
 	for _, st := range s.liveStates() {
 		st.mu.Lock()
-		s.waitWriteLocked(st)
+		st.log.waitIdle()
 		if ar := st.active; ar != nil {
 			if ar.run.Status == RunRunning {
 				t := s.begin(st)
@@ -385,20 +358,10 @@ func (s *Service) Close() {
 		st.mu.Unlock()
 	}
 	close(s.closing)
-	if s.coord != nil {
-		<-s.leasesDone
-		// The others take this replica's queued and waiting runs over now.
-		if err := s.coord.Leave(context.Background(), s.id); err != nil {
-			s.log.Warn("leaving the replicas", "err", err)
-		}
-		if s.cluster != nil {
-			s.cluster.Announce(s.id)
-			s.unserve()
-		}
-	}
+	s.peers.leave()
 	for _, st := range s.liveStates() {
 		st.mu.Lock()
-		st.wakeLocked()
+		st.log.wake()
 		st.mu.Unlock()
 	}
 	done := make(chan struct{})
@@ -416,16 +379,6 @@ func (s *Service) stop() {
 	s.writer.stop()
 	close(s.compactorQuit)
 	<-s.compactorDone
-}
-
-func (s *Service) liveStates() []*sessionState {
-	s.statesMu.Lock()
-	defer s.statesMu.Unlock()
-	out := make([]*sessionState, 0, len(s.states))
-	for _, st := range s.states {
-		out = append(out, st)
-	}
-	return out
 }
 
 // isCtxErr reports whether err is a context's cancellation.

@@ -48,54 +48,24 @@ func (s *Service) viewOf(ctx context.Context, sess *TalkSession) *SessionView {
 	st.mu.Lock()
 	v := s.viewLocked(sess, st)
 	st.mu.Unlock()
-	if s.coord != nil && v.ActiveRun == nil {
-		s.remoteRun(ctx, v)
+	if v.ActiveRun == nil {
+		s.peers.elsewhere(ctx, v)
 	}
 	return v
-}
-
-// remoteRun completes a view of a session whose agent may run on another replica: its
-// active run and pending question, from the store.
-func (s *Service) remoteRun(ctx context.Context, v *SessionView) {
-	run, err := s.coord.ActiveRun(ctx, v.ID)
-	if err != nil {
-		return // none, or unknown now: the view shows the session idle
-	}
-	v.ActiveRun, v.Status = run, SessionRunning
-	if run.Status != RunWaitingForInput {
-		return
-	}
-	v.Status = SessionWaitingForInput
-	msgs, _, err := s.runWork(ctx, v.ID, run.ID)
-	if err != nil {
-		return
-	}
-	var qids []string
-	for _, m := range msgs {
-		if m.Kind == KindQuestion {
-			qids = append(qids, m.QuestionID)
-		}
-	}
-	qs, _ := s.store.Questions(ctx, qids)
-	for _, q := range qs {
-		if q.Answer == nil && !q.Withdrawn && (v.PendingQuestion == nil || q.AskedAt.After(v.PendingQuestion.AskedAt)) {
-			v.PendingQuestion = q
-		}
-	}
 }
 
 // viewLocked builds the view of sess from its state; st.mu must be held.
 func (s *Service) viewLocked(sess *TalkSession, st *sessionState) *SessionView {
 	v := &SessionView{TalkSession: sess, Status: SessionIdle}
 	c := Cursor{Seq: sess.LastSeq}
-	switch {
-	case st.lastSeq > sess.LastSeq: // the row was read before events appended since
+	switch end := st.log.end; {
+	case end.Seq > sess.LastSeq: // the row was read before events appended since
 		cp := *sess
-		cp.LastSeq = st.lastSeq
+		cp.LastSeq = end.Seq
 		v.TalkSession = &cp
-		c = Cursor{Seq: st.lastSeq, Off: st.lastOff}
-	case st.lastSeq == sess.LastSeq:
-		c.Off = st.lastOff
+		c = end
+	case end.Seq == sess.LastSeq:
+		c.Off = end.Off
 	}
 	v.StreamCursor = EncodeCursor(sess.ID, c)
 	v.asOf.seq = c.Seq
@@ -114,12 +84,12 @@ func (s *Service) viewLocked(sess *TalkSession, st *sessionState) *SessionView {
 			v.asOf.streamingID = ar.msg.ID
 			v.asOf.streamed = ar.text.written.String()
 		}
-		for id, ts := range ar.tools {
-			if ts.call.Status == ToolRunning {
+		for id, tool := range ar.tools {
+			if tool.call.Status == ToolRunning {
 				if v.asOf.toolOutput == nil {
 					v.asOf.toolOutput = map[string]string{}
 				}
-				v.asOf.toolOutput[id] = ts.out.written.String()
+				v.asOf.toolOutput[id] = tool.out.written.String()
 			}
 		}
 	} else if len(st.queue) > 0 {
@@ -315,7 +285,7 @@ func (s *Service) updateSession(ctx context.Context, cmd *Command, change func(*
 	}
 	cmd.UserID = u
 	var view *SessionView
-	_, err = s.route(ctx, cmd, func(ctx context.Context) (*Reply, error) {
+	_, err = s.peers.route(ctx, cmd, func(ctx context.Context) (*Reply, error) {
 		v, err := s.changeSession(ctx, cmd.SessionID, change)
 		view = v
 		return sessionReply(v), err
@@ -366,31 +336,26 @@ func (s *Service) DeleteTalkSession(ctx context.Context, id string) error {
 	if err := checkID("session ID", id); err != nil {
 		return err
 	}
-	_, err = s.route(ctx, &Command{Op: opDelete, UserID: u, SessionID: id}, func(ctx context.Context) (*Reply, error) {
+	_, err = s.peers.route(ctx, &Command{Op: opDelete, UserID: u, SessionID: id}, func(ctx context.Context) (*Reply, error) {
 		return nil, s.deleteSession(ctx, id)
 	})
 	return err
 }
 
-// deleteSession is DeleteTalkSession where the session's agent runs.
+// deleteSession is DeleteTalkSession where the session's agent runs. Once the deletion
+// is durable the log ends (its readers with it), and the session's run stops unwritten.
 func (s *Service) deleteSession(ctx context.Context, id string) error {
 	_, st, unlock, err := s.lockSession(ctx, id)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	st.writing = true
-	err = s.writer.write(ctx, &Batch{SessionID: id, Delete: true})
-	st.writing = false
-	st.idle.Broadcast()
-	if err != nil {
-		return err
-	}
-	s.dropActiveLocked(st)
-	st.queue = nil
-	st.deleted = true
-	s.forget(st.userID)
-	s.publish(st, nil)
-	st.wakeLocked()
-	return nil
+	t := s.begin(st)
+	t.b.Delete = true
+	t.onCommit(func() {
+		s.dropActiveLocked(st)
+		st.queue = nil
+		s.forget(st.userID)
+	})
+	return s.commitLocked(ctx, t)
 }

@@ -2,8 +2,16 @@ package service
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
+
+// This file is the whole contract between the service and its storage: the Store
+// interface, what it is handed (Batch, Compaction), what a store shared by replicas adds
+// (Coordinator), and the optional abilities a store may have, each a named interface.
+// The rows a store keeps follow from the events by Derive and Coalesce (derive.go); the
+// conformance suite in package storetest checks every sentence here against each store.
 
 // Store keeps what the service writes: each session's event log, the rows that queries
 // read (sessions, messages, runs, questions, tool calls), which are derived from the log,
@@ -24,10 +32,12 @@ type Store interface {
 	// written when errs[i] is nil (errs has one entry per batch). Batches fail alone:
 	// ENOTFOUND for a batch that writes to a session that does not exist (other than one
 	// that creates it), ECONFLICT for events that do not follow the stored log (the first
-	// event's Seq is not the session's LastSeq+1, or Seqs are not consecutive: ErrNotNext) and for an
-	// idempotency record whose (UserID, Key) exists, EINVALID for a malformed batch (see
-	// Batch.Check). A failure of the storage itself (EUNAVAILABLE) fails every batch of
-	// the call. For each batch written, the rows change as Derive(b.Events) says. Append
+	// event's Seq is not the session's LastSeq+1: ErrNotNext) and for an idempotency
+	// record whose (UserID, Key) exists, ERATELIMIT for an Admission refused, EINVALID for
+	// a malformed batch (see Batch.Check). A failure of the storage itself (EUNAVAILABLE)
+	// fails every batch of the call. For each batch written, the rows change as
+	// Batch.Derive says: every row of Changes upserted whole, the session's row as
+	// Changes.SessionRow says, and the questions Changes.Withdraws names withdrawn. Append
 	// never changes the batches, their events or their payloads.
 	Append(ctx context.Context, batches []*Batch) (errs []error)
 
@@ -87,6 +97,9 @@ type Store interface {
 // follow the stored log: another writer appended to the session meanwhile.
 var ErrNotNext = Errorf(ECONFLICT, "the session changed meanwhile; try again")
 
+// isNotNext reports whether err is ErrNotNext, wrapped or not.
+func isNotNext(err error) bool { return errors.Is(err, ErrNotNext) }
+
 // Batch is what the service writes to one session at once: the session's creation or
 // deletion, events to append to its log, and an idempotency record. The rows that queries
 // read follow from the events (see Derive).
@@ -108,6 +121,10 @@ type Batch struct {
 	// fewer than Admit.Limit other RUNNING runs (across every replica sharing the store);
 	// the batch fails with ERATELIMIT, writing nothing, otherwise.
 	Admit *Admission
+
+	// derived is Derive(Events), made once by the service for a batch it hands over
+	// (see derive); nil for batches made elsewhere, whose changes are derived when asked.
+	derived *Changes
 }
 
 // Admission bounds the runs a user has RUNNING at once.
@@ -115,6 +132,157 @@ type Admission struct {
 	UserID string
 	RunID  string
 	Limit  int
+}
+
+// Derive checks b (see Check) and returns the row changes of its events, as the
+// package's Derive makes them: what a store applies when it writes b. For a batch the
+// service made they are derived once, whoever asks.
+func (b *Batch) Derive() (Changes, error) {
+	if err := b.checkFace(); err != nil {
+		return Changes{}, err
+	}
+	var ch Changes
+	if b.derived != nil {
+		ch = *b.derived
+	} else {
+		ch = Derive(b.Events)
+	}
+	if err := b.checkRows(&ch); err != nil {
+		return Changes{}, err
+	}
+	return ch, nil
+}
+
+// derive makes b's changes once, before the service hands b over: the store and the
+// service then share them.
+func (b *Batch) derive() *Changes {
+	if b.derived == nil {
+		c := Derive(b.Events)
+		b.derived = &c
+	}
+	return b.derived
+}
+
+// Check reports what is wrong with b on its face, without the stored state: a missing
+// session ID, a creation of another session, a deletion that writes anything else, events
+// of another session or with Seqs that are not consecutive, an idempotency record of
+// another session or without a user or key, rows without an ID or of another session.
+// Such mistakes are the caller's bugs; every Store checks them (Derive does) before it
+// writes anything.
+func (b *Batch) Check() error {
+	_, err := b.Derive()
+	return err
+}
+
+// checkFace is Check without the rows.
+func (b *Batch) checkFace() error {
+	if b == nil {
+		return fmt.Errorf("batch: nil batch")
+	}
+	if b.SessionID == "" {
+		return fmt.Errorf("batch: batch without a session ID")
+	}
+	if b.Delete {
+		if b.Create != nil || len(b.Events) > 0 || b.Idempotency != nil || b.Admit != nil {
+			return fmt.Errorf("batch: a batch that deletes session %s must write nothing else", b.SessionID)
+		}
+		return nil
+	}
+	if b.Create != nil && b.Create.ID != b.SessionID {
+		return fmt.Errorf("batch: creation of session %q in a batch for session %s", b.Create.ID, b.SessionID)
+	}
+	for i, e := range b.Events {
+		if e == nil {
+			return fmt.Errorf("batch: nil event")
+		}
+		if e.SessionID != "" && e.SessionID != b.SessionID {
+			return fmt.Errorf("batch: event of session %s in a batch for session %s", e.SessionID, b.SessionID)
+		}
+		if e.Seq < 1 || (i > 0 && e.Seq != b.Events[i-1].Seq+1) {
+			return fmt.Errorf("batch: event sequence numbers must be consecutive and positive (event %d has %d)", i, e.Seq)
+		}
+	}
+	if b.Create != nil && len(b.Events) > 0 && b.Events[0].Seq != 1 {
+		return fmt.Errorf("batch: the log of a new session starts at 1, not %d", b.Events[0].Seq)
+	}
+	if r := b.Idempotency; r != nil {
+		if r.UserID == "" || r.Key == "" {
+			return fmt.Errorf("batch: idempotency record without a user or key")
+		}
+		if r.SessionID != b.SessionID {
+			return fmt.Errorf("batch: idempotency record of session %s in a batch for session %s", r.SessionID, b.SessionID)
+		}
+	}
+	if b.Create == nil && len(b.Events) == 0 && b.Idempotency != nil {
+		return fmt.Errorf("batch: an idempotency record without events")
+	}
+	if a := b.Admit; a != nil && (a.UserID == "" || a.RunID == "" || a.Limit < 1) {
+		return fmt.Errorf("batch: an admission needs a user, a run and a limit ≥ 1")
+	}
+	return nil
+}
+
+// checkRows checks that every row ch changes has an ID and belongs to b's session.
+func (b *Batch) checkRows(ch *Changes) error {
+	check := func(id, session string) error {
+		if id == "" {
+			return fmt.Errorf("batch: a row without an ID")
+		}
+		if session != b.SessionID {
+			return fmt.Errorf("batch: row %s of session %q in a batch for session %s", id, session, b.SessionID)
+		}
+		return nil
+	}
+	for _, m := range ch.Messages {
+		if err := check(m.ID, m.SessionID); err != nil {
+			return err
+		}
+	}
+	for _, r := range ch.Runs {
+		if err := check(r.ID, r.SessionID); err != nil {
+			return err
+		}
+	}
+	for _, q := range ch.Questions {
+		if err := check(q.ID, q.SessionID); err != nil {
+			return err
+		}
+	}
+	for _, tc := range ch.ToolCalls {
+		if err := check(tc.ID, tc.SessionID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Empty reports whether the batch writes nothing.
+func (b *Batch) Empty() bool {
+	return b.Create == nil && !b.Delete && len(b.Events) == 0 && b.Idempotency == nil && b.Admit == nil
+}
+
+// PrevSeq is the Seq the batch's events follow (0 for a batch without events).
+func (b *Batch) PrevSeq() int64 {
+	if len(b.Events) == 0 {
+		return 0
+	}
+	return b.Events[0].Seq - 1
+}
+
+// Compaction names one finished stream whose chunk events Store.Compact folds: those of
+// session SessionID with Event.Key == Key, from Seq FromSeq on.
+type Compaction struct {
+	SessionID, Key string
+	FromSeq        int64
+	// Prepared says that Folded is the folding the service made itself from the events it
+	// wrote (Coalesce of the session's log from FromSeq, as it held it in memory), which
+	// may be empty. The service prepares one only for a store that is a SoleWriter. Such
+	// a store may write Folded without reading the events back once it finds every folded
+	// run whole: each Seq from the run's first (its CoalescedFrom) to its last still in
+	// the log, none folded or dropped since. Otherwise it folds from what it reads, as
+	// without Prepared.
+	Prepared bool
+	Folded   []*Event
 }
 
 // Coordinator is what a Store shared by several replicas (PostgreSQL) offers to
@@ -134,6 +302,31 @@ type Coordinator interface {
 	ClaimRuns(ctx context.Context, id string, now time.Time) ([]*Run, error)
 	// ActiveRun returns the session's oldest active run; ENOTFOUND when it has none.
 	ActiveRun(ctx context.Context, sessionID string) (*Run, error)
+}
+
+// SoleWriter is an ability of a Store that only one process writes (an SQLite file, the
+// process's memory). SoleWriter reports whether that holds for this store: the service
+// then trusts what it holds in memory of a session, since nobody else changes it, and
+// reads the store less: a session's row and a run's history come from memory, and it
+// prepares the foldings of Compact itself. A store without the ability, or that answers
+// false, is read every time (see Service: "Processes sharing a store").
+type SoleWriter interface {
+	SoleWriter() bool
+}
+
+// MemoryReleaser is an ability of a Store that holds caches it can give back (SQLite's
+// page caches). ReleaseMemory gives back what they hold beyond what is in use; they are
+// read again from the storage afterwards.
+type MemoryReleaser interface {
+	ReleaseMemory(ctx context.Context) error
+}
+
+// SecretKeeper is an ability of a Store that can keep secrets with the data they protect
+// (SQLite and PostgreSQL keep them in the database, shared by replicas). Secret returns
+// the secret kept under name, made with gen and kept the first time it is asked for; of
+// several processes asking at once, every one gets the same secret.
+type SecretKeeper interface {
+	Secret(ctx context.Context, name string, gen func() ([]byte, error)) ([]byte, error)
 }
 
 // SessionPosition is a place in a user's session list.

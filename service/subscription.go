@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"slices"
 	"sync"
 )
 
@@ -61,16 +60,16 @@ func (s *Service) Subscribe(ctx context.Context, sessionID, after string, notify
 		return nil, err
 	}
 	if after == "" {
-		pos = Cursor{Seq: st.lastSeq, Off: st.lastOff}
-	} else if pos.Seq > st.lastSeq {
+		pos = st.log.end
+	} else if pos.Seq > st.log.end.Seq {
 		st.mu.Unlock()
 		s.releaseState(st)
 		s.subs.Add(-1)
 		return nil, Errorf(EINVALID, "cursor is ahead of the session's log")
 	}
 	sub := &Subscription{s: s, st: st, notify: notify, pos: pos}
-	st.subs = append(st.subs, sub)
-	s.followLocked(st)
+	st.log.addReader(sub)
+	s.peers.follow(st)
 	st.mu.Unlock()
 	return sub, nil
 }
@@ -118,16 +117,58 @@ func (sub *Subscription) Close() {
 	sub.mu.Unlock()
 	st := sub.st
 	st.mu.Lock()
-	if i := slices.Index(st.subs, sub); i >= 0 {
-		st.subs[i] = st.subs[len(st.subs)-1]
-		st.subs[len(st.subs)-1] = nil
-		st.subs = st.subs[:len(st.subs)-1]
-	}
-	if len(st.subs) == 0 && st.following != nil {
-		st.following()
-		st.following = nil
+	if st.log.removeReader(sub) == 0 {
+		sub.s.peers.unfollow(st)
 	}
 	st.mu.Unlock()
 	sub.s.releaseState(st)
 	sub.s.subs.Add(-1)
+}
+
+// readAfter returns up to limit events of st's log after position pos and the position
+// after the last of them: from the tail when it reaches back to pos, else from the store
+// up to the end as it stood. ok is false once the session is deleted.
+func (s *Service) readAfter(ctx context.Context, st *sessionState, pos Cursor, limit int) (evs []*Event, next Cursor, ok bool, err error) {
+	st.mu.Lock()
+	deleted, last := st.log.deleted, st.log.end.Seq
+	if !deleted {
+		var fromTail bool
+		if evs, fromTail = st.log.read(pos, limit); fromTail {
+			st.mu.Unlock()
+			next = pos
+			if len(evs) > 0 {
+				next = CursorOf(evs[len(evs)-1])
+			}
+			return evs, next, true, nil
+		}
+	}
+	st.mu.Unlock()
+	if deleted {
+		return nil, pos, false, nil
+	}
+	if pos.Seq >= last {
+		return nil, pos, true, nil
+	}
+	stored, err := s.store.Events(ctx, st.id, pos.Seq, min(limit, int(last-pos.Seq)))
+	if err != nil {
+		return nil, pos, true, err
+	}
+	for _, ev := range stored {
+		if ev.Seq > last {
+			break // written since the end was read: the tail has it next time
+		}
+		if ev.Type.Chunky() && ev.CoalescedFrom > 0 && ev.CoalescedFrom <= pos.Seq && pos.Off > ev.Offset {
+			// pos is inside the run of chunks this event replaced: give only the text after it.
+			cp := *ev
+			cp.Delta = runeSlice(ev.Delta, pos.Off-ev.Offset)
+			cp.Offset = pos.Off
+			ev = &cp
+		}
+		evs = append(evs, ev)
+	}
+	next = pos
+	if len(evs) > 0 {
+		next = CursorOf(evs[len(evs)-1])
+	}
+	return evs, next, true, nil
 }

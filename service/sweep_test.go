@@ -34,6 +34,7 @@ func TestQuotaSweepForgetsStaleFootprintsAndTheirRoom(t *testing.T) {
 
 func TestShrinkStatesGivesBackTheRoomOfACrowd(t *testing.T) {
 	s := &Service{states: map[string]*sessionState{}}
+	s.peers = solo{s}
 	for i := range 3000 {
 		s.acquireState(&TalkSession{ID: fmt.Sprint("session", i), UserID: "u"})
 	}

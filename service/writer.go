@@ -9,25 +9,27 @@ import (
 )
 
 // writer is the one goroutine that writes to the store. Each round it takes the commands
-// waiting to be written (up to RoundCommands, oldest first) and every session with
-// streamed text to flush, and hands them to Store.Append at once: one transaction for all.
+// waiting to be written (up to RoundCommands, oldest first) and the streamed text of every
+// session listed for it, and hands them to Store.Append at once: one transaction for all.
 // While a round is being written, the next one gathers, so a busy server makes fewer,
 // larger commits and a quiet one writes at once. The bound on commands keeps a crowd's
 // first ones from waiting for a round of all the others: a thousand messages at once are
 // written in rounds of a hundred or so, each answered, its runs started and their first
 // text gathered for the next round while that one is written.
 //
-// Streamed text is never shown before it is durable: the writer takes a run's pending
-// text, writes it, and only then appends its chunk events to the log subscribers read.
-// When the write fails the text goes back to wait for the next round (after a pause that
-// grows while the storage keeps failing), so nothing is lost and nothing is shown out of
-// order.
+// Streamed text is never shown before it is durable: the writer takes a session's pending
+// text (textSource.take), writes it, and only then tells the session (written), which
+// appends its chunk events to the log subscribers read. When the write fails the text goes
+// back to wait for a later round, so nothing is lost and nothing is shown out of order.
+//
+// The writer knows sessions only as textSources, and the store only for Append and Ping.
 type writer struct {
-	s *Service
+	store         Store
+	roundCommands int
 
-	mu    sync.Mutex
-	reqs  []*writeReq
-	dirty []*sessionState
+	mu     sync.Mutex
+	reqs   []*writeReq
+	listed []textSource
 	// later holds the sessions whose text waits for its time (FlushInterval since the last
 	// flush, or a pause after a failed write), earliest first: the writer's own clock, so
 	// that a thousand streams cost no timer and no goroutine per flush.
@@ -48,6 +50,18 @@ type writer struct {
 		checked time.Time
 		err     error
 	}
+}
+
+// textSource is a session whose streamed text the writer writes in its rounds (a
+// *sessionState). Both methods take the session's lock themselves.
+type textSource interface {
+	// take takes the text waiting to be written, as one batch whose write nothing else
+	// overtakes, unless a command holds the session (busy: the writer lists it again). at
+	// is the time the session was timed for on the writer's heap, zero when it was listed
+	// to go at once; a stale item takes nothing. b is nil when there is nothing to take.
+	take(at time.Time) (b *Batch, busy bool)
+	// written is told the outcome of writing the batch take returned.
+	written(err error)
 }
 
 // slowRound is how long a command waits for its round before it asks whether the storage
@@ -76,8 +90,8 @@ type WriterStats struct {
 	Waiting int           // commands waiting for a round now
 }
 
-func newWriter(s *Service) *writer {
-	w := &writer{s: s, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+func newWriter(store Store, roundCommands int) *writer {
+	w := &writer{store: store, roundCommands: roundCommands, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	go w.run()
 	return w
 }
@@ -98,7 +112,8 @@ func (w *writer) signal() {
 }
 
 // write writes b in the next round and returns its outcome. The caller holds b's session
-// lock with writing set, so no round takes that session's streamed text meanwhile.
+// lock with its log's gate closed (see sessionLog.commit), so no round takes that
+// session's streamed text meanwhile.
 //
 // A command still waiting for its round after slowRound, behind a round that is out, asks
 // whether the storage answers; when it does not, the command leaves the queue and is
@@ -173,7 +188,7 @@ func (w *writer) healthy(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), healthTimeout)
 	defer cancel()
-	h.err = w.s.store.Ping(ctx)
+	h.err = w.store.Ping(ctx)
 	if h.err != nil && ErrorCode(h.err) != EUNAVAILABLE {
 		h.err = Errorf(EUNAVAILABLE, "storage is unavailable: %v", h.err)
 	}
@@ -181,47 +196,21 @@ func (w *writer) healthy(ctx context.Context) error {
 	return h.err
 }
 
-// flushSoon puts st on the list of sessions whose streamed text the next round writes, at
-// once or, with a FlushInterval, once it has passed since the last flush. st.mu must be
-// held.
-func (w *writer) flushSoon(st *sessionState) {
-	if st.dirty || !st.flushAt.IsZero() {
-		return
-	}
-	if at := st.lastFlush.Add(w.s.cfg.FlushInterval); !st.lastFlush.IsZero() && time.Until(at) > 0 {
-		w.schedule(st, at)
-		return
-	}
-	w.markLocked(st)
-}
-
-// retryLater puts st back on the list after a pause, once a write of its text failed.
-// st.mu must be held.
-func (w *writer) retryLater(st *sessionState, pause time.Duration) {
-	if st.flushAt.IsZero() {
-		w.schedule(st, time.Now().Add(pause))
-	}
-}
-
-// schedule has the writer put st on its list at at. st.mu must be held.
-func (w *writer) schedule(st *sessionState, at time.Time) {
-	st.flushAt = at
+// schedule has the writer take src's text at at (see sessionLog.flushAt).
+func (w *writer) schedule(src textSource, at time.Time) {
 	w.mu.Lock()
-	heap.Push(&w.later, laterItem{at: at, st: st})
-	first := w.later[0].st == st
+	heap.Push(&w.later, laterItem{at: at, src: src})
+	first := w.later[0].src == src
 	w.mu.Unlock()
 	if first { // the writer sleeps until an earlier time: wake it to sleep less
 		w.signal()
 	}
 }
 
-func (w *writer) markLocked(st *sessionState) {
-	if st.dirty {
-		return
-	}
-	st.dirty = true
+// mark has the writer take src's text in its next round (see sessionLog.relist).
+func (w *writer) mark(src textSource) {
 	w.mu.Lock()
-	w.dirty = append(w.dirty, st)
+	w.listed = append(w.listed, src)
 	w.mu.Unlock()
 	w.signal()
 }
@@ -238,11 +227,6 @@ func (w *writer) stop() {
 	w.mu.Unlock()
 	close(w.quit)
 	<-w.done
-}
-
-// flush is one session's streamed text taken for a round.
-type flush struct {
-	t *txn
 }
 
 func (w *writer) run() {
@@ -279,15 +263,15 @@ func (w *writer) run() {
 }
 
 // round writes one round: the commands waiting (up to RoundCommands; all of them when
-// all, at stop), and the text of the sessions on the list and of those whose time has
-// come. (At stop no text waits for its time: Close wrote the runs' text as it ended or
-// sealed them.) progress is false when there was work but none could be taken.
+// all, at stop), and the text of the sessions listed and of those whose time has come.
+// (At stop no text waits for its time: Close wrote the runs' text as it ended or sealed
+// them.) progress is false when there was work but none could be taken.
 func (w *writer) round(all bool) (progress bool) {
 	now := time.Now()
 	w.mu.Lock()
-	reqs, dirty := w.reqs, w.dirty
-	w.reqs, w.dirty = nil, nil
-	if n := w.s.cfg.RoundCommands; !all && n > 0 && len(reqs) > n {
+	reqs, listed := w.reqs, w.listed
+	w.reqs, w.listed = nil, nil
+	if n := w.roundCommands; !all && n > 0 && len(reqs) > n {
 		w.reqs = append(w.reqs, reqs[n:]...) // the next round's, still first in line
 		reqs = reqs[:n:n]
 		defer w.signal()
@@ -297,95 +281,71 @@ func (w *writer) round(all bool) (progress bool) {
 		due = append(due, heap.Pop(&w.later).(laterItem))
 	}
 	w.mu.Unlock()
-	if len(reqs) == 0 && len(dirty) == 0 && len(due) == 0 {
+	if len(reqs) == 0 && len(listed) == 0 && len(due) == 0 {
 		return true
 	}
 
-	var flushes []flush
-	var again []*sessionState
-	var later []laterItem
-	take := func(st *sessionState) {
-		if st.writing {
-			w.markLocked(st)
-			return
-		}
-		if t := w.s.takeTextLocked(st); t != nil {
-			st.writing = true
-			flushes = append(flushes, flush{t: t})
-		}
+	batches := make([]*Batch, 0, len(reqs)+len(listed)+len(due))
+	for _, r := range reqs {
+		batches = append(batches, r.b)
 	}
-	for _, st := range dirty {
-		if !st.mu.TryLock() { // a command holds it; its own write takes the text
-			again = append(again, st)
-			continue
+	var flushes, again []textSource
+	var later []laterItem
+	for _, src := range listed {
+		b, busy := src.take(time.Time{})
+		switch {
+		case busy: // a command holds it; its own write takes the text
+			again = append(again, src)
+		case b != nil:
+			flushes, batches = append(flushes, src), append(batches, b)
 		}
-		st.dirty = false
-		take(st)
-		st.mu.Unlock()
 	}
 	for _, it := range due {
-		st := it.st
-		if !st.mu.TryLock() {
+		b, busy := it.src.take(it.at)
+		switch {
+		case busy:
 			later = append(later, it)
-			continue
+		case b != nil:
+			flushes, batches = append(flushes, it.src), append(batches, b)
 		}
-		// Unless the session's time is still this one, the item is stale: a run that
-		// started since called the wait off (its first text goes at once).
-		if st.flushAt.Equal(it.at) {
-			st.flushAt = time.Time{}
-			if !st.dirty {
-				take(st)
-			}
-		}
-		st.mu.Unlock()
 	}
 	if len(again) > 0 || len(later) > 0 {
 		w.mu.Lock()
-		w.dirty = append(w.dirty, again...)
+		w.listed = append(w.listed, again...)
 		for _, it := range later {
 			heap.Push(&w.later, it)
 		}
 		w.mu.Unlock()
 		w.signal()
 	}
-	if len(reqs) == 0 && len(flushes) == 0 {
+	if len(batches) == 0 {
 		return len(again) == 0 && len(later) == 0
 	}
 
-	batches := make([]*Batch, 0, len(reqs)+len(flushes))
-	for _, r := range reqs {
-		batches = append(batches, r.b)
-	}
-	for _, f := range flushes {
-		batches = append(batches, &f.t.b)
-	}
 	start := time.Now()
 	w.inRound.Store(start.UnixNano())
-	errs := w.s.store.Append(context.Background(), batches)
+	errs := w.store.Append(context.Background(), batches)
 	w.inRound.Store(0)
 	w.busy.Add(int64(time.Since(start)))
 	w.rounds.Add(1)
 	w.batches.Add(int64(len(batches)))
-	for i, r := range reqs {
-		if errs[i] != nil {
-			w.failed.Add(1)
-		}
-		r.err <- errs[i]
-	}
-	for i, f := range flushes {
-		err := errs[len(reqs)+i]
+	for i, err := range errs {
 		if err != nil {
 			w.failed.Add(1)
 		}
-		w.s.flushed(f.t, err)
+		if i < len(reqs) {
+			reqs[i].err <- err
+		} else {
+			flushes[i-len(reqs)].written(err)
+		}
 	}
 	return true
 }
 
-// laterItem is a session waiting on the writer's list until at.
+// laterItem is a session waiting on the writer's heap until at.
 type laterItem struct {
-	at time.Time
-	st *sessionState
+	at  time.Time
+	src textSource
 }
 
 // laterQueue is a min-heap of laterItems by time (container/heap).

@@ -46,6 +46,7 @@ type sessionData struct {
 type idemKey struct{ userID, key string }
 
 var _ service.Store = (*Store)(nil)
+var _ service.SoleWriter = (*Store)(nil)
 
 // New returns an empty Store.
 func New() *Store {
@@ -74,20 +75,22 @@ func (s *Store) Append(ctx context.Context, batches []*service.Batch) []error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, b := range batches {
-		switch {
-		case s.closed:
+		if s.closed {
 			errs[i] = errClosed()
-		case b.Check() != nil:
-			errs[i] = service.Errorf(service.EINVALID, "%v", b.Check())
-		default:
-			errs[i] = s.append(b)
+			continue
 		}
+		ch, err := b.Derive()
+		if err != nil {
+			errs[i] = service.Errorf(service.EINVALID, "%v", err)
+			continue
+		}
+		errs[i] = s.append(b, &ch)
 	}
 	return errs
 }
 
 // append checks and writes one batch; s.mu must be held.
-func (s *Store) append(b *service.Batch) error {
+func (s *Store) append(b *service.Batch, ch *service.Changes) error {
 	sd := s.sessions[b.SessionID]
 	switch {
 	case sd == nil && b.Create == nil:
@@ -106,7 +109,6 @@ func (s *Store) append(b *service.Batch) error {
 	if prev := b.PrevSeq(); len(b.Events) > 0 && prev != last {
 		return fmt.Errorf("inmem: events follow %d, but the session's log ends at %d: %w", prev, last, service.ErrNotNext)
 	}
-	ch := service.Derive(b.Events)
 	if err := s.owned(b.SessionID, ch); err != nil {
 		return err
 	}
@@ -151,12 +153,8 @@ func (s *Store) append(b *service.Batch) error {
 		sd.events = append(sd.events, c)
 	}
 	sd.bytes += ch.Bytes
-	if ch.Session != nil {
-		sd.session.Title = ch.Session.Title
-		sd.session.Settings = cloneSession(ch.Session).Settings
-		sd.session.UpdatedAt = cloneTime(ch.Session.UpdatedAt)
-	} else if !ch.Activity.IsZero() {
-		sd.session.UpdatedAt = cloneTime(ch.Activity)
+	if ch.ApplySession(sd.session) {
+		sd.session = cloneSession(sd.session) // nothing of the event's payload is kept
 	}
 	for _, m := range ch.Messages {
 		s.messages[m.ID] = cloneMessage(m)
@@ -174,9 +172,9 @@ func (s *Store) append(b *service.Batch) error {
 		s.toolCalls[tc.ID] = cloneToolCall(tc)
 		sd.toolCalls[tc.ID] = struct{}{}
 	}
-	for _, run := range ch.EndedRuns {
+	if len(ch.EndedRuns) > 0 {
 		for id := range sd.questions {
-			if q := s.questions[id]; q.RunID == run && q.Answer == nil {
+			if q := s.questions[id]; ch.Withdraws(q) {
 				q.Withdrawn = true
 			}
 		}
@@ -185,7 +183,7 @@ func (s *Store) append(b *service.Batch) error {
 }
 
 // owned checks that no row of ch belongs to another session than id; s.mu must be held.
-func (s *Store) owned(id string, ch service.Changes) error {
+func (s *Store) owned(id string, ch *service.Changes) error {
 	other := func(what, rowID, session string) error {
 		if session != id {
 			return fmt.Errorf("inmem: %s %s belongs to session %s, not %s", what, rowID, session, id)
@@ -598,6 +596,9 @@ func (s *Store) Footprint(ctx context.Context, userID string) (int, int64, error
 	}
 	return n, bytes, nil
 }
+
+// SoleWriter implements service.SoleWriter: the store lives in this process's memory.
+func (s *Store) SoleWriter() bool { return true }
 
 // Ping implements service.Store: it fails only once the store is closed.
 func (s *Store) Ping(ctx context.Context) error {

@@ -70,7 +70,10 @@ type follow struct {
 	deliver func([]*service.Event)
 }
 
-var _ service.Cluster = (*Cluster)(nil)
+var (
+	_ service.Cluster          = (*Cluster)(nil)
+	_ service.ReconnectCounter = (*Cluster)(nil)
+)
 
 // Connect connects to the NATS server at url (reconnecting by itself for as long as the
 // process lives).
@@ -243,8 +246,8 @@ func (c *Cluster) Serve(replicaID string, handle func(ctx context.Context, cmd *
 	c.servers[subject] = srv
 	c.mu.Unlock()
 	return func() {
-		// Commands that arrive from now on are refused with ErrNoServer, which their
-		// senders retry. Draining rather than unsubscribing lets those already on their
+		// Commands that arrive from now on are refused (NotServedReply), which their
+		// senders retry elsewhere. Draining rather than unsubscribing lets those already on their
 		// way arrive to be refused: an unsubscribed client drops them unanswered and
 		// leaves their senders waiting out their deadlines. While the connection is
 		// down there is nothing on its way, and a drain would have nats.go subscribe
@@ -299,7 +302,7 @@ func (c *Cluster) answer(m *nats.Msg, handle func(context.Context, *service.Comm
 	case err != nil:
 		reply = &service.Reply{Code: service.EINVALID, Error: "undecodable command"}
 	case handle == nil: // stopped serving meanwhile
-		reply = &service.Reply{Code: service.ErrorCode(service.ErrNoServer), Error: service.ErrorMessage(service.ErrNoServer)}
+		reply = service.NotServedReply()
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
 		reply = handle(ctx, cmd)
@@ -343,7 +346,7 @@ func (c *Cluster) Send(ctx context.Context, replicaID string, cmd *service.Comma
 	if err != nil {
 		return nil, err
 	}
-	if reply.Code == service.ErrorCode(service.ErrNoServer) && reply.Error == service.ErrorMessage(service.ErrNoServer) {
+	if reply.NotServed {
 		return nil, service.ErrNoServer
 	}
 	return reply, nil

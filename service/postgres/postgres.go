@@ -69,6 +69,12 @@ const (
 
 // Store is a service.Store and service.Coordinator in a PostgreSQL database. It is safe for
 // concurrent use, and several Stores (one per replica) may share a database.
+var (
+	_ service.Store        = (*Store)(nil)
+	_ service.Coordinator  = (*Store)(nil)
+	_ service.SecretKeeper = (*Store)(nil)
+)
+
 type Store struct {
 	pool   *pgxpool.Pool
 	opts   Options

@@ -162,13 +162,11 @@ type prep struct {
 // prepare checks b on its face (Batch.Check, and what PostgreSQL cannot store) and encodes
 // it; the error is EINVALID.
 func prepare(b *service.Batch) (*prep, error) {
-	if err := b.Check(); err != nil {
+	ch, err := b.Derive()
+	if err != nil {
 		return nil, service.Errorf(service.EINVALID, "%v", err)
 	}
-	p := &prep{b: b}
-	if slices.ContainsFunc(b.Events, func(e *service.Event) bool { return !e.Type.Chunky() }) {
-		p.ch = service.Derive(b.Events) // chunks change no row
-	}
+	p := &prep{b: b, ch: ch}
 	if err := p.encode(); err != nil {
 		return nil, service.Errorf(service.EINVALID, "batch for session %s: %v", b.SessionID, err)
 	}
@@ -658,10 +656,10 @@ func queueWrites(wb *pgx.Batch, preps []*prep, idxs []int) {
 		if b.Idempotency != nil {
 			idem = append(idem, b.Idempotency)
 		}
-		if ch.Session != nil {
-			updates.add(id, ch.Session, p.update)
-		} else if !ch.Activity.IsZero() {
-			touchIDs, touchAt = append(touchIDs, id), append(touchAt, dbTime(ch.Activity))
+		if snap, touch := ch.SessionRow(); snap != nil {
+			updates.add(id, snap, p.update)
+		} else if !touch.IsZero() {
+			touchIDs, touchAt = append(touchIDs, id), append(touchAt, dbTime(touch))
 		}
 		msgs = append(msgs, ch.Messages...)
 		for j, r := range ch.Runs {

@@ -9,6 +9,10 @@ import (
 	"syscall"
 )
 
+// lockable says whether lockFile keeps other processes off the file (see
+// Store.SoleWriter).
+const lockable = true
+
 // lockFile takes an exclusive flock(2) on the file at path, creating it. The lock belongs
 // to the open file, so it also keeps out a second Store of the same process, and the
 // operating system drops it when the process dies, however it dies.

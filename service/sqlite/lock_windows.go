@@ -7,6 +7,10 @@ import (
 	"golang.org/x/sys/windows"
 )
 
+// lockable says whether lockFile keeps other processes off the file (see
+// Store.SoleWriter).
+const lockable = true
+
 // lockFile takes an exclusive lock on the file at path, creating it. Windows drops the
 // lock when the process dies.
 func lockFile(path string) (unlock func() error, err error) {

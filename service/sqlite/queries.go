@@ -138,7 +138,8 @@ const (
 	qQuestion = `SELECT ` + questionCols + ` FROM questions WHERE id = ?`
 	// The IDs come as one JSON array.
 	qQuestions = `SELECT ` + questionCols + ` FROM questions WHERE id IN (SELECT value FROM json_each(?))`
-	// qWithdrawQuestions withdraws the unanswered questions of a run that ended.
+	// qWithdrawQuestions withdraws the unanswered questions of a run that ended (see
+	// service.Changes.Withdraws).
 	qWithdrawQuestions = `UPDATE questions SET withdrawn = 1 WHERE run_id = ? AND session_id = ? AND answer IS NULL`
 	upsertQuestionTail = `ON CONFLICT (id) DO UPDATE SET run_id = excluded.run_id, prompt = excluded.prompt,
 		choices = excluded.choices, answer = excluded.answer, asked_at = excluded.asked_at,

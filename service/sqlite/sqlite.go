@@ -95,6 +95,9 @@ type Store struct {
 }
 
 var _ service.Store = (*Store)(nil)
+var _ service.SoleWriter = (*Store)(nil)
+var _ service.MemoryReleaser = (*Store)(nil)
+var _ service.SecretKeeper = (*Store)(nil)
 
 // pageSize is SQLite's default page size, which this package does not change.
 const pageSize = 4096
@@ -427,6 +430,11 @@ func (s *Store) ping(ctx context.Context) error {
 	_, err = tx.ExecContext(ctx, qPing)
 	return err
 }
+
+// SoleWriter implements service.SoleWriter: the store holds its file's lock, so no other
+// process writes the file (where the platform has file locks; elsewhere two stores on one
+// file both work, and this answers false).
+func (s *Store) SoleWriter() bool { return lockable }
 
 // Secret returns the value stored under name, or, the first time, stores what gen returns
 // and returns that. The server keeps its token signing secret here.

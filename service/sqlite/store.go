@@ -32,11 +32,14 @@ func (s *Store) Append(ctx context.Context, batches []*service.Batch) []error {
 		return fill(errs, err)
 	}
 	todo := make([]int, 0, len(batches))
+	chs := make([]service.Changes, len(batches))
 	for i, b := range batches {
-		if err := b.Check(); err != nil {
+		ch, err := b.Derive()
+		if err != nil {
 			errs[i] = service.Errorf(service.EINVALID, "%v", err)
 			continue
 		}
+		chs[i] = ch
 		todo = append(todo, i)
 	}
 	s.wmu.Lock()
@@ -48,7 +51,7 @@ func (s *Store) Append(ctx context.Context, batches []*service.Batch) []error {
 			}
 			break
 		}
-		bad, err := s.appendTx(todo, batches, errs)
+		bad, err := s.appendTx(todo, batches, chs, errs)
 		if err != nil { // the storage failed: every batch fails
 			err = s.fail("append", err)
 			for _, i := range todo {
@@ -83,7 +86,7 @@ func fill(errs []error, err error) []error {
 // the end of each session's log known from earlier appends: this store is its file's only
 // writer), then the accepted batches are written: all their events in a few multi-row
 // inserts, then the rows the events change.
-func (s *Store) appendTx(todo []int, batches []*service.Batch, errs []error) (bad int, err error) {
+func (s *Store) appendTx(todo []int, batches []*service.Batch, chs []service.Changes, errs []error) (bad int, err error) {
 	ctx := context.Background() // one caller's context must not cut the others' writes short
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -120,7 +123,7 @@ func (s *Store) appendTx(todo []int, batches []*service.Batch, errs []error) (ba
 	if err := w.insertEvents(events); err != nil {
 		return -1, err // the checks rule out conflicts: anything else is the storage's
 	}
-	if bad, err := w.changes(accepted, batches, errs); bad >= 0 || err != nil {
+	if bad, err := w.changes(accepted, batches, chs, errs); bad >= 0 || err != nil {
 		return bad, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -365,7 +368,7 @@ func (u *upserts) add(batch int, id string, args []any) {
 // written by two batches ends as the later one left it). It returns the index of a batch
 // whose rows the stored state refuses (a row of another session), its error in errs, or
 // -1; err when the storage failed.
-func (w *txWriter) changes(accepted []int, batches []*service.Batch, errs []error) (bad int, err error) {
+func (w *txWriter) changes(accepted []int, batches []*service.Batch, chs []service.Changes, errs []error) (bad int, err error) {
 	var sessions []*sessionChange
 	bySession := map[string]*sessionChange{}
 	messages := &upserts{what: "message", query: qUpsertMessages, owner: qMessageSession}
@@ -379,7 +382,7 @@ func (w *txWriter) changes(accepted []int, batches []*service.Batch, errs []erro
 		if len(b.Events) == 0 {
 			continue
 		}
-		ch := service.Derive(b.Events)
+		ch := &chs[i]
 		sc := bySession[b.SessionID]
 		if sc == nil {
 			sc = &sessionChange{id: b.SessionID}
@@ -387,10 +390,10 @@ func (w *txWriter) changes(accepted []int, batches []*service.Batch, errs []erro
 			sessions = append(sessions, sc)
 		}
 		sc.bytes += ch.Bytes
-		if ch.Session != nil {
-			sc.snapshot, sc.activity = ch.Session, time.Time{}
-		} else if ch.Activity.After(sc.activity) {
-			sc.activity = ch.Activity
+		if snap, touch := ch.SessionRow(); snap != nil {
+			sc.snapshot, sc.activity = snap, time.Time{}
+		} else if touch.After(sc.activity) {
+			sc.activity = touch
 		}
 		for _, m := range ch.Messages {
 			messages.add(i, m.ID, messageArgs(m))
@@ -433,7 +436,8 @@ func (w *txWriter) changes(accepted []int, batches []*service.Batch, errs []erro
 			return w.refusedRow(u, batches, errs)
 		}
 	}
-	// Questions are withdrawn after every question is written: a run ends after it asked.
+	// Questions are withdrawn after every question is written (a run ends after it asked),
+	// one statement per ended run, as Changes.Withdraws says.
 	for _, wd := range withdrawals {
 		if _, err := w.exec(qWithdrawQuestions, wd.run, wd.session); err != nil {
 			return -1, err

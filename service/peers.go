@@ -1,0 +1,280 @@
+package service
+
+import (
+	"context"
+)
+
+// peers is everything that differs between a process that has its store to itself and
+// replicas that share one: where a command is done, who hears of new events, how runs
+// left by a process that is gone come back, and whether a run is still this process's.
+// The service asks it and never which kind it has: solo (below) for a store without a
+// Coordinator, replicas (replicas.go) for one with.
+//
+// Whether the service may trust what it holds in memory of a session is a separate
+// question, which the store answers (SoleWriter): a shared store that coordinates nothing
+// still gets no shortcut.
+type peers interface {
+	// id is this process's name as runs' Owner: "" alone.
+	id() string
+	// start brings back, once at start-up, what earlier processes left active: runs that
+	// were RUNNING end INTERRUPTED with their partial replies kept, QUEUED runs start
+	// again, and WAITING_FOR_INPUT runs wait for their answer (see recoverRun).
+	start(ctx context.Context) error
+	// route does cmd where the session's agent runs: local here, or on the process that
+	// runs it. A local write refused because the log moved on (ErrNotNext) is done again
+	// on the log read anew.
+	route(ctx context.Context, cmd *Command, local func(context.Context) (*Reply, error)) (*Reply, error)
+	// published is told of events of st made durable here (nil: the session was deleted).
+	// It must not block.
+	published(st *sessionState, evs []*Event)
+	// follow makes st receive the events other processes write to its session, while it
+	// has subscribers here; unfollow ends that. st.mu must be held.
+	follow(st *sessionState)
+	unfollow(st *sessionState)
+	// lostTrack is told that a write of st found the log moved on without this process
+	// (ErrNotNext). st.mu must be held.
+	lostTrack(st *sessionState)
+	// reconcileLocked reads st's log again and drops the runs of st that are no longer
+	// this process's; an error when the store could not be read (nothing changed then).
+	// st.mu must be held.
+	reconcileLocked(ctx context.Context, st *sessionState) error
+	// elsewhere completes v, a view of a session with no run here, with the active run
+	// and pending question another process has for it, if any.
+	elsewhere(ctx context.Context, v *SessionView)
+	// admission is the Batch.Admit of a write that makes run RUNNING: nil where this
+	// process's scheduler alone bounds a user's runs.
+	admission(run *Run, limit int) *Admission
+	// ready returns nil while this process can reach the others.
+	ready() error
+	// leave ends this process's part, at Close once its runs are left as stored.
+	leave()
+	// stats adds the peers' counters.
+	stats(st *Stats)
+}
+
+// solo is the peers of a process alone with its store. Its route still does a command
+// again on ErrNotNext, which only a store that another process writes can answer (see
+// SoleWriter): such a process then reads the log anew and stays correct.
+type solo struct{ s *Service }
+
+var _ peers = solo{}
+
+func (solo) id() string { return "" }
+
+func (p solo) start(ctx context.Context) error {
+	runs, err := p.s.store.RunsByStatus(ctx, RunRunning, RunQueued, RunWaitingForInput)
+	if err != nil {
+		return err
+	}
+	for _, run := range runs {
+		if err := p.s.recoverRun(ctx, run); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (solo) route(ctx context.Context, _ *Command, local func(context.Context) (*Reply, error)) (*Reply, error) {
+	for attempt := 1; ; attempt++ {
+		r, err := local(ctx)
+		if !isNotNext(err) || attempt == routeAttempts {
+			return r, err
+		}
+	}
+}
+
+// routeAttempts is how many times a command is tried before its error is answered.
+const routeAttempts = 4
+
+func (solo) published(*sessionState, []*Event) {}
+func (solo) follow(*sessionState)              {}
+func (solo) unfollow(*sessionState)            {}
+func (solo) lostTrack(*sessionState)           {}
+
+func (p solo) reconcileLocked(ctx context.Context, st *sessionState) error {
+	st.log.synced = false
+	return p.s.readyLocked(ctx, st)
+}
+
+func (solo) elsewhere(context.Context, *SessionView) {}
+func (solo) admission(*Run, int) *Admission          { return nil }
+func (solo) ready() error                            { return nil }
+func (solo) leave()                                  {}
+func (solo) stats(*Stats)                            {}
+
+// recoverRun brings back one active run left by another process: this server's earlier
+// life, or a replica that is gone. Both start-up (peers.start) and a take-over come here.
+func (s *Service) recoverRun(ctx context.Context, run *Run) error {
+	sess, err := s.store.Session(ctx, run.SessionID)
+	if ErrorCode(err) == ENOTFOUND {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	st := s.acquireState(sess)
+	defer s.releaseState(st)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if err := s.readyLocked(ctx, st); err != nil {
+		return err
+	}
+	if ar := st.active; ar != nil && ar.run.ID == run.ID {
+		return nil // already here
+	}
+	return s.recoverRunLocked(ctx, st, run)
+}
+
+// recoverRunLocked is recoverRun with st.mu held: a QUEUED run starts (or queues), a
+// WAITING_FOR_INPUT one is parked until it is answered, and a RUNNING one ends
+// INTERRUPTED with the text it had written (its agent is not run again behind the user's
+// back).
+func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *Run) error {
+	if run.Status == RunQueued {
+		if st.active == nil {
+			s.startLocked(st, run, false, false, nil)
+		} else {
+			st.queue = append(st.queue, run)
+		}
+		return nil
+	}
+	msgs, calls, err := s.runWork(ctx, st.id, run.ID)
+	if err != nil {
+		return err
+	}
+	streaming := []*Message{}
+	for _, m := range msgs {
+		if m.Status == MessageStreaming {
+			streaming = append(streaming, m)
+		}
+	}
+	var running []*ToolCall
+	for _, c := range calls {
+		if c.Status == ToolRunning {
+			running = append(running, c)
+		}
+	}
+	// The text of a streaming message and the output of a running tool live in the log
+	// until they end: every durable chunk, nothing more.
+	var from int64
+	if len(msgs) > 0 {
+		from = msgs[0].Seq
+	}
+	texts, err := s.streamedTexts(ctx, st.id, from, 0)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	ar := &activeRun{st: st, run: run, ctx: cctx, cancel: cancel, answer: make(chan string, 1), tools: map[string]*toolState{}}
+	for _, c := range running {
+		ar.tools[c.ID] = &toolState{call: c, out: restored(texts[c.ID]), fromSeq: from + 1}
+	}
+
+	if run.Status == RunWaitingForInput {
+		// No agent waits in this process: the run is parked until its question is answered
+		// (it then starts again on the history) or it ends.
+		qs, err := s.runQuestions(ctx, msgs)
+		if err != nil {
+			return err
+		}
+		ar.question = pendingOf(qs)
+		ar.parked = true
+		st.active = ar
+		s.holdState(st)
+		return nil
+	}
+
+	// RUNNING: the process died while the agent worked. What was written stays, marked
+	// INTERRUPTED; the agent is not run again behind the user's back.
+	t := s.begin(st)
+	for i, m := range streaming {
+		if i == len(streaming)-1 {
+			ar.msg, ar.announced, ar.text = m, true, restored(texts[m.ID])
+			break
+		}
+		done := *m
+		done.Content, done.Status = texts[m.ID], MessageInterrupted
+		s.add(t, &Event{Type: EventMessageCompleted, Message: &done})
+		t.onCommit(func() { s.compactSoon(st, m.ID, m.Seq+1) })
+	}
+	st.active = ar
+	s.planFinish(t, ar, RunInterrupted, "")
+	t.onAbort(func() { st.active = nil })
+	return s.commitLocked(ctx, t)
+}
+
+// streamedTexts rebuilds, from the chunk events after Seq from (up to Seq upTo, when > 0),
+// the text of every stream (by key: a message's ID or a tool call's), placing each delta at
+// its offset.
+func (s *Service) streamedTexts(ctx context.Context, sessionID string, from, upTo int64) (map[string]string, error) {
+	texts := map[string][]rune{}
+	after := from
+	for done := false; !done; {
+		evs, err := s.store.Events(ctx, sessionID, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		done = len(evs) < 1000
+		for _, ev := range evs {
+			if upTo > 0 && ev.Seq > upTo {
+				done = true
+				break
+			}
+			if !ev.Type.Chunky() {
+				continue
+			}
+			text := texts[ev.Key]
+			if ev.Offset <= len(text) {
+				texts[ev.Key] = append(text[:ev.Offset], []rune(ev.Delta)...)
+			}
+		}
+		if len(evs) > 0 {
+			after = evs[len(evs)-1].Seq
+		}
+	}
+	out := make(map[string]string, len(texts))
+	for k, v := range texts {
+		out[k] = string(v)
+	}
+	return out, nil
+}
+
+// runWork returns the messages a run wrote (among the session's latest) and their tool
+// calls.
+func (s *Service) runWork(ctx context.Context, sessionID, runID string) ([]*Message, []*ToolCall, error) {
+	latest, err := s.store.Messages(ctx, sessionID, MessagePage{Last: 100})
+	if err != nil {
+		return nil, nil, err
+	}
+	var msgs []*Message
+	var ids []string
+	for _, m := range latest {
+		if m.RunID == runID && m.Role == RoleAssistant {
+			msgs = append(msgs, m)
+			ids = append(ids, m.ID)
+		}
+	}
+	calls, err := s.store.ToolCalls(ctx, ids)
+	return msgs, calls, err
+}
+
+// runQuestions returns the questions of a run's messages (see runWork).
+func (s *Service) runQuestions(ctx context.Context, msgs []*Message) ([]*Question, error) {
+	var qids []string
+	for _, m := range msgs {
+		if m.Kind == KindQuestion {
+			qids = append(qids, m.QuestionID)
+		}
+	}
+	return s.store.Questions(ctx, qids)
+}
+
+// pendingOf returns the latest of qs still waiting for an answer, nil when none.
+func pendingOf(qs []*Question) *Question {
+	var pending *Question
+	for _, q := range qs {
+		if q.Answer == nil && !q.Withdrawn && (pending == nil || q.AskedAt.After(pending.AskedAt)) {
+			pending = q
+		}
+	}
+	return pending
+}

@@ -1,0 +1,345 @@
+package service
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/talkgraph/talkgraph/internal/shrink"
+)
+
+// sessionState is the service's in-memory side of one session: the lock that serialises
+// its writes, its log as this process holds it, its runs, and a copy of its row. It exists
+// while the session has subscribers, runs or operations in flight, and is dropped when it
+// has none. Every field but refs is guarded by mu.
+type sessionState struct {
+	s      *Service
+	id     string
+	userID string
+
+	mu   sync.Mutex
+	refs int // subscribers + runs + operations in flight; guarded by Service.statesMu
+
+	// log is the session's log: its durable end, tail, readers and write gate.
+	log sessionLog
+
+	// agentDone is the done channel of the session's latest run (see activeRun.done).
+	agentDone chan struct{}
+	active    *activeRun // the run that owns the session (running, waiting or starting)
+	queue     []*Run     // QUEUED runs behind it (busy policy ENQUEUE), oldest first
+
+	// sess is the session's row as last read or written here, nil when unknown.
+	sess *TalkSession
+
+	// Kept by the replicas (see replicas.go): following stops receiving other replicas'
+	// events for the session (set while it has subscribers here); reconciling is set
+	// while the state is checked against the store, after a write found that the log
+	// moved on without this replica.
+	following   func()
+	reconciling bool
+}
+
+var _ textSource = (*sessionState)(nil)
+
+// acquireState returns the state of a session, creating it on first use, and holds a
+// reference until releaseState.
+func (s *Service) acquireState(sess *TalkSession) *sessionState {
+	s.statesMu.Lock()
+	defer s.statesMu.Unlock()
+	st := s.states[sess.ID]
+	if st == nil {
+		cp := *sess
+		st = &sessionState{s: s, id: sess.ID, userID: sess.UserID, sess: &cp}
+		st.log = newSessionLog(sess.ID, sess.LastSeq, &st.mu, s.cfg.TailEvents)
+		s.states[sess.ID] = st
+		s.statesPeak = max(s.statesPeak, len(s.states))
+	}
+	st.refs++
+	return st
+}
+
+// shrinkStates makes the map of session states anew once most of the states it held have
+// gone: a crowd of subscribers that came and left would otherwise leave its room behind.
+func (s *Service) shrinkStates() {
+	s.statesMu.Lock()
+	defer s.statesMu.Unlock()
+	s.states, s.statesPeak = shrink.Map(s.states, s.statesPeak)
+}
+
+// holdState takes one more reference on a state the caller already holds.
+func (s *Service) holdState(st *sessionState) {
+	s.statesMu.Lock()
+	st.refs++
+	s.statesMu.Unlock()
+}
+
+func (s *Service) releaseState(st *sessionState) {
+	s.statesMu.Lock()
+	defer s.statesMu.Unlock()
+	st.refs--
+	if st.refs == 0 && s.states[st.id] == st {
+		delete(s.states, st.id)
+		s.peers.unfollow(st) // nobody else holds st now
+	}
+}
+
+// liveStates returns the states held now.
+func (s *Service) liveStates() []*sessionState {
+	s.statesMu.Lock()
+	defer s.statesMu.Unlock()
+	out := make([]*sessionState, 0, len(s.states))
+	for _, st := range s.states {
+		out = append(out, st)
+	}
+	return out
+}
+
+// session returns the caller's session; ENOTFOUND when missing or another user's, EINVALID
+// for a malformed ID.
+func (s *Service) session(ctx context.Context, id string) (*TalkSession, error) {
+	u, err := user(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID("session ID", id); err != nil {
+		return nil, err
+	}
+	sess, err := s.store.Session(ctx, id)
+	if ErrorCode(err) == ENOTFOUND || (err == nil && sess.UserID != u) {
+		return nil, Errorf(ENOTFOUND, "session not found")
+	}
+	if err == nil {
+		s.annotate(ctx, id, "")
+	}
+	return sess, err
+}
+
+// lockSession loads the caller's session and locks its state, current with the stored
+// log and with no write in flight; the returned func unlocks and releases it.
+func (s *Service) lockSession(ctx context.Context, id string) (*TalkSession, *sessionState, func(), error) {
+	if sess, st, unlock := s.lockLive(ctx, id); st != nil {
+		return sess, st, unlock, nil
+	}
+	sess, err := s.session(ctx, id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	st := s.acquireState(sess)
+	st.mu.Lock()
+	unlock := func() { st.mu.Unlock(); s.releaseState(st) }
+	if err := s.readyLocked(ctx, st); err != nil {
+		unlock()
+		return nil, nil, nil, err
+	}
+	return sess, st, unlock, nil
+}
+
+// lockLive is lockSession for a session of the caller's whose state is in memory and
+// current (a subscriber, a run or another command holds it): the session is then known
+// without reading the store. It returns a nil state when it cannot tell; lockSession then
+// reads the store, as it does for every other session (another user's included, so an
+// answer takes as long whoever's the session is). Only a SoleWriter store lets the
+// service know its states are current: otherwise another process may have changed the
+// session.
+func (s *Service) lockLive(ctx context.Context, id string) (*TalkSession, *sessionState, func()) {
+	if !s.sole {
+		return nil, nil, nil
+	}
+	u, err := user(ctx)
+	if err != nil || checkID("session ID", id) != nil {
+		return nil, nil, nil
+	}
+	s.statesMu.Lock()
+	st := s.states[id]
+	if st == nil || st.userID != u {
+		s.statesMu.Unlock()
+		return nil, nil, nil
+	}
+	st.refs++
+	s.statesMu.Unlock()
+	st.mu.Lock()
+	unlock := func() { st.mu.Unlock(); s.releaseState(st) }
+	if s.readyLocked(ctx, st) != nil || st.sess == nil {
+		unlock()
+		return nil, nil, nil
+	}
+	sess := *st.sess
+	sess.LastSeq = st.log.end.Seq
+	s.annotate(ctx, id, "")
+	return &sess, st, unlock
+}
+
+// readyLocked waits until no write of st is out and brings st's log up to date with the
+// store (see sessionLog: synced). ENOTFOUND once the session is deleted.
+func (s *Service) readyLocked(ctx context.Context, st *sessionState) error {
+	st.log.waitIdle()
+	if st.log.deleted {
+		return Errorf(ENOTFOUND, "session not found")
+	}
+	if st.log.synced {
+		return nil
+	}
+	// A state is created from a session read before it; an older state of the session may
+	// have written more in between. The log continues from what is stored.
+	sess, err := s.store.Session(ctx, st.id)
+	if ErrorCode(err) == ENOTFOUND {
+		return Errorf(ENOTFOUND, "session not found")
+	} else if err != nil {
+		return err
+	}
+	cp := *sess
+	st.sess = &cp
+	if sess.LastSeq != st.log.end.Seq {
+		end, err := s.storedEnd(ctx, st.id, sess.LastSeq)
+		if err != nil {
+			return err
+		}
+		st.log.resetEnd(end)
+	}
+	st.log.synced = true
+	return nil
+}
+
+// storedEnd returns the position after the session's last stored event, whose Seq is
+// lastSeq.
+func (s *Service) storedEnd(ctx context.Context, sessionID string, lastSeq int64) (Cursor, error) {
+	end := Cursor{Seq: lastSeq}
+	if lastSeq == 0 {
+		return end, nil
+	}
+	last, err := s.store.Events(ctx, sessionID, lastSeq-1, 1)
+	if err != nil {
+		return end, err
+	}
+	if len(last) == 1 && last[0].Seq == lastSeq {
+		end.Off = CursorOf(last[0]).Off
+	}
+	return end, nil
+}
+
+// begin starts a write to st's log (see sessionLog.begin); st.mu must be held, and stays
+// held until the write is committed.
+func (s *Service) begin(st *sessionState) *txn { return st.log.begin(st) }
+
+// add appends events to the write, numbering them. Their payloads must be snapshots that
+// nothing changes afterwards.
+func (s *Service) add(t *txn, evs ...*Event) {
+	now := s.now()
+	for _, ev := range evs {
+		ev.SessionID = t.st.id
+		ev.Seq = t.next
+		t.next++
+		if ev.At.IsZero() {
+			ev.At = now
+		}
+		if ev.Type == EventMessageAdded && ev.Message != nil {
+			ev.Message.Seq = ev.Seq
+		}
+		t.b.Events = append(t.b.Events, ev)
+	}
+}
+
+// commitLocked writes t and, once it is durable, applies it (see sessionLog.settle and
+// settled). When the write fails its undo funcs run and the error is returned, and the
+// running agent goes on as it was. st.mu must be held; it stays held throughout.
+func (s *Service) commitLocked(ctx context.Context, t *txn) error {
+	err := t.st.log.commit(ctx, s.writer, t)
+	s.settled(t, err)
+	if err != nil {
+		s.log.Warn("write failed", "session", t.st.id, "err", err)
+	}
+	return err
+}
+
+// settled does what follows a write of a session's log beyond the log itself, the same
+// for every write (a command's, streamed text's, a deletion): once durable, the service's
+// copy of the session's row and its counters follow the events, and the other processes
+// sharing the store are told; refused because the log moved on, the replicas check
+// whether the session's runs are still this one's.
+func (s *Service) settled(t *txn, err error) {
+	st := t.st
+	switch {
+	case err == nil && t.b.Delete:
+		s.peers.published(st, nil)
+	case err == nil:
+		s.noteDurable(st, t.b.Events, t.b.derived)
+		s.peers.published(st, t.b.Events)
+	case isNotNext(err):
+		s.peers.lostTrack(st)
+	}
+}
+
+// noteDurable updates what the service keeps beside the log for events that became
+// durable, written here (ch their changes) or by another process (ch nil): its copy of
+// the session's row, which changes as a store's does (Changes.ApplySession), and the
+// count of streamed chunks.
+func (s *Service) noteDurable(st *sessionState, evs []*Event, ch *Changes) {
+	rows := false
+	for _, ev := range evs {
+		if ev.Type.Chunky() {
+			s.stats.chunks.Add(1)
+		} else {
+			rows = true
+		}
+	}
+	if !rows || st.sess == nil {
+		return
+	}
+	if ch == nil {
+		c := Derive(evs)
+		ch = &c
+	}
+	cp := *st.sess
+	if ch.ApplySession(&cp) {
+		cp.LastSeq = st.log.end.Seq
+		st.sess = &cp
+	}
+}
+
+// take implements textSource: the streamed text of the session's run, as a write of its
+// log that the writer's round makes (see sessionLog.takeOut).
+func (st *sessionState) take(at time.Time) (*Batch, bool) {
+	if !st.mu.TryLock() {
+		return nil, true
+	}
+	defer st.mu.Unlock()
+	if !st.log.due(at) {
+		return nil, false
+	}
+	if st.log.writing { // taken already this round: the next takes the rest
+		st.log.relist(st.s.writer, st)
+		return nil, false
+	}
+	t := st.s.takeTextLocked(st)
+	if t == nil {
+		return nil, false
+	}
+	return st.log.takeOut(t), false
+}
+
+// written implements textSource. A failed write puts the text back to be written in a
+// later round; when writes keep failing for longer than WriteRetry the agent is stopped
+// and its run fails.
+func (st *sessionState) written(err error) {
+	s := st.s
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	t, err := st.log.written(err)
+	s.settled(t, err)
+	if err == nil {
+		return
+	}
+	failing := time.Since(st.log.flush.failingSince)
+	s.log.Warn("writing streamed text failed; it is kept and written again", "session", st.id, "for", failing, "err", err)
+	if ar := st.active; ar != nil && !ar.sealed && failing > s.cfg.WriteRetry && ar.writeErr == nil {
+		ar.writeErr = Errorf(EUNAVAILABLE, "the reply could not be saved: %s", ErrorMessage(err))
+		ar.cancel() // execute records the failure once the storage takes it
+	}
+	st.log.flushAt(s.writer, st, time.Now().Add(min(max(failing/4, 20*time.Millisecond), time.Second)))
+}
+
+// flushSoonLocked has the writer take st's streamed text at once, or once FlushInterval
+// has passed since its last flush.
+func (s *Service) flushSoonLocked(st *sessionState) {
+	st.log.flushSoon(s.writer, st, s.cfg.FlushInterval)
+}

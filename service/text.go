@@ -1,0 +1,167 @@
+package service
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// This file is the one place where what an agent streams becomes events of the log: a
+// message's text (Output.Text) and a tool's output (ToolHandle.Output) wait in a
+// textStream until a write takes them, as one chunk event each, and a stream's end
+// (MessageCompleted, ToolCallFinished) carries its whole text.
+
+// textStream is text an agent streams (a message's text or a tool's output): what is
+// durable, what a write has taken and is writing, and what waits to be taken.
+type textStream struct {
+	written  strings.Builder
+	inflight string
+	pending  strings.Builder
+	wlen     int // code points written
+	length   int // code points in all
+	bytes    int // bytes in all
+}
+
+func (t *textStream) add(delta string) {
+	t.pending.WriteString(delta)
+	t.length += utf8.RuneCountInString(delta)
+	t.bytes += len(delta)
+}
+
+// take moves the pending text in flight and returns it with its offset in code points; ok
+// is false when nothing was pending. The caller then calls commit or abort.
+func (t *textStream) take() (delta string, offset int, ok bool) {
+	if t.pending.Len() == 0 {
+		return "", 0, false
+	}
+	t.inflight = t.pending.String()
+	t.pending.Reset()
+	return t.inflight, t.wlen, true
+}
+
+// commit makes the text in flight written.
+func (t *textStream) commit() {
+	t.written.WriteString(t.inflight)
+	t.wlen += utf8.RuneCountInString(t.inflight)
+	t.inflight = ""
+}
+
+// abort puts the text in flight back before the pending text.
+func (t *textStream) abort() {
+	if t.inflight == "" {
+		return
+	}
+	rest := t.pending.String()
+	t.pending.Reset()
+	t.pending.WriteString(t.inflight)
+	t.pending.WriteString(rest)
+	t.inflight = ""
+}
+
+// all returns every character streamed so far, written or not.
+func (t *textStream) all() string {
+	return t.written.String() + t.inflight + t.pending.String()
+}
+
+// restored is a text stream holding text that is already durable.
+func restored(text string) textStream {
+	var t textStream
+	t.written.WriteString(text)
+	t.wlen = utf8.RuneCountInString(text)
+	t.length, t.bytes = t.wlen, len(text)
+	return t
+}
+
+// chunk adds to t a chunk event of type typ (MessageChunk or ToolCallOutput) with the
+// stream's pending text, if any; the text is written with t, or put back when t fails.
+// key and messageID are the event's: the message's ID twice, or the tool call's ID and
+// its message's.
+func (s *Service) chunk(t *txn, text *textStream, typ EventType, key, messageID string) {
+	delta, off, ok := text.take()
+	if !ok {
+		return
+	}
+	s.add(t, &Event{Type: typ, Key: key, MessageID: messageID, Delta: delta, Offset: off})
+	t.onCommit(text.commit)
+	t.onAbort(text.abort)
+}
+
+// announce adds the MessageAdded of ar's current message to t unless it is durable, and
+// returns the message's Seq.
+func (s *Service) announce(t *txn, ar *activeRun) int64 {
+	if ar.msg == nil {
+		return 0
+	}
+	if ar.announced {
+		return ar.msg.Seq
+	}
+	m := *ar.msg
+	s.add(t, &Event{Type: EventMessageAdded, Message: &m})
+	msg := ar.msg
+	t.onCommit(func() { msg.Seq = m.Seq; ar.announced = ar.msg == msg })
+	return m.Seq
+}
+
+// writeText adds to t everything ar streamed that is not written yet: its current
+// message's text, announcing the message first if need be, then the output of its
+// running tools.
+func (s *Service) writeText(t *txn, ar *activeRun) {
+	if ar.msg != nil && ar.text.pending.Len() > 0 {
+		s.announce(t, ar)
+		s.chunk(t, &ar.text, EventMessageChunk, ar.msg.ID, ar.msg.ID)
+	}
+	for _, tool := range ar.tools {
+		if tool.call.Status == ToolRunning {
+			s.chunk(t, &tool.out, EventToolCallOutput, tool.call.ID, tool.call.MessageID)
+		}
+	}
+}
+
+// takeTextLocked takes the streamed text of st's run that waits to be written into a
+// write for the writer's round; nil when there is none. st.mu must be held.
+func (s *Service) takeTextLocked(st *sessionState) *txn {
+	ar := st.active
+	if ar == nil || ar.sealed || ar.parked {
+		return nil
+	}
+	t := st.log.begin(st)
+	s.writeText(t, ar)
+	if len(t.b.Events) == 0 {
+		return nil
+	}
+	return t
+}
+
+// completeMessage adds to t the rest of ar's current message and its completion.
+func (s *Service) completeMessage(t *txn, ar *activeRun, status MessageStatus, errMsg string) {
+	m := ar.msg
+	seq := s.announce(t, ar)
+	s.chunk(t, &ar.text, EventMessageChunk, m.ID, m.ID)
+	done := *m
+	done.Seq, done.Content, done.Status = seq, ar.text.all(), status
+	if status == MessageFailed {
+		done.Error = errMsg
+	}
+	s.add(t, &Event{Type: EventMessageCompleted, Message: &done})
+	t.onCommit(func() {
+		s.compactSoon(ar.st, m.ID, seq+1)
+		if ar.msg == m {
+			ar.msg, ar.announced, ar.text = nil, false, textStream{}
+		}
+	})
+}
+
+// finishTool adds to t the rest of a tool call's output and its end.
+func (s *Service) finishTool(t *txn, tool *toolState, status ToolCallStatus, result, errMsg *string) {
+	s.chunk(t, &tool.out, EventToolCallOutput, tool.call.ID, tool.call.MessageID)
+	snap := *tool.call
+	now := s.now()
+	snap.Status, snap.Result, snap.Error, snap.FinishedAt = status, result, errMsg, &now
+	snap.Output = tool.out.all()
+	cp := snap
+	s.add(t, &Event{Type: EventToolCallFinished, ToolCall: &cp})
+	st := t.st
+	t.onCommit(func() {
+		*tool.call = snap
+		s.compactSoon(st, snap.ID, tool.fromSeq)
+	})
+}
