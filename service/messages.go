@@ -118,10 +118,9 @@ func (s *Service) planAdd(ctx context.Context, st *sessionState, sess *TalkSessi
 			s.add(t, runEvent(&snap))
 		}
 		t.onCommit(func() {
-			for range st.queue {
+			for range s.dropQueueLocked(st) {
 				s.countRun(RunInterrupted)
 			}
-			st.queue = nil
 		})
 		if ar := st.active; ar != nil {
 			s.planFinish(t, ar, RunInterrupted, "")
@@ -152,11 +151,7 @@ func (s *Service) planAdd(ctx context.Context, st *sessionState, sess *TalkSessi
 	}
 	t.onCommit(func() {
 		s.counted(u, 0, int64(len(content)))
-		if st.active == nil {
-			s.startLocked(st, run, false, admitted, ctx)
-		} else {
-			st.queue = append(st.queue, run)
-		}
+		s.queueLocked(st, run, admitted, ctx)
 	})
 	return t, msg, run, admitted
 }

@@ -130,11 +130,7 @@ func (s *Service) recoverRun(ctx context.Context, run *Run) error {
 // back).
 func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *Run) error {
 	if run.Status == RunQueued {
-		if st.active == nil {
-			s.startLocked(st, run, false, false, nil)
-		} else {
-			st.queue = append(st.queue, run)
-		}
+		s.queueLocked(st, run, false, nil)
 		return nil
 	}
 	msgs, calls, err := s.runWork(ctx, st.id, run.ID)
@@ -177,9 +173,7 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 			return err
 		}
 		ar.question = pendingOf(qs)
-		ar.parked = true
-		st.active = ar
-		s.holdState(st)
+		s.adoptLocked(st, ar, true)
 		return nil
 	}
 
@@ -196,9 +190,9 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 		s.add(t, &Event{Type: EventMessageCompleted, Message: &done})
 		t.onCommit(func() { s.compactSoon(st, m.ID, m.Seq+1) })
 	}
-	st.active = ar
+	s.adoptLocked(st, ar, false)
 	s.planFinish(t, ar, RunInterrupted, "")
-	t.onAbort(func() { st.active = nil })
+	t.onAbort(func() { s.dropActiveLocked(st) })
 	return s.commitLocked(ctx, t)
 }
 

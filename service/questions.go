@@ -88,12 +88,7 @@ func (s *Service) respond(ctx context.Context, q *Question, answer string) (*Que
 			ar.answer <- answer // the agent's goroutine waits in Ask
 			return
 		}
-		ar.sealed = true
-		ar.cancel()
-		st.active = nil
-		s.startLocked(st, ar.run, true, false, ctx)
-		ar.parked = false
-		s.releaseState(st)
+		s.resumeLocked(ar, ctx)
 	})
 	if err := s.commitLocked(ctx, t); err != nil {
 		return nil, nil, err

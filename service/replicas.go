@@ -516,13 +516,7 @@ func (r *replicas) reconcileLocked(ctx context.Context, st *sessionState) error 
 		stored, err := s.store.Run(ctx, run.ID)
 		return err == nil && (stored.Owner != r.me || stored.Status.Final())
 	}
-	queue := st.queue[:0]
-	for _, run := range st.queue {
-		if !lost(run) {
-			queue = append(queue, run)
-		}
-	}
-	st.queue = queue
+	s.keepQueuedLocked(st, func(run *Run) bool { return !lost(run) })
 	if ar := st.active; ar != nil && !ar.sealed && lost(ar.run) {
 		s.log.Warn("another replica took this run over; it stops here", "run", ar.run.ID, "session", st.id, "replica", r.me)
 		s.dropActiveLocked(st)

@@ -71,6 +71,15 @@ func runEvent(r *Run) *Event {
 	return &Event{Type: EventRunStatusChanged, Run: &cp}
 }
 
+// A session's runs change hands only in the functions from here to execute: st.active and
+// st.queue are set by them alone, under st.mu, and once what they describe is durable.
+
+// seal marks ar sealed (see activeRun) and stops its agent.
+func (ar *activeRun) seal() {
+	ar.sealed = true
+	ar.cancel()
+}
+
 // startLocked makes run the session's active run and starts a goroutine that waits for a
 // slot and executes it. resumed runs (after an answer) go first in their user's line; a run
 // admitted already (holding) has its slot. from is the context of the operation that
@@ -99,20 +108,14 @@ func (s *Service) startLocked(st *sessionState, run *Run, resumed, holding bool,
 	return ar
 }
 
-// dropActiveLocked stops the session's active run, if any, writing nothing: it is over
-// elsewhere (the session was deleted, or another replica took the run over).
-func (s *Service) dropActiveLocked(st *sessionState) {
-	ar := st.active
-	if ar == nil {
+// queueLocked starts run when the session has no active run, and queues it behind the
+// active one otherwise. holding and from are startLocked's.
+func (s *Service) queueLocked(st *sessionState, run *Run, holding bool, from context.Context) {
+	if st.active == nil {
+		s.startLocked(st, run, false, holding, from)
 		return
 	}
-	ar.sealed = true
-	ar.cancel()
-	st.active = nil
-	if ar.parked {
-		ar.parked = false
-		s.releaseState(st)
-	}
+	st.queue = append(st.queue, run)
 }
 
 // startNextLocked starts the session's oldest queued run, if any.
@@ -123,6 +126,78 @@ func (s *Service) startNextLocked(st *sessionState) {
 	next := st.queue[0]
 	st.queue = st.queue[1:]
 	s.startLocked(st, next, false, false, nil)
+}
+
+// adoptLocked makes ar, a run brought back from the store (see recoverRunLocked), the
+// session's active run; parked, it waits for an answer with no agent behind it, and holds
+// the session's state until it is answered or ended.
+func (s *Service) adoptLocked(st *sessionState, ar *activeRun, parked bool) {
+	st.active = ar
+	if parked {
+		ar.parked = true
+		s.holdState(st)
+	}
+}
+
+// endedLocked seals ar, whose end is durable, and starts the session's next queued run.
+func (s *Service) endedLocked(ar *activeRun) {
+	st := ar.st
+	ar.seal()
+	if st.active == ar {
+		st.active = nil
+		s.startNextLocked(st)
+	}
+	s.unparkLocked(ar)
+}
+
+// resumeLocked starts the agent of ar, a parked run whose answer is durable, on the
+// history that now holds it: a new activeRun of the same run takes its place. from is the
+// context of the operation that answered.
+func (s *Service) resumeLocked(ar *activeRun, from context.Context) {
+	st := ar.st
+	ar.seal()
+	st.active = nil
+	s.startLocked(st, ar.run, true, false, from)
+	s.unparkLocked(ar)
+}
+
+// unparkLocked lets go of the session's state that ar held while parked.
+func (s *Service) unparkLocked(ar *activeRun) {
+	if ar.parked {
+		ar.parked = false
+		s.releaseState(ar.st)
+	}
+}
+
+// dropActiveLocked stops the session's active run, if any, writing nothing: it is over
+// elsewhere (the session was deleted, or another replica took the run over).
+func (s *Service) dropActiveLocked(st *sessionState) {
+	ar := st.active
+	if ar == nil {
+		return
+	}
+	ar.seal()
+	st.active = nil
+	s.unparkLocked(ar)
+}
+
+// dropQueueLocked empties the session's queue and returns the runs it held.
+func (s *Service) dropQueueLocked(st *sessionState) []*Run {
+	q := st.queue
+	st.queue = nil
+	return q
+}
+
+// keepQueuedLocked keeps in the session's queue only the runs keep says.
+func (s *Service) keepQueuedLocked(st *sessionState, keep func(*Run) bool) {
+	queue := st.queue[:0]
+	for _, run := range st.queue {
+		if keep(run) {
+			queue = append(queue, run)
+		}
+	}
+	clear(st.queue[len(queue):])
+	st.queue = queue
 }
 
 // execute runs the agent of ar: it waits for a slot, marks the run RUNNING, calls the
@@ -394,8 +469,7 @@ func (s *Service) finishLockedRetrying(ar *activeRun, status RunStatus, msg stri
 		}
 		if s.closed.Load() || ErrorCode(err) != EUNAVAILABLE && !isNotNext(err) {
 			s.log.Error("recording the end of a run", "session", ar.st.id, "run", ar.run.ID, "err", err)
-			ar.sealed = true
-			ar.cancel()
+			ar.seal()
 			return
 		}
 		ar.st.mu.Unlock()
@@ -450,16 +524,7 @@ func (s *Service) planFinish(t *txn, ar *activeRun, status RunStatus, errMsg str
 		ar.run.setState(&snap)
 		s.countRun(status)
 		ar.question = nil
-		ar.sealed = true
-		ar.cancel()
-		if st.active == ar {
-			st.active = nil
-			s.startNextLocked(st)
-		}
-		if ar.parked {
-			ar.parked = false
-			s.releaseState(st)
-		}
+		s.endedLocked(ar)
 	})
 }
 

@@ -350,11 +350,10 @@ func (s *Service) Close() {
 				}
 			}
 			if !ar.sealed {
-				ar.sealed = true // leave it as it is stored
-				ar.cancel()
+				ar.seal() // leave it as it is stored
 			}
 		}
-		st.queue = nil
+		s.dropQueueLocked(st)
 		st.mu.Unlock()
 	}
 	close(s.closing)

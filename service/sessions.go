@@ -354,7 +354,7 @@ func (s *Service) deleteSession(ctx context.Context, id string) error {
 	t.b.Delete = true
 	t.onCommit(func() {
 		s.dropActiveLocked(st)
-		st.queue = nil
+		s.dropQueueLocked(st)
 		s.forget(st.userID)
 	})
 	return s.commitLocked(ctx, t)
