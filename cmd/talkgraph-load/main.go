@@ -7,6 +7,7 @@
 //	go run ./cmd/talkgraph-load -url http://localhost:8080 -scenario paced -sessions 1000 -words 200 -pace 40
 //	go run ./cmd/talkgraph-load -url http://localhost:8080 -scenario paced,burst,latency,cancel,idle -json
 //	go run ./cmd/talkgraph-load -url http://localhost:8081,http://localhost:8082,http://localhost:8083 -cross -scenario cancel
+//	go run ./cmd/talkgraph-load -compare /tmp/pair   # what scripts/loadpair.sh measured
 //
 // Scenarios (-scenario, comma-separated, or "all"):
 //
@@ -98,6 +99,9 @@ type config struct {
 	PprofDir       string
 	JSON           bool
 	Quiet          bool
+	// Compare and CompareBase: print what scripts/loadpair.sh measured (see compare)
+	// instead of running scenarios.
+	Compare, CompareBase string
 }
 
 // scenarioNames lists the scenarios in the order "all" runs them.
@@ -137,6 +141,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.PprofDir, "pprof-dir", ".", "where -pprof saves the profiles (made if missing), one-second each, as SCENARIO-NNN.pprof (go tool pprof reads them together)")
 	fs.BoolVar(&c.JSON, "json", false, "print the figures and errors as JSON instead of a table")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines on stderr")
+	fs.StringVar(&c.Compare, "compare", "", "instead of running scenarios, compare the runs scripts/loadpair.sh left in this directory: each build's median and range per figure, and its ratio to -compare-base")
+	fs.StringVar(&c.CompareBase, "compare-base", "", "with -compare: the build the others are compared with (default: the first by name)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: talkgraph-load [flags]   (see go doc ./cmd/talkgraph-load)")
 		fs.PrintDefaults()
@@ -377,6 +383,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "talkgraph-load:", err)
 		}
 		return 2
+	}
+	if cfg.Compare != "" {
+		if err := compare(stdout, cfg.Compare, cfg.CompareBase); err != nil {
+			fmt.Fprintln(stderr, "talkgraph-load:", err)
+			return 1
+		}
+		return 0
 	}
 	progress := func(format string, a ...any) {
 		if !cfg.Quiet {

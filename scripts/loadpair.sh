@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Measures two builds of the server against each other in one sitting: for each round, in
+# an order shuffled anew each time, it starts each build on a fresh data directory with the
+# load settings of docs/PERFORMANCE.md, runs talkgraph-load's scenarios against it, and
+# stops it. Every run's figures go to OUT/<name>-<round>-<scenarios>.json, one JSON object
+# each, for comparing medians and ranges afterwards.
+#
+#   bash scripts/loadpair.sh OUT ROUNDS SCENARIOS NAME=SERVER_BINARY NAME=SERVER_BINARY [-- LOAD FLAGS]
+#
+# e.g. after `go build -o /tmp/old/talkgraph .` on the old commit and the same for the new:
+#   bash scripts/loadpair.sh /tmp/pair 3 paced,burst old=/tmp/old/talkgraph new=/tmp/new/talkgraph
+# The load generator is built from this checkout. Set DATABASE_URL=memory: for the
+# in-memory store; every other variable of the environment reaches both servers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ $# -lt 5 ]; then
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+fi
+out=$1 rounds=$2 scenarios=$3
+shift 3
+builds=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do builds+=("$1"); shift; done
+[ "${1:-}" = "--" ] && shift
+extra=("$@")
+
+mkdir -p "$out"
+load="$out/talkgraph-load"
+go build -o "$load" ./cmd/talkgraph-load
+
+port=${PORT:-18080}
+secret=load-test-secret-0123
+for round in $(seq 1 "$rounds"); do
+  for build in $(printf '%s\n' "${builds[@]}" | shuf); do
+    name=${build%%=*} bin=${build#*=}
+    data=$(mktemp -d)
+    AUTH_SECRET=$secret WORKERS=2000 DEMO_CHUNK_DELAY=25ms ANON_RATE_LIMIT=100000 \
+      ANON_RATE_BURST=100000 RATE_LIMIT=1000 RATE_BURST=1000 SUBSCRIBE_BURST=100000 \
+      PORT=$port DATA_DIR="$data" LOG_LEVEL=warn "$bin" >"$data/server.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 100); do
+      curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break
+      sleep 0.1
+    done
+    file="$out/$name-$round-${scenarios//,/+}.json"
+    echo "round $round: $name ($scenarios) -> $file" >&2
+    if ! "$load" -url "http://127.0.0.1:$port" -auth-secret $secret -scenario "$scenarios" \
+      -json -quiet "${extra[@]}" >"$file"; then
+      echo "  the load generator reported errors (see $file)" >&2
+    fi
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    rm -rf "$data"
+  done
+done
