@@ -82,7 +82,7 @@ type OpenAIConfig struct {
 }
 
 // Setting is one configuration entry: a flag, its environment variable, its default and
-// what it means. The README's configuration table lists the same (a test checks it).
+// what it means. docs/CONFIGURATION.md's table lists the same (a test checks it).
 type Setting struct {
 	Flag, Env, Default, Help string
 	set                      func(c *Config, v string) error

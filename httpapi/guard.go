@@ -7,8 +7,8 @@ import (
 	"github.com/talkgraph/talkgraph/httpapi/querylimit"
 )
 
-// fillLimits sets the defaults of the limits on queries and clients (see the README's
-// Security section for why these values).
+// fillLimits sets the defaults of the limits on queries and clients (see docs/OPERATIONS.md,
+// Security, for why these values).
 func (c *HandlerConfig) fillLimits(d HandlerConfig) {
 	pick := func(v *int, def int) {
 		if *v <= 0 {
