@@ -39,18 +39,6 @@ import (
 	"github.com/talkgraph/talkgraph/internal/shrink"
 )
 
-// Close codes.
-const (
-	CloseGoingAway      = websocket.CloseGoingAway     // 1001: shutdown, dead or stuck connection
-	CloseTooBig         = websocket.CloseMessageTooBig // 1009
-	CloseBadRequest     = 4400                         // a message the protocol does not allow
-	CloseUnauthorized   = 4401                         // no or bad token, or it expired
-	CloseInitTimeout    = 4408                         // no connection_init in time
-	CloseSubscriberUsed = 4409                         // a subscription ID already in use
-	CloseTooManyInits   = 4429                         // a second connection_init
-	closeNormal         = websocket.CloseNormalClosure // 1000: the client said goodbye
-)
-
 // Transport is the websocket transport. Set its fields before its first use.
 type Transport struct {
 	// Authenticate checks the connection_init payload and returns the context operations
