@@ -10,42 +10,20 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
-// A plan renders the events a subscription sends most without the executor: text chunks
-// and tool output, new and completed messages, and run status changes. Their fields are
-// scalars or objects of scalars, so once the subscription's selection for the type is
-// known (collected as the executor collects it, with fragments merged and @skip and
-// @include applied) each event is a few writes with gqlgen's own marshalers, byte for
-// byte what the executor would answer. A selection a plan cannot render (a deferred
-// field, a field with arguments, one that reads more than the event: a message's question
-// or tool calls) leaves the type to the executor.
+// A plan is how the fast renderer writes a subscription's selection on one type: one of
+// the events a subscription receives most (text chunks and tool output, new and completed
+// messages, run status changes) or an object such an event holds (its message, its run,
+// the run's usage). It is made once, when the subscription starts, from the selection as
+// the executor collects it (fragments merged, @skip and @include applied) and from the
+// field table (renderable); it then writes an event with a few calls of gqlgen's own
+// marshalers, byte for byte what the executor would answer, without the executor's work
+// per field. makePlan makes none for a selection the renderer cannot write (a deferred
+// field, a field with arguments, a field renderable does not list), which leaves that
+// event type to the executor.
 type plan struct {
-	keys  []string // response keys in order, each written once as JSON with its colon
-	names []string // each key's field name
-	subs  []*plan  // each key's plan of its object's fields; nil for a scalar
-}
-
-// planTypes are the event types with a plan, with the types they satisfy.
-var planTypes = map[string][]string{
-	"MessageChunk":     {"MessageChunk", "SessionEvent"},
-	"ToolCallOutput":   {"ToolCallOutput", "SessionEvent"},
-	"MessageAdded":     {"MessageAdded", "SessionEvent"},
-	"MessageCompleted": {"MessageCompleted", "SessionEvent"},
-	"RunStatusChanged": {"RunStatusChanged", "SessionEvent"},
-}
-
-// planFields says which fields of each type a plan renders: "" for a scalar, else the
-// type of the object it holds.
-var planFields = map[string]map[string]string{
-	"MessageChunk":     {"__typename": "", "cursor": "", "at": "", "messageId": "", "delta": "", "offset": ""},
-	"ToolCallOutput":   {"__typename": "", "cursor": "", "at": "", "messageId": "", "toolCallId": "", "delta": "", "offset": ""},
-	"MessageAdded":     {"__typename": "", "cursor": "", "at": "", "message": "Message"},
-	"MessageCompleted": {"__typename": "", "cursor": "", "at": "", "message": "Message"},
-	"RunStatusChanged": {"__typename": "", "cursor": "", "at": "", "run": "Run"},
-	"Message": {"__typename": "", "id": "", "sessionId": "", "role": "", "kind": "", "content": "", "status": "",
-		"error": "", "runId": "", "createdAt": ""},
-	"Run": {"__typename": "", "id": "", "sessionId": "", "status": "", "error": "", "agent": "", "usage": "Usage",
-		"createdAt": "", "startedAt": "", "finishedAt": ""},
-	"Usage": {"__typename": "", "inputTokens": "", "outputTokens": "", "cachedInputTokens": ""},
+	keys   []string                                    // response keys in order, each as JSON with its colon
+	writes []func(buf *bytes.Buffer, v any, sub *plan) // each key's field writer (see field)
+	subs   []*plan                                     // each key's plan of the object it holds; nil for a scalar
 }
 
 // planFrom makes the stream's plans from the operation and the messageStream field whose
@@ -63,9 +41,6 @@ func (s *Stream) planFrom(ctx context.Context) {
 	}
 }
 
-// plan returns the plan for an event type; nil leaves it to the executor.
-func (s *Stream) plan(typ string) *plan { return s.plans[typ] }
-
 // plansOf makes the plans of a subscription's messageStream field. Plans are the same
 // for every subscription made with one document, unless a directive's variable tells
 // them apart, so those of a document without directives are kept and shared (a
@@ -82,10 +57,13 @@ func plansOf(oc *graphql.OperationContext, root *graphql.CollectedField) map[str
 			return plans
 		}
 	}
-	plans := make(map[string]*plan, len(planTypes))
-	for t, satisfies := range planTypes {
-		if p := makePlan(oc, root.Selections, t, satisfies); p != nil {
-			plans[t] = p
+	plans := make(map[string]*plan, len(renderable))
+	for typ, t := range renderable {
+		if !t.event {
+			continue
+		}
+		if p := makePlan(oc, root.Selections, typ); p != nil {
+			plans[typ] = p
 		}
 	}
 	if share {
@@ -120,18 +98,18 @@ var shared = struct {
 	m  map[planKey]map[string]*plan
 }{m: map[planKey]map[string]*plan{}}
 
-// makePlan plans the selection sel of an object of type typ; nil when some field is
-// beyond a plan.
-func makePlan(oc *graphql.OperationContext, sel ast.SelectionSet, typ string, satisfies []string) *plan {
-	known := planFields[typ]
+// makePlan plans the selection sel on an object of type typ, one of renderable; nil when
+// some field is beyond the renderer.
+func makePlan(oc *graphql.OperationContext, sel ast.SelectionSet, typ string) *plan {
+	t := renderable[typ]
 	p := &plan{}
 	seen := map[string]bool{}
-	for _, f := range graphql.CollectFields(oc, sel, satisfies) {
+	for _, f := range graphql.CollectFields(oc, sel, t.satisfies) {
 		if len(f.Deferrables) > 0 || len(f.Arguments) > 0 {
 			return nil
 		}
-		object, ok := known[f.Name]
-		if !ok || (object == "") != (len(f.Selections) == 0) {
+		known, ok := t.fields[f.Name]
+		if !ok || (known.object == "") != (len(f.Selections) == 0) {
 			return nil
 		}
 		if seen[f.Alias] {
@@ -139,22 +117,17 @@ func makePlan(oc *graphql.OperationContext, sel ast.SelectionSet, typ string, sa
 		}
 		seen[f.Alias] = true
 		var sub *plan
-		if object != "" {
-			if sub = makePlan(oc, f.Selections, object, []string{object}); sub == nil {
+		if known.object != "" {
+			if sub = makePlan(oc, f.Selections, known.object); sub == nil {
 				return nil
 			}
 		}
 		p.keys = append(p.keys, jsonKey(f.Alias))
-		p.names = append(p.names, f.Name)
+		p.writes = append(p.writes, known.write)
 		p.subs = append(p.subs, sub)
 	}
 	return p
 }
 
 // jsonKey is a response key as the executor writes it, with its colon.
-func jsonKey(key string) string {
-	var b bytes.Buffer
-	graphql.MarshalString(key).MarshalGQL(&b)
-	b.WriteByte(':')
-	return b.String()
-}
+func jsonKey(key string) string { return jsonString(key) + ":" }

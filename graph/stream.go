@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"bytes"
 	"context"
 	"time"
 
@@ -73,7 +74,10 @@ func (s *Stream) Next(ctx context.Context) (bool, error) {
 		s.buf[0] = nil
 		s.buf = s.buf[1:]
 		if m := s.r.event(ctx, ev); m != nil {
-			if s.rendered = s.fast(m); s.rendered == nil {
+			var buf bytes.Buffer
+			if s.rendered = nil; s.render(&buf, m) {
+				s.rendered = buf.Bytes()
+			} else {
 				s.ch <- m
 			}
 			return true, nil
