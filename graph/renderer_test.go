@@ -2,7 +2,6 @@ package graph
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"slices"
 	"sort"
@@ -10,12 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/99designs/gqlgen/graphql"
-	"github.com/99designs/gqlgen/graphql/executor"
 	"github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 
-	"github.com/talkgraph/talkgraph/graph/generated"
 	"github.com/talkgraph/talkgraph/graph/model"
 	"github.com/talkgraph/talkgraph/service"
 )
@@ -25,7 +21,7 @@ import (
 // executor. A field the schema gains must be added either to renderable (with its writer)
 // or here.
 var leftToExecutor = map[string]string{
-	"Message.question":  "an object of a type the renderer does not write (Question), rarely selected in a stream",
+	"Message.question":  "an object of a type the renderer does not write (Question)",
 	"Message.toolCalls": "its resolver reads the message's tool calls from the store: more than the event holds",
 }
 
@@ -232,18 +228,27 @@ func sampleEvents() []model.SessionEvent {
 // ways, with the stream's plans and with gqlgen's executor, and wants the same bytes. It
 // fails, too, when an event type of renderable was never written without the executor.
 func TestFastRenderingMatchesTheExecutor(t *testing.T) {
-	exec := executor.New(generated.NewExecutableSchema(generated.Config{Resolvers: &Resolver{}}))
-	vars := map[string]any{"s": "s-1", "a": nil, "yes": true, "no": false}
+	ts := newTestServer(t, 1)
+	vars := map[string]any{"yes": true, "no": false}
 	fast := map[string]bool{}
 	for name, doc := range renderDocuments {
 		t.Run(name, func(t *testing.T) {
+			st, refused := ts.subscribe(t, doc, "", vars, func() {})
+			if st == nil {
+				t.Fatalf("refused: %+v", refused.Errors)
+			}
+			defer st.Close()
 			for _, ev := range sampleEvents() {
-				got, want, ok := renderBothWays(t, exec, doc, vars, ev)
-				if !ok {
+				var buf bytes.Buffer
+				if !st.render(&buf, ev) {
 					continue
 				}
 				fast[eventType(ev)] = true
-				if got != want {
+				resp, ok := st.execute(ts.ctx, ev)
+				if !ok || resp == nil || len(resp.Errors) > 0 {
+					t.Fatalf("%T: the executor answered %+v", ev, resp)
+				}
+				if got, want := buf.String(), string(resp.Data); got != want {
 					t.Errorf("%T:\nfast:     %s\nexecutor: %s", ev, got, want)
 				}
 			}
@@ -256,46 +261,19 @@ func TestFastRenderingMatchesTheExecutor(t *testing.T) {
 	}
 }
 
-// renderBothWays renders ev as the subscription doc selects it, with the plans of a stream
-// and with the executor; ok is false when no plan covers ev.
-func renderBothWays(t *testing.T, exec *executor.Executor, doc string, vars map[string]any, ev model.SessionEvent) (fast, executed string, ok bool) {
-	t.Helper()
-	st, responses, rctx := planned(t, exec, doc, vars)
-	var buf bytes.Buffer
-	if !st.render(&buf, ev) {
-		return "", "", false
-	}
-	st.ch <- ev
-	resp := responses(rctx)
-	if resp == nil || len(resp.Errors) > 0 {
-		t.Fatalf("%T: the executor answered %+v", ev, resp)
-	}
-	return buf.String(), string(resp.Data), true
-}
-
-// planned executes the subscription doc for a stream of no subscription, which the
-// resolver answers, and returns the stream with its plans and the executor's handler.
-func planned(t *testing.T, exec *executor.Executor, doc string, vars map[string]any) (*Stream, graphql.ResponseHandler, context.Context) {
-	t.Helper()
-	ctx := graphql.StartOperationTrace(context.Background())
-	rc, errs := exec.CreateOperationContext(ctx, &graphql.RawParams{Query: doc, Variables: vars})
-	if errs != nil {
-		t.Fatalf("%s: %v", doc, errs)
-	}
-	st := &Stream{ch: make(chan model.SessionEvent, 1)}
-	responses, rctx := exec.DispatchOperation(WithStreamSink(ctx, &StreamSink{Notify: func() {}, Stream: st}), rc)
-	return st, responses, rctx
-}
-
 // TestSelectionsBeyondTheTableAreLeftToTheExecutor: a selection with a field the table
-// does not write (leftToExecutor), or with a field of another type than the table says,
-// leaves the event type it is on to the executor, and only that type.
+// does not write (leftToExecutor) leaves the event type it is on to the executor, and only
+// that type.
 func TestSelectionsBeyondTheTableAreLeftToTheExecutor(t *testing.T) {
-	exec := executor.New(generated.NewExecutableSchema(generated.Config{Resolvers: &Resolver{}}))
+	ts := newTestServer(t, 1)
 	for _, sel := range []string{"question { id }", "toolCalls { id }"} {
-		doc := `subscription($s: ID!){ messageStream(sessionId: $s){ __typename
+		doc := `subscription($s: ID!, $a: String){ messageStream(sessionId: $s, after: $a){ __typename
 			... on MessageChunk { delta } ... on MessageCompleted { message { id ` + sel + ` } } } }`
-		st, _, _ := planned(t, exec, doc, map[string]any{"s": "s-1"})
+		st, refused := ts.subscribe(t, doc, "", nil, func() {})
+		if st == nil {
+			t.Fatalf("refused: %+v", refused.Errors)
+		}
+		st.Close()
 		if st.plans["MessageCompleted"] != nil {
 			t.Errorf("%s: MessageCompleted has a plan", sel)
 		}

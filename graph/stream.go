@@ -3,90 +3,329 @@ package graph
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
 	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/talkgraph/talkgraph/graph/model"
 	"github.com/talkgraph/talkgraph/service"
 )
 
-// Stream is a messageStream subscription that a transport drives itself, so that an open
-// subscription costs no goroutine: the transport puts a StreamSink in the operation's
-// context, the resolver leaves the Stream there, and whenever the sink's Notify is called
-// the transport calls Next and, for each event it yields, the executor's response handler,
-// which takes the event from the stream's channel and renders it, on the transport's own
-// goroutine.
-type Stream struct {
-	r   *Resolver
-	sub *service.Subscription
-	ch  chan model.SessionEvent // buffered(1): what the response handler renders next
-	buf []*service.Event
-	// plans render the commonest events without the executor (see plan and planFrom);
-	// rootKey is the messageStream field's response key as JSON, with its colon; rendered
-	// is the event Next rendered so.
-	rootKey  string
-	plans    map[string]*plan
-	rendered []byte
-}
-
-// StreamSink receives the Stream of a subscription the transport executes. Notify is
-// called, on any goroutine, whenever Next may have something new; it must not block.
+// Stream drives one messageStream subscription for the transport that serves it, with the
+// rules every transport shares, so that a transport only says how a result is sent (an
+// Output) and how a subscription ends (Pump's StreamState). It has no goroutine: it is a
+// position in the session's log (a service.Subscription); Subscribe opens it, and whenever
+// its notify function is called the transport calls Pump, one call at a time, which
 //
-// The transport need not keep the executor's response handler while the stream idles:
-// to render an event Next left to the executor it may execute the operation again with
-// a sink that holds the Stream already, and the resolver then answers that stream's
-// events instead of subscribing anew (see Resumed).
-type StreamSink struct {
-	Notify func()
-	Stream *Stream
+//   - reads what is new in the log and turns each event into its GraphQL type;
+//   - renders an event a plan covers with the fast renderer (see plan), and any other with
+//     gqlgen's executor, which executes the operation again for this stream from a compact
+//     copy (see operation and execute) and whose state goes when Pump returns, so that an
+//     idle subscription keeps none;
+//   - sends at most perTurn events, so that the other subscriptions of a connection get
+//     their turn;
+//   - when the log cannot be read now, calls notify again after retryAfter;
+//   - ends: the session deleted (complete), the server shutting down (the client resumes
+//     with its cursor), or a failure (an internal error).
+type Stream struct {
+	r      *Resolver
+	sub    *service.Subscription // nil until the resolver has opened it (see withStream)
+	notify func()
+	exec   graphql.GraphExecutor
+	op     operation
+	log    *slog.Logger
+
+	buf []*service.Event        // read from the log, not yet sent
+	ch  chan model.SessionEvent // buffered(1): the event the executor renders next
+	// plans render the commonest events without the executor (see planFrom); rootKey is
+	// the messageStream field's response key as JSON, with its colon.
+	rootKey string
+	plans   map[string]*plan
+	// responses and rctx are the executor's response handler and the context to call it
+	// with, while a turn of Pump renders with it (see execute).
+	responses graphql.ResponseHandler
+	rctx      context.Context
+
+	mu     sync.Mutex // guards retry and closed: Close may come while Pump runs
+	retry  *time.Timer
+	closed bool
 }
 
-type sinkKey struct{}
-
-// Resumed reports whether ctx executes a subscription again for a Stream the transport
-// drives already (see StreamSink): not a new operation.
-func Resumed(ctx context.Context) bool {
-	sink, _ := ctx.Value(sinkKey{}).(*StreamSink)
-	return sink != nil && sink.Stream != nil
+// Output is how a transport sends a subscription's results: Pump calls Send with each.
+type Output interface {
+	// Send sends one result, and reports false when the subscription is over for the
+	// transport (the client stopped it, the connection is gone): Pump then stops at once.
+	// resp is Pump's own and valid only until Send returns: it may hold data the fast
+	// renderer wrote into a buffer that Pump uses again.
+	Send(resp *graphql.Response) bool
 }
 
-// WithStreamSink returns ctx for executing a subscription whose stream the transport
-// drives itself.
-func WithStreamSink(ctx context.Context, sink *StreamSink) context.Context {
-	return context.WithValue(ctx, sinkKey{}, sink)
-}
+// StreamState is where a stream stands after a turn of Pump, which tells the transport
+// what to do next.
+type StreamState int
 
-// Next makes the next event ready: rendered already (see Rendered), or for the response
-// handler. It returns false with a nil
-// error when the stream has caught up (Notify says when to try again), and false with an
-// error when it is over: service.ErrSessionDeleted when the session was deleted (the
-// subscription is complete), service.ErrShutdown when the server shuts down (the client
-// should reconnect), or another error when the log cannot be read now (try again later).
-func (s *Stream) Next(ctx context.Context) (bool, error) {
-	for {
-		if len(s.buf) == 0 {
-			evs, err := s.sub.Read(ctx, 0)
-			if err != nil || len(evs) == 0 {
-				return false, err
+const (
+	// StreamIdle: the stream has caught up, or was stopped meanwhile, or its log cannot be
+	// read now and a retry is due. Nothing to do until notify is called.
+	StreamIdle StreamState = iota
+	// StreamMore: the turn sent perTurn events and more may wait. Pump again, once the
+	// transport's other subscriptions have had their turn.
+	StreamMore
+	// StreamDeleted: the session was deleted. End the subscription, telling the client
+	// it is complete.
+	StreamDeleted
+	// StreamShutDown: the server is shutting down and the stream has sent everything
+	// recorded. End the subscription without complete: the client resumes with its
+	// cursor from another server, or this one once it is back.
+	StreamShutDown
+	// StreamFailed: the stream broke (a panic, or the executor answered nothing; it was
+	// logged). End the subscription with an internal error.
+	StreamFailed
+)
+
+// perTurn is how many events one turn of Pump sends at most.
+const perTurn = 64
+
+// retryAfter is how long a stream whose log could not be read waits before it reads again.
+const retryAfter = 200 * time.Millisecond
+
+// Subscribe starts the subscription rc describes, a messageStream operation exec created
+// in ctx: it executes the operation with the Stream in its context (see withStream), so
+// that the resolver opens the stream instead of a channel, and keeps of the operation a
+// compact copy to execute it again when an event needs the executor; the executor's state
+// of this first execution is dropped. notify is called, on any goroutine and with the
+// service's locks held, whenever Pump may have something new to send: it must only
+// schedule a call of Pump. log receives what the stream reports (a read that failed, a
+// panic); nil is slog.Default().
+//
+// When the operation is refused (the session is not the caller's, a bad cursor, too many
+// subscriptions…) Subscribe returns no Stream, and the executor's answer, whose errors
+// the transport sends to the client (an internal error when the executor had none).
+func Subscribe(ctx context.Context, exec graphql.GraphExecutor, rc *graphql.OperationContext, notify func(), log *slog.Logger) (st *Stream, refused *graphql.Response) {
+	if log == nil {
+		log = slog.Default()
+	}
+	st = &Stream{notify: notify, exec: exec, log: log, ch: make(chan model.SessionEvent, 1)}
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("subscription panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			if st != nil && st.sub != nil {
+				st.sub.Close()
 			}
-			s.buf = evs
+			st, refused = nil, internalError()
 		}
-		ev := s.buf[0]
-		s.buf[0] = nil
-		s.buf = s.buf[1:]
-		if m := s.r.event(ctx, ev); m != nil {
-			var buf bytes.Buffer
-			if s.rendered = nil; s.render(&buf, m) {
-				s.rendered = buf.Bytes()
-			} else {
-				s.ch <- m
+	}()
+	responses, rctx := exec.DispatchOperation(withStream(ctx, st), rc)
+	if st.sub == nil {
+		if responses != nil {
+			refused = responses(rctx)
+		}
+		if refused == nil || len(refused.Errors) == 0 {
+			refused = internalError()
+		}
+		return nil, refused
+	}
+	st.op = operationOf(rc)
+	return st, nil
+}
+
+func internalError() *graphql.Response {
+	return &graphql.Response{Errors: gqlerror.List{Error(service.Errorf(service.EINTERNAL, "internal error"))}}
+}
+
+// streamKey is the context key of withStream.
+type streamKey struct{}
+
+// withStream returns ctx for executing a messageStream subscription for st: the one seam
+// between a Stream and the resolver, used by Subscribe and Pump (the transports go through
+// them, never through the context). With a Stream in ctx that is not open yet, the resolver
+// opens its subscription to the session's log (with the stream's notify function), makes
+// its plans from the operation, and answers with the stream's channel, to which execute
+// hands the events the executor renders; with a Stream open already (Pump executing the
+// operation again, see Resumed) it answers with that channel and subscribes to nothing.
+// Without a Stream it runs the subscription on a goroutine of its own (streamChannel), for
+// server-sent events.
+func withStream(ctx context.Context, st *Stream) context.Context {
+	return context.WithValue(ctx, streamKey{}, st)
+}
+
+// streamOf is the Stream ctx executes a subscription for (see withStream), or nil.
+func streamOf(ctx context.Context) *Stream {
+	st, _ := ctx.Value(streamKey{}).(*Stream)
+	return st
+}
+
+// Resumed reports whether ctx executes a subscription again to render an event of a
+// Stream that is open already, rather than a new operation, so that an operation
+// interceptor can leave it alone (the tracing extension makes no span for it).
+func Resumed(ctx context.Context) bool {
+	st := streamOf(ctx)
+	return st != nil && st.sub != nil
+}
+
+// open opens the subscription st drives, for the resolver in ctx.
+func (st *Stream) open(ctx context.Context, r *Resolver, sessionID, after string) error {
+	sub, err := r.Service.Subscribe(ctx, sessionID, after, st.notify)
+	if err != nil {
+		return err
+	}
+	st.r, st.sub = r, sub
+	st.planFrom(ctx)
+	return nil
+}
+
+// Pump sends what is new in the stream to out, at most perTurn events, and reports where
+// the stream stands (see StreamState). ctx is the context the stream's reads and
+// executions run in; when it ends Pump stops. Pump must not be called again before it
+// returns.
+func (st *Stream) Pump(ctx context.Context, out Output) (state StreamState) {
+	var sc *scratch
+	defer func() {
+		st.responses, st.rctx = nil, nil // the executor's state goes with the turn
+		if sc != nil {
+			sc.release()
+		}
+		if p := recover(); p != nil {
+			st.log.Error("subscription panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			state = StreamFailed
+		}
+	}()
+	for range perTurn {
+		if ctx.Err() != nil {
+			return StreamIdle // stopped: nothing more is sent, as the executor would not
+		}
+		m, err := st.next(ctx)
+		switch {
+		case errors.Is(err, service.ErrSessionDeleted):
+			return StreamDeleted
+		case errors.Is(err, service.ErrShutdown):
+			return StreamShutDown
+		case err != nil:
+			if ctx.Err() != nil || service.ErrorCode(err) == service.ECONFLICT {
+				return StreamIdle // stopped meanwhile
 			}
-			return true, nil
+			st.log.Warn("subscription read", "err", err)
+			st.retryLater()
+			return StreamIdle
+		case m == nil:
+			return StreamIdle // caught up: notify brings it back
+		}
+		if sc == nil {
+			sc = scratches.Get().(*scratch)
+		}
+		sc.buf.Reset()
+		if st.render(&sc.buf, m) {
+			sc.resp.Data = sc.buf.Bytes()
+			if !out.Send(&sc.resp) {
+				return StreamIdle
+			}
+			continue
+		}
+		resp, ok := st.execute(ctx, m)
+		if !ok {
+			return StreamFailed
+		}
+		if resp == nil || !out.Send(resp) {
+			return StreamIdle // ctx ended, or the subscription is over for the transport
+		}
+	}
+	return StreamMore
+}
+
+// next is the next event of the log the schema shows, in its GraphQL type; nil with a nil
+// error when the stream has caught up.
+func (st *Stream) next(ctx context.Context) (model.SessionEvent, error) {
+	for {
+		if len(st.buf) == 0 {
+			evs, err := st.sub.Read(ctx, 0)
+			if err != nil || len(evs) == 0 {
+				return nil, err
+			}
+			st.buf = evs
+		}
+		ev := st.buf[0]
+		st.buf[0] = nil
+		st.buf = st.buf[1:]
+		if m := st.r.event(ctx, ev); m != nil {
+			return m, nil
 		}
 	}
 }
 
-// Close ends the stream.
-func (s *Stream) Close() { s.sub.Close() }
+// execute renders m with gqlgen's executor. The first time in a turn it executes the
+// operation again, from its compact copy, with the stream in the context (see withStream),
+// and keeps the response handler for the rest of the turn; the handler then takes m from
+// the stream's channel. resp is nil when ctx ended; ok is false when the executor answered
+// nothing.
+func (st *Stream) execute(ctx context.Context, m model.SessionEvent) (resp *graphql.Response, ok bool) {
+	if st.responses == nil {
+		responses, rctx := st.exec.DispatchOperation(withStream(graphql.StartOperationTrace(ctx), st), st.op.context())
+		if responses == nil {
+			st.log.Error("subscription: the executor answered nothing")
+			return nil, false
+		}
+		st.responses, st.rctx = responses, rctx
+	}
+	select {
+	case <-st.ch: // an event a handler whose context ended did not take
+	default:
+	}
+	st.ch <- m
+	return st.responses(st.rctx), true
+}
+
+// retryLater calls notify after retryAfter, unless the stream is closed by then.
+func (st *Stream) retryLater() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case st.closed:
+	case st.retry == nil:
+		st.retry = time.AfterFunc(retryAfter, st.notify)
+	default:
+		st.retry.Reset(retryAfter)
+	}
+}
+
+// Close ends the stream: it closes its subscription to the log and stops a retry that is
+// due. It may be called while Pump runs, and more than once.
+func (st *Stream) Close() {
+	st.mu.Lock()
+	st.closed = true
+	if st.retry != nil {
+		st.retry.Stop()
+	}
+	st.mu.Unlock()
+	st.sub.Close()
+}
+
+// scratch is what a turn of Pump renders events into, borrowed from scratches for the
+// turn: a response whose data the fast renderer writes, with its buffer, so that sending
+// an event costs no allocation.
+type scratch struct {
+	buf  bytes.Buffer
+	resp graphql.Response
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+// maxScratch is the largest buffer a scratch keeps when it goes back to the pool: an
+// event with a long message would otherwise keep its size there.
+const maxScratch = 64 << 10
+
+func (sc *scratch) release() {
+	if sc.buf.Cap() > maxScratch {
+		return
+	}
+	sc.resp = graphql.Response{}
+	scratches.Put(sc)
+}
 
 // streamChannel runs a subscription on a goroutine of its own and hands its events over on
 // a channel, for transports that read subscriptions as channels (server-sent events). The
@@ -145,13 +384,4 @@ func (r *Resolver) streamChannel(ctx context.Context, sessionID, after string) (
 		}
 	}()
 	return out, nil
-}
-
-// Rendered returns the response data of the event Next made ready when it rendered it
-// itself (a text chunk or tool output), or nil when the executor's response handler must
-// render it.
-func (s *Stream) Rendered() []byte {
-	b := s.rendered
-	s.rendered = nil
-	return b
 }

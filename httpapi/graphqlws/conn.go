@@ -30,9 +30,8 @@ type conn struct {
 	inited     bool
 	closed     bool
 	subs       subSet
-	ready      []*sub  // subscriptions with something to deliver
-	delivering bool    // a goroutine delivers ready
-	funcs      opFuncs // the executor's, taken from the first subscription (see operation)
+	ready      []*sub // subscriptions with something to deliver
+	delivering bool   // a goroutine delivers ready
 	// One timer per connection serves its deadlines: connection_init's (initBy), the next
 	// keep-alive (keepBy) and the token's expiry (expires, zero for none).
 	timer                   *time.Timer

@@ -1,20 +1,18 @@
 package graphqlws
 
 import (
-	"errors"
-	"fmt"
-	"runtime/debug"
-	"time"
-
 	"github.com/99designs/gqlgen/graphql"
-	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/talkgraph/talkgraph/graph"
-	"github.com/talkgraph/talkgraph/service"
 )
 
-// notify schedules s for delivery; the service calls it with locks held, so it only
-// queues.
+// Delivery: a subscription costs no goroutine. The service calls a subscription's notify
+// when its session has new events; notify queues it on its connection and, unless one
+// runs already, starts a goroutine (deliver) that pumps the queued subscriptions' streams
+// in turn (graph.Stream.Pump: reading, rendering, retries and endings are the stream's
+// rules) and ends when the queue is empty.
+
+// notify queues s for delivery; the service calls it with locks held, so it only queues.
 func (s *sub) notify() {
 	c := s.c
 	c.mu.Lock()
@@ -32,8 +30,8 @@ func (s *sub) notify() {
 	}
 }
 
-// deliver writes what ready subscriptions have, taking them in turn, and ends when there
-// is nothing left.
+// deliver pumps the ready subscriptions, taking them in turn, and ends when there is
+// nothing left.
 func (c *conn) deliver() {
 	for {
 		c.mu.Lock()
@@ -55,74 +53,20 @@ func (c *conn) deliver() {
 	}
 }
 
-// perTurn is how many events one subscription sends before the others of its connection
-// get their turn.
-const perTurn = 64
-
-// pump sends up to perTurn events of s.
+// pump gives s a turn (see graph.Stream.Pump) and acts on where its stream then stands.
 func (c *conn) pump(s *sub) {
-	defer func() { s.responses, s.rctx = nil, nil }() // see sub
-	defer func() {
-		if p := recover(); p != nil {
-			c.t.Log.Error("subscription panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			c.fail(s, gqlerror.List{graph.Error(service.Errorf(service.EINTERNAL, "internal error"))})
-		}
-	}()
-	for range perTurn {
-		ok, err := s.stream.Next(s.ctx)
-		switch {
-		case errors.Is(err, service.ErrSessionDeleted):
-			c.finish(s, &message{ID: s.id, Type: "complete"})
-			return
-		case errors.Is(err, service.ErrShutdown):
-			c.finish(s, nil) // closes the connection with 1001 once it has no subscription left
-			return
-		case err != nil:
-			if s.ctx.Err() != nil || service.ErrorCode(err) == service.ECONFLICT {
-				return // stopped meanwhile
-			}
-			// The log cannot be read now: try again in a moment.
-			c.t.Log.Warn("subscription read", "err", err)
-			c.mu.Lock()
-			if c.subs.get(s.id) == s {
-				s.retry = time.AfterFunc(200*time.Millisecond, s.notify)
-			}
-			c.mu.Unlock()
-			return
-		case !ok:
-			return // caught up: notify brings it back
-		}
-		if data := s.stream.Rendered(); data != nil {
-			if !c.writeNext(s, &graphql.Response{Data: data}) {
-				return // stopped, or the connection is gone
-			}
-			continue
-		}
-		if s.responses == nil && !c.execute(s) {
-			return
-		}
-		resp := s.responses(s.rctx)
-		if resp == nil {
-			return
-		}
-		if !c.writeNext(s, resp) {
-			return // stopped, or the connection is gone
-		}
+	switch s.stream.Pump(s.ctx, s) {
+	case graph.StreamMore:
+		s.notify() // back of the line, behind the connection's other subscriptions
+	case graph.StreamDeleted:
+		c.finish(s, &message{ID: s.id, Type: "complete"})
+	case graph.StreamShutDown:
+		c.finish(s, nil) // closes the connection with 1001 once it has no subscription left
+	case graph.StreamFailed:
+		c.fail(s, internalError())
 	}
-	s.notify() // more may be waiting: back of the line
 }
 
-// execute executes s's operation again for its stream (see graph.StreamSink), for the
-// executor to render the event Next left to it; false when that failed and s is over.
-func (c *conn) execute(s *sub) bool {
-	rc := s.op.context(&c.funcs)
-	ctx := graphql.WithOperationContext(graphql.StartOperationTrace(s.ctx), rc)
-	sink := &graph.StreamSink{Notify: s.notify, Stream: s.stream}
-	responses, rctx := c.exec.DispatchOperation(graph.WithStreamSink(ctx, sink), rc)
-	if responses == nil {
-		c.fail(s, gqlerror.List{graph.Error(service.Errorf(service.EINTERNAL, "internal error"))})
-		return false
-	}
-	s.responses, s.rctx = responses, rctx
-	return true
-}
+// Send is s as the Output of its stream: it writes one result as a frame "next" (or
+// "data"); false when s is over or the connection is gone.
+func (s *sub) Send(resp *graphql.Response) bool { return s.c.writeNext(s, resp) }

@@ -129,16 +129,7 @@ func (c *conn) closeWith(code int, reason string) {
 	}
 	_ = c.ws.Close()
 	for _, s := range subs {
-		c.mu.Lock()
-		st, cancel := s.stream, s.cancel
-		if s.retry != nil {
-			s.retry.Stop()
-		}
-		c.mu.Unlock()
-		cancel()
-		if st != nil {
-			st.Close()
-		}
+		s.end()
 	}
 	c.cancel()
 	c.t.remove(c)

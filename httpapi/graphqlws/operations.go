@@ -16,27 +16,15 @@ import (
 )
 
 // sub is one operation of a connection: a subscription while it streams, or a query or
-// mutation while it runs.
-//
-// A subscription keeps its stream and, to render the events no plan of the stream
-// covers, a compact copy of its operation (op): the executor's response handler and all it
-// holds (field contexts, collected fields, the operation's contexts) are made again by
-// executing op when such an event comes, and dropped once it is delivered (see pump).
-// An idle subscription then costs its stream, op and little else.
+// mutation while it runs. A subscription keeps its stream (graph.Stream), which holds all
+// it needs to deliver events: an idle subscription costs its stream and little else.
 type sub struct {
 	id     string
 	c      *conn
 	ctx    context.Context // the connection's operation context
 	cancel context.CancelFunc
 	stream *graph.Stream
-	op     operation
 	queued bool // in c.ready
-	retry  *time.Timer
-
-	// While pump renders with the executor: its response handler and the context to call
-	// it with. Only the connection's delivering goroutine touches them.
-	responses graphql.ResponseHandler
-	rctx      context.Context
 }
 
 // subSet is a connection's operations by ID. Most connections hold one or two (and at
@@ -160,42 +148,17 @@ func (c *conn) start(s *sub, opCtx context.Context, raw json.RawMessage, start t
 		c.once(s, ctx, rc)
 		return
 	}
-	sink := &graph.StreamSink{Notify: s.notify}
-	var responses graphql.ResponseHandler
-	var rctx context.Context
-	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				c.t.Log.Error("subscription panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-				sink.Stream = nil
-			}
-		}()
-		responses, rctx = c.exec.DispatchOperation(graph.WithStreamSink(ctx, sink), rc)
-	}()
-	if sink.Stream == nil { // refused before it began: the handler holds the errors
-		var errs gqlerror.List
-		if responses != nil {
-			if r := responses(rctx); r != nil {
-				errs = r.Errors
-			}
-		}
-		if len(errs) == 0 {
-			errs = gqlerror.List{graph.Error(service.Errorf(service.EINTERNAL, "internal error"))}
-		}
-		c.fail(s, errs)
+	st, refused := graph.Subscribe(ctx, c.exec, rc, s.notify, c.t.Log)
+	if st == nil {
+		c.fail(s, refused.Errors)
 		return
 	}
-	// The response handler of this first execution is not kept: pump makes one again when
-	// an event needs it.
 	c.mu.Lock()
-	s.ctx, s.stream, s.op = opCtx, sink.Stream, operationOf(rc)
-	if c.funcs.field == nil {
-		c.funcs = opFuncs{rc.RecoverFunc, rc.ResolverMiddleware, rc.RootResolverMiddleware}
-	}
+	s.ctx, s.stream = opCtx, st
 	stale := c.closed || c.subs.get(s.id) != s
 	c.mu.Unlock()
 	if stale { // stopped or closed while it started
-		sink.Stream.Close()
+		st.Close()
 		return
 	}
 	s.notify() // deliver what the cursor left behind, if anything
@@ -208,7 +171,7 @@ func (c *conn) once(s *sub, ctx context.Context, rc *graphql.OperationContext) {
 		defer func() {
 			if p := recover(); p != nil {
 				c.t.Log.Error("operation panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-				resp = &graphql.Response{Errors: gqlerror.List{graph.Error(service.Errorf(service.EINTERNAL, "internal error"))}}
+				resp = &graphql.Response{Errors: internalError()}
 			}
 		}()
 		responses, rctx := c.exec.DispatchOperation(ctx, rc)
@@ -261,21 +224,31 @@ func (c *conn) finish(s *sub, end *message) bool {
 	return true
 }
 
-// release ends an operation that is no longer in c.subs, and closes the connection when
-// the server shuts down and it was the last.
+// release ends an operation that is no longer in c.subs (see end), and closes the
+// connection when the server shuts down and it was the last.
 func (c *conn) release(s *sub) {
+	s.end()
 	c.mu.Lock()
-	st, cancel := s.stream, s.cancel
-	if s.retry != nil {
-		s.retry.Stop()
-	}
 	idle := c.subs.len() == 0
 	c.mu.Unlock()
+	if idle {
+		c.shutdownIfIdle()
+	}
+}
+
+// end releases what an operation that is no longer in c.subs holds: a query's or
+// mutation's context, a subscription's stream (see graph.Stream.Close).
+func (s *sub) end() {
+	s.c.mu.Lock()
+	st, cancel := s.stream, s.cancel
+	s.c.mu.Unlock()
 	cancel()
 	if st != nil {
 		st.Close()
 	}
-	if idle {
-		c.shutdownIfIdle()
-	}
+}
+
+// internalError is the error of an operation that failed inside the server.
+func internalError() gqlerror.List {
+	return gqlerror.List{graph.Error(service.Errorf(service.EINTERNAL, "internal error"))}
 }
