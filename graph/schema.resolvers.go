@@ -162,15 +162,15 @@ func (r *subscriptionResolver) MessageStream(ctx context.Context, sessionID stri
 	// The transport drives the subscription with a Stream (see withStream): the resolver
 	// opens it, or, when it is open already and the operation is executed again to render
 	// an event no plan covers, answers with it as it is.
-	var cursor string
-	if after != nil {
-		cursor = *after
-	}
 	st := streamOf(ctx)
 	if st == nil {
-		return r.streamChannel(ctx, sessionID, cursor)
+		return nil, service.Errorf(service.EINTERNAL, "messageStream needs a transport that drives a graph.Stream")
 	}
 	if st.sub == nil {
+		var cursor string
+		if after != nil {
+			cursor = *after
+		}
 		if err := st.open(ctx, r.Resolver, sessionID, cursor); err != nil {
 			return nil, err
 		}

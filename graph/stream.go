@@ -149,8 +149,8 @@ type streamKey struct{}
 // its plans from the operation, and answers with the stream's channel, to which execute
 // hands the events the executor renders; with a Stream open already (Pump executing the
 // operation again, see Resumed) it answers with that channel and subscribes to nothing.
-// Without a Stream it runs the subscription on a goroutine of its own (streamChannel), for
-// server-sent events.
+// Without a Stream it refuses the subscription with an internal error: a subscription
+// needs a transport that drives a Stream, which gqlgen's own transports do not.
 func withStream(ctx context.Context, st *Stream) context.Context {
 	return context.WithValue(ctx, streamKey{}, st)
 }
@@ -325,63 +325,4 @@ func (sc *scratch) release() {
 	}
 	sc.resp = graphql.Response{}
 	scratches.Put(sc)
-}
-
-// streamChannel runs a subscription on a goroutine of its own and hands its events over on
-// a channel, for transports that read subscriptions as channels (server-sent events). The
-// channel is closed when the session is deleted or ctx ends; at shutdown it stays open
-// until ctx ends, so that the transport does not report the subscription complete.
-func (r *Resolver) streamChannel(ctx context.Context, sessionID, after string) (<-chan model.SessionEvent, error) {
-	wake := make(chan struct{}, 1)
-	sub, err := r.Service.Subscribe(ctx, sessionID, after, func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make(chan model.SessionEvent)
-	go func() {
-		defer sub.Close()
-		for {
-			evs, err := sub.Read(ctx, 0)
-			switch {
-			case err == service.ErrSessionDeleted:
-				close(out)
-				return
-			case err == service.ErrShutdown:
-				<-ctx.Done()
-				return
-			case err != nil: // the log cannot be read now: try again
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(200 * time.Millisecond):
-				}
-				continue
-			}
-			for _, ev := range evs {
-				m := r.event(ctx, ev)
-				if m == nil {
-					continue
-				}
-				select {
-				case out <- m:
-				case <-ctx.Done():
-					return
-				}
-			}
-			if len(evs) > 0 {
-				continue
-			}
-			select {
-			case <-wake:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out, nil
 }

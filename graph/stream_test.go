@@ -286,3 +286,21 @@ func BenchmarkPump(b *testing.B) {
 
 // streamQuery is the load generator's subscription (cmd/talkgraph-load).
 const streamQuery = `subscription($s: ID!, $a: String) { messageStream(sessionId: $s, after: $a) { __typename cursor ... on MessageAdded { message { id role status } } ... on MessageChunk { messageId delta offset } ... on MessageCompleted { message { id role status content } } ... on RunStatusChanged { run { id status } } } }`
+
+// TestWithoutAStreamTheSubscriptionIsRefused: executed by a transport that drives no
+// Stream (gqlgen's own), the subscription is refused rather than left hanging.
+func TestWithoutAStreamTheSubscriptionIsRefused(t *testing.T) {
+	ts := newTestServer(t, 1)
+	ctx := graphql.StartOperationTrace(ts.ctx)
+	rc, errs := ts.exec.CreateOperationContext(ctx, &graphql.RawParams{Query: chunkDoc, Variables: map[string]any{"s": ts.sid}})
+	if errs != nil {
+		t.Fatal(errs)
+	}
+	responses, rctx := ts.exec.DispatchOperation(ctx, rc)
+	if resp := responses(rctx); resp == nil || len(resp.Errors) == 0 {
+		t.Fatalf("answered %+v", resp)
+	}
+	if got := ts.svc.Stats().Subscriptions; got != 0 {
+		t.Errorf("%d subscriptions open", got)
+	}
+}
