@@ -27,17 +27,15 @@ type plan struct {
 }
 
 // planFrom makes the stream's plans from the operation and the messageStream field whose
-// resolver runs in ctx, when the subscription starts: nothing of the operation then stays
-// with the stream. Plans of a document without directives are shared (see plansOf), so
-// that starting costs a lookup. Once made, a later call (the transport executing the
-// operation again to render an event) changes nothing.
-func (s *Stream) planFrom(ctx context.Context) {
-	if s.plans != nil || !graphql.HasOperationContext(ctx) {
+// resolver runs in ctx, as the stream opens. Plans of a document without directives are
+// shared (see plansOf): a thousand clients subscribing with one app's document plan it once.
+func (st *Stream) planFrom(ctx context.Context) {
+	if !graphql.HasOperationContext(ctx) {
 		return
 	}
 	if fc := graphql.GetFieldContext(ctx); fc != nil {
-		s.rootKey = jsonKey(fc.Field.Alias)
-		s.plans = plansOf(graphql.GetOperationContext(ctx), &fc.Field)
+		st.rootKey = jsonKey(fc.Field.Alias)
+		st.plans = plansOf(graphql.GetOperationContext(ctx), &fc.Field)
 	}
 }
 

@@ -69,13 +69,13 @@ var renderable = map[string]objectType{
 
 // render writes the response data of m, {"<root>":{...}}, when a plan of the stream covers
 // its type, and reports whether it did; false leaves m to the executor.
-func (s *Stream) render(buf *bytes.Buffer, m model.SessionEvent) bool {
-	p := s.plans[eventType(m)]
+func (st *Stream) render(buf *bytes.Buffer, m model.SessionEvent) bool {
+	p := st.plans[eventType(m)]
 	if p == nil {
 		return false
 	}
 	buf.WriteByte('{')
-	buf.WriteString(s.rootKey)
+	buf.WriteString(st.rootKey)
 	p.write(buf, m)
 	buf.WriteByte('}')
 	return true
@@ -96,7 +96,8 @@ func (p *plan) write(buf *bytes.Buffer, v any) {
 
 // eventType is the name of m's type when the fast renderer may write it, or "" to leave it
 // to the executor: an event of another type, or one without the object it must hold (the
-// executor answers that with an error).
+// executor answers that with an error). It names every event type of renderable, which
+// TestFastRenderingMatchesTheExecutor checks.
 func eventType(m model.SessionEvent) string {
 	switch e := m.(type) {
 	case *model.MessageChunk:

@@ -96,10 +96,10 @@ const perTurn = 64
 const retryAfter = 200 * time.Millisecond
 
 // Subscribe starts the subscription rc describes, a messageStream operation exec created
-// in ctx: it executes the operation with the Stream in its context (see withStream), so
-// that the resolver opens the stream instead of a channel, and keeps of the operation a
-// compact copy to execute it again when an event needs the executor; the executor's state
-// of this first execution is dropped. notify is called, on any goroutine and with the
+// in ctx: it executes the operation with the Stream in its context, so that the resolver
+// opens the stream's subscription to the session's log (see withStream), and keeps of the
+// operation a compact copy to execute it again when an event needs the executor; the
+// executor's state of this first execution is dropped. notify is called, on any goroutine and with the
 // service's locks held, whenever Pump may have something new to send: it must only
 // schedule a call of Pump. log receives what the stream reports (a read that failed, a
 // panic); nil is slog.Default().
@@ -135,6 +135,7 @@ func Subscribe(ctx context.Context, exec graphql.GraphExecutor, rc *graphql.Oper
 	return st, nil
 }
 
+// internalError is the answer to a subscription that failed inside the server.
 func internalError() *graphql.Response {
 	return &graphql.Response{Errors: gqlerror.List{Error(service.Errorf(service.EINTERNAL, "internal error"))}}
 }
@@ -306,8 +307,8 @@ func (st *Stream) Close() {
 }
 
 // scratch is what a turn of Pump renders events into, borrowed from scratches for the
-// turn: a response whose data the fast renderer writes, with its buffer, so that sending
-// an event costs no allocation.
+// turn: a buffer for the fast renderer and the response that carries it to Send, so that
+// neither is allocated for each event.
 type scratch struct {
 	buf  bytes.Buffer
 	resp graphql.Response
@@ -319,6 +320,7 @@ var scratches = sync.Pool{New: func() any { return new(scratch) }}
 // event with a long message would otherwise keep its size there.
 const maxScratch = 64 << 10
 
+// release gives sc back to scratches, unless its buffer grew beyond maxScratch.
 func (sc *scratch) release() {
 	if sc.buf.Cap() > maxScratch {
 		return

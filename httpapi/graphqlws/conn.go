@@ -40,6 +40,8 @@ type conn struct {
 	pongAt, readAt atomic.Int64
 }
 
+// run serves the connection until it ends: it arms the connection's timer (see tick) and
+// reads the client's messages (see read).
 func (c *conn) run() {
 	c.mu.Lock()
 	now := time.Now()

@@ -11,6 +11,10 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 )
 
+// Frames: every message to the client is written whole, one writer at a time (wmu), with a
+// deadline; a result is framed in a buffer borrowed from bufPool for the length of the
+// write.
+
 // writeNext sends one result of s; false when s is over or the connection is gone.
 func (c *conn) writeNext(s *sub, resp *graphql.Response) bool {
 	buf := bufPool.Get().(*bytes.Buffer)
@@ -43,6 +47,7 @@ func (c *conn) sendError(id string, errs gqlerror.List) {
 	c.writeFrame(&message{ID: id, Type: "error", Payload: mustJSON(errs)})
 }
 
+// writeFrame sends one message of the protocol; false when the connection is gone.
 func (c *conn) writeFrame(m *message) bool { return c.write(mustJSON(m)) }
 
 // write sends one message. A write that fails or takes longer than WriteTimeout (the
@@ -87,6 +92,7 @@ func (c *conn) written(err error) bool {
 	return true
 }
 
+// mustJSON is v in JSON; v is a value this package builds, which always encodes.
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -10,6 +10,13 @@ import (
 	"github.com/talkgraph/talkgraph/service"
 )
 
+// A connection's life: connection_init authorises it (init) within InitTimeout; one timer
+// (tick) then serves all its deadlines, the init's, each keep-alive's and the token's
+// expiry; it ends with closeWith, whoever ends it (the client, a deadline, a failed read
+// or write, the server shutting down).
+
+// liveness is how long a connection may go without a sign of life (a message or a pong)
+// before it is taken for dead: two keep-alives and some slack.
 func (c *conn) liveness() time.Duration { return 2*c.t.KeepAlive + 5*time.Second }
 
 // init authorises the connection with connection_init's payload.
@@ -110,7 +117,7 @@ func (c *conn) shutdownIfIdle() {
 }
 
 // closeWith closes the connection, with a close frame of code (none for 0), and ends its
-// operations.
+// operations (see sub.end). Only the first call does anything.
 func (c *conn) closeWith(code int, reason string) {
 	c.mu.Lock()
 	if c.closed {

@@ -27,6 +27,11 @@ type sub struct {
 	queued bool // in c.ready
 }
 
+// Operations: subscribe takes an operation's ID and starts it on a goroutine of its own
+// (start): a query or mutation runs to its end (once), a subscription until its stream is
+// in place, then its events are delivered (see delivery.go). An operation ends once
+// (finish), by the client (stop), by itself, or with the connection (closeWith).
+
 // subSet is a connection's operations by ID. Most connections hold one or two (and at
 // most MaxSubscriptions): a slice searched in order costs less than a map.
 type subSet []*sub

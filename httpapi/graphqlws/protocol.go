@@ -7,7 +7,8 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// Close codes.
+// Close codes: the websocket standard's and graphql-transport-ws's own (44xx), which the
+// legacy protocol's connections are closed with too.
 const (
 	CloseGoingAway      = websocket.CloseGoingAway     // 1001: shutdown, dead or stuck connection
 	CloseTooBig         = websocket.CloseMessageTooBig // 1009

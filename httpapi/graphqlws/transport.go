@@ -7,9 +7,10 @@
 //     goroutine at all. When a subscription's session has new events, its stream notifies
 //     the connection, and a short-lived goroutine renders and writes what is new, then
 //     ends (see graph.Stream).
-//   - Keep-alives run on timers: a websocket ping frame and the protocol's own keep-alive
-//     ("ping" or "ka") every KeepAlive. A connection from which nothing at all was read for
-//     twice that long (pongs included) is dead, and is closed.
+//   - Keep-alives run on the connection's one timer, which also keeps the init deadline and
+//     the token's expiry: a websocket ping frame and the protocol's own keep-alive ("ping"
+//     or "ka") every KeepAlive. A connection from which nothing at all was read for twice
+//     that long and 5 seconds more (pongs included) is dead, and is closed.
 //   - Buffers are small and shared: reads go through a small buffer, writes borrow one
 //     from a pool for the length of a message.
 //
