@@ -20,7 +20,7 @@ func benchPlan(typ string, names ...string) *plan {
 }
 
 // BenchmarkRenderChunk renders a text chunk as the load generator's subscription selects
-// it: what each word of a reply costs the websocket transport's own renderer.
+// it: what each word of a reply costs the fast renderer (see plan).
 func BenchmarkRenderChunk(b *testing.B) {
 	p := benchPlan("MessageChunk", "__typename", "cursor", "messageId", "delta", "offset")
 	ev := &model.MessageChunk{Cursor: "c2Vzc2lvbi0xOjQy", At: time.Now(), MessageID: "6f181754-3957-4654-a4d5-a74117c119ae", Delta: "word ", Offset: 120}

@@ -15,6 +15,11 @@ import (
 	"github.com/talkgraph/talkgraph/service"
 )
 
+// Operations: subscribe takes an operation's ID and starts it on a goroutine of its own
+// (start): a query or mutation runs to its end (once), a subscription until its stream is
+// in place, then its events are delivered (see delivery.go). An operation ends once
+// (finish), by the client (stop), by itself, or with the connection (closeWith).
+
 // sub is one operation of a connection: a subscription while it streams, or a query or
 // mutation while it runs. A subscription keeps its stream (graph.Stream), which holds all
 // it needs to deliver events: an idle subscription costs its stream and little else.
@@ -26,11 +31,6 @@ type sub struct {
 	stream *graph.Stream
 	queued bool // in c.ready
 }
-
-// Operations: subscribe takes an operation's ID and starts it on a goroutine of its own
-// (start): a query or mutation runs to its end (once), a subscription until its stream is
-// in place, then its events are delivered (see delivery.go). An operation ends once
-// (finish), by the client (stop), by itself, or with the connection (closeWith).
 
 // subSet is a connection's operations by ID. Most connections hold one or two (and at
 // most MaxSubscriptions): a slice searched in order costs less than a map.
@@ -115,7 +115,8 @@ func (c *conn) live(s *sub) bool {
 	return !c.closed && c.subs.get(s.id) == s
 }
 
-// fail ends an operation that could not start, with errors.
+// fail ends an operation with errors: one that could not start, or a subscription whose
+// stream failed.
 func (c *conn) fail(s *sub, errs gqlerror.List) {
 	c.finish(s, &message{ID: s.id, Type: "error", Payload: mustJSON(errs)})
 }
