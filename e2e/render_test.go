@@ -1,12 +1,13 @@
 package e2e
 
-// The websocket transport renders the commonest events itself (text chunks, tool output,
-// new and completed messages, run status changes), without gqlgen's executor (graph.plan);
-// server-sent events go through the executor. These tests replay one session's log over
-// each transport with documents of several shapes and check that every event arrives as
-// the same JSON: the same keys in the same order with the same values (the transports may
-// escape a character differently: server-sent events write <, > and & as \u003c, \u003e
-// and \u0026).
+// Both transports stream a subscription through graph.Stream, which renders the commonest
+// events itself (text chunks, tool output, new and completed messages, run status changes)
+// without gqlgen's executor (graph.plan), and the others with it; graph's
+// TestFastRenderingMatchesTheExecutor compares the two renderings byte for byte. These
+// tests replay one session's log over each transport with documents of several shapes and
+// check that every event arrives as the same JSON: the same keys in the same order with
+// the same values (the transports may escape a character differently: server-sent events
+// write <, > and & as \u003c, \u003e and \u0026).
 
 import (
 	"bytes"
@@ -114,10 +115,10 @@ func TestEventsAreRenderedAlikeOnEveryTransport(t *testing.T) {
 	})
 }
 
-// An idle websocket subscription keeps no executor: an event no plan covers (here a
-// session renamed) executes the operation again for the stream, and the executor's state
-// goes once it is delivered. Each rename comes after the subscription caught up and idled,
-// and each must arrive as server-sent events (all executor) render it.
+// An idle subscription keeps no executor: an event no plan covers (here a session renamed)
+// executes the operation again for the stream, and the executor's state goes once it is
+// delivered. Each rename comes after the subscriptions caught up and idled, and must
+// arrive over each websocket protocol as it does over server-sent events.
 func TestEventsLeftToTheExecutorAfterIdling(t *testing.T) {
 	a := startApp(t, "sqlite", nil)
 	c := guest(t, a)

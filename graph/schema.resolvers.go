@@ -159,27 +159,22 @@ func (r *runResolver) Error(ctx context.Context, obj *service.Run) (*string, err
 
 // MessageStream is the resolver for the messageStream field.
 func (r *subscriptionResolver) MessageStream(ctx context.Context, sessionID string, after *string) (<-chan model.SessionEvent, error) {
-	var cursor string
-	if after != nil {
-		cursor = *after
+	// The transport drives the subscription with a Stream (see withStream): the resolver
+	// opens it, or, when it is open already and the operation is executed again to render
+	// an event no plan covers, answers with it as it is.
+	st := streamOf(ctx)
+	if st == nil {
+		return nil, service.Errorf(service.EINTERNAL, "messageStream needs a transport that drives a graph.Stream")
 	}
-	sink, _ := ctx.Value(sinkKey{}).(*StreamSink)
-	if sink == nil {
-		return r.streamChannel(ctx, sessionID, cursor)
+	if st.sub == nil {
+		var cursor string
+		if after != nil {
+			cursor = *after
+		}
+		if err := st.open(ctx, r.Resolver, sessionID, cursor); err != nil {
+			return nil, err
+		}
 	}
-	if st := sink.Stream; st != nil {
-		// The transport executes the operation again to render an event of this stream
-		// that no plan covers: the stream stays as it is.
-		st.planFrom(ctx)
-		return st.ch, nil
-	}
-	sub, err := r.Service.Subscribe(ctx, sessionID, cursor, sink.Notify)
-	if err != nil {
-		return nil, err
-	}
-	st := &Stream{r: r.Resolver, sub: sub, ch: make(chan model.SessionEvent, 1)}
-	st.planFrom(ctx)
-	sink.Stream = st
 	return st.ch, nil
 }
 

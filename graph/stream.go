@@ -3,505 +3,328 @@ package graph
 import (
 	"bytes"
 	"context"
-	"strings"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
-	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/talkgraph/talkgraph/graph/model"
 	"github.com/talkgraph/talkgraph/service"
 )
 
-// Stream is a messageStream subscription that a transport drives itself, so that an open
-// subscription costs no goroutine: the transport puts a StreamSink in the operation's
-// context, the resolver leaves the Stream there, and whenever the sink's Notify is called
-// the transport calls Next and, for each event it yields, the executor's response handler,
-// which takes the event from the stream's channel and renders it, on the transport's own
-// goroutine.
-type Stream struct {
-	r   *Resolver
-	sub *service.Subscription
-	ch  chan model.SessionEvent // buffered(1): what the response handler renders next
-	buf []*service.Event
-	// plans render the commonest events without the executor (see plan and planFrom);
-	// rootKey is the messageStream field's response key as JSON, with its colon; rendered
-	// is the event Next rendered so.
-	rootKey  string
-	plans    map[string]*plan
-	rendered []byte
-}
-
-// StreamSink receives the Stream of a subscription the transport executes. Notify is
-// called, on any goroutine, whenever Next may have something new; it must not block.
+// Stream drives one messageStream subscription for the transport that serves it, with the
+// rules every transport shares, so that a transport only says how a result is sent (an
+// Output) and how a subscription ends (Pump's StreamState). It has no goroutine: it is a
+// position in the session's log (a service.Subscription); Subscribe opens it, and whenever
+// its notify function is called the transport calls Pump, one call at a time, which
 //
-// The transport need not keep the executor's response handler while the stream idles:
-// to render an event Next left to the executor it may execute the operation again with
-// a sink that holds the Stream already, and the resolver then answers that stream's
-// events instead of subscribing anew (see Resumed).
-type StreamSink struct {
-	Notify func()
-	Stream *Stream
+//   - reads what is new in the log and turns each event into its GraphQL type;
+//   - renders an event a plan covers with the fast renderer (see plan), and any other with
+//     gqlgen's executor, which executes the operation again for this stream from a compact
+//     copy (see operation and execute) and whose state goes when Pump returns, so that an
+//     idle subscription keeps none;
+//   - sends at most perTurn events, so that the other subscriptions of a connection get
+//     their turn;
+//   - when the log cannot be read now, calls notify again after retryAfter;
+//   - ends: the session deleted (complete), the server shutting down (the client resumes
+//     with its cursor), or a failure (an internal error).
+type Stream struct {
+	r      *Resolver
+	sub    *service.Subscription // nil until the resolver has opened it (see withStream)
+	notify func()
+	exec   graphql.GraphExecutor
+	op     operation
+	log    *slog.Logger
+
+	buf []*service.Event        // read from the log, not yet sent
+	ch  chan model.SessionEvent // buffered(1): the event the executor renders next
+	// plans render the commonest events without the executor (see planFrom); rootKey is
+	// the messageStream field's response key as JSON, with its colon.
+	rootKey string
+	plans   map[string]*plan
+	// responses and rctx are the executor's response handler and the context to call it
+	// with, while a turn of Pump renders with it (see execute).
+	responses graphql.ResponseHandler
+	rctx      context.Context
+
+	mu     sync.Mutex // guards retry and closed: Close may come while Pump runs
+	retry  *time.Timer
+	closed bool
 }
 
-type sinkKey struct{}
-
-// Resumed reports whether ctx executes a subscription again for a Stream the transport
-// drives already (see StreamSink): not a new operation.
-func Resumed(ctx context.Context) bool {
-	sink, _ := ctx.Value(sinkKey{}).(*StreamSink)
-	return sink != nil && sink.Stream != nil
+// Output is how a transport sends a subscription's results: Pump calls Send with each.
+type Output interface {
+	// Send sends one result, and reports false when the subscription is over for the
+	// transport (the client stopped it, the connection is gone): Pump then stops at once.
+	// resp is Pump's own and valid only until Send returns: it may hold data the fast
+	// renderer wrote into a buffer that Pump uses again.
+	Send(resp *graphql.Response) bool
 }
 
-// WithStreamSink returns ctx for executing a subscription whose stream the transport
-// drives itself.
-func WithStreamSink(ctx context.Context, sink *StreamSink) context.Context {
-	return context.WithValue(ctx, sinkKey{}, sink)
-}
+// StreamState is where a stream stands after a turn of Pump, which tells the transport
+// what to do next.
+type StreamState int
 
-// Next makes the next event ready: rendered already (see Rendered), or for the response
-// handler. It returns false with a nil
-// error when the stream has caught up (Notify says when to try again), and false with an
-// error when it is over: service.ErrSessionDeleted when the session was deleted (the
-// subscription is complete), service.ErrShutdown when the server shuts down (the client
-// should reconnect), or another error when the log cannot be read now (try again later).
-func (s *Stream) Next(ctx context.Context) (bool, error) {
-	for {
-		if len(s.buf) == 0 {
-			evs, err := s.sub.Read(ctx, 0)
-			if err != nil || len(evs) == 0 {
-				return false, err
-			}
-			s.buf = evs
-		}
-		ev := s.buf[0]
-		s.buf[0] = nil
-		s.buf = s.buf[1:]
-		if m := s.r.event(ctx, ev); m != nil {
-			if s.rendered = s.fast(m); s.rendered == nil {
-				s.ch <- m
-			}
-			return true, nil
-		}
+const (
+	// StreamIdle: the stream has caught up, or was stopped meanwhile, or its log cannot be
+	// read now and a retry is due. Nothing to do until notify is called.
+	StreamIdle StreamState = iota
+	// StreamMore: the turn sent perTurn events and more may wait. Pump again, once the
+	// transport's other subscriptions have had their turn.
+	StreamMore
+	// StreamDeleted: the session was deleted. End the subscription, telling the client
+	// it is complete.
+	StreamDeleted
+	// StreamShutDown: the server is shutting down and the stream has sent everything
+	// recorded. End the subscription without complete: the client resumes with its
+	// cursor from another server, or this one once it is back.
+	StreamShutDown
+	// StreamFailed: the stream broke (a panic, or the executor answered nothing; it was
+	// logged). End the subscription with an internal error.
+	StreamFailed
+)
+
+// perTurn is how many events one turn of Pump sends at most.
+const perTurn = 64
+
+// retryAfter is how long a stream whose log could not be read waits before it reads again.
+const retryAfter = 200 * time.Millisecond
+
+// Subscribe starts the subscription rc describes, a messageStream operation exec created
+// in ctx: it executes the operation with the Stream in its context, so that the resolver
+// opens the stream's subscription to the session's log (see withStream), and keeps of the
+// operation a compact copy to execute it again when an event needs the executor; the
+// executor's state of this first execution is dropped. notify is called, on any goroutine and with the
+// service's locks held, whenever Pump may have something new to send: it must only
+// schedule a call of Pump. log receives what the stream reports (a read that failed, a
+// panic); nil is slog.Default().
+//
+// When the operation is refused (the session is not the caller's, a bad cursor, too many
+// subscriptions…) Subscribe returns no Stream, and the executor's answer, whose errors
+// the transport sends to the client (an internal error when the executor had none).
+func Subscribe(ctx context.Context, exec graphql.GraphExecutor, rc *graphql.OperationContext, notify func(), log *slog.Logger) (st *Stream, refused *graphql.Response) {
+	if log == nil {
+		log = slog.Default()
 	}
-}
-
-// Close ends the stream.
-func (s *Stream) Close() { s.sub.Close() }
-
-// streamChannel runs a subscription on a goroutine of its own and hands its events over on
-// a channel, for transports that read subscriptions as channels (server-sent events). The
-// channel is closed when the session is deleted or ctx ends; at shutdown it stays open
-// until ctx ends, so that the transport does not report the subscription complete.
-func (r *Resolver) streamChannel(ctx context.Context, sessionID, after string) (<-chan model.SessionEvent, error) {
-	wake := make(chan struct{}, 1)
-	sub, err := r.Service.Subscribe(ctx, sessionID, after, func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make(chan model.SessionEvent)
-	go func() {
-		defer sub.Close()
-		for {
-			evs, err := sub.Read(ctx, 0)
-			switch {
-			case err == service.ErrSessionDeleted:
-				close(out)
-				return
-			case err == service.ErrShutdown:
-				<-ctx.Done()
-				return
-			case err != nil: // the log cannot be read now: try again
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(200 * time.Millisecond):
-				}
-				continue
+	st = &Stream{notify: notify, exec: exec, log: log, ch: make(chan model.SessionEvent, 1)}
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("subscription panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			if st != nil && st.sub != nil {
+				st.sub.Close()
 			}
-			for _, ev := range evs {
-				m := r.event(ctx, ev)
-				if m == nil {
-					continue
-				}
-				select {
-				case out <- m:
-				case <-ctx.Done():
-					return
-				}
-			}
-			if len(evs) > 0 {
-				continue
-			}
-			select {
-			case <-wake:
-			case <-ctx.Done():
-				return
-			}
+			st, refused = nil, internalError()
 		}
 	}()
-	return out, nil
-}
-
-// A plan renders the events a subscription sends most without the executor: text chunks
-// and tool output, new and completed messages, and run status changes. Their fields are
-// scalars or objects of scalars, so once the subscription's selection for the type is
-// known (collected as the executor collects it, with fragments merged and @skip and
-// @include applied) each event is a few writes with gqlgen's own marshalers, byte for
-// byte what the executor would answer. A selection a plan cannot render (a deferred
-// field, a field with arguments, one that reads more than the event: a message's question
-// or tool calls) leaves the type to the executor.
-type plan struct {
-	keys  []string // response keys in order, each written once as JSON with its colon
-	names []string // each key's field name
-	subs  []*plan  // each key's plan of its object's fields; nil for a scalar
-}
-
-// planTypes are the event types with a plan, with the types they satisfy.
-var planTypes = map[string][]string{
-	"MessageChunk":     {"MessageChunk", "SessionEvent"},
-	"ToolCallOutput":   {"ToolCallOutput", "SessionEvent"},
-	"MessageAdded":     {"MessageAdded", "SessionEvent"},
-	"MessageCompleted": {"MessageCompleted", "SessionEvent"},
-	"RunStatusChanged": {"RunStatusChanged", "SessionEvent"},
-}
-
-// planFields says which fields of each type a plan renders: "" for a scalar, else the
-// type of the object it holds.
-var planFields = map[string]map[string]string{
-	"MessageChunk":     {"__typename": "", "cursor": "", "at": "", "messageId": "", "delta": "", "offset": ""},
-	"ToolCallOutput":   {"__typename": "", "cursor": "", "at": "", "messageId": "", "toolCallId": "", "delta": "", "offset": ""},
-	"MessageAdded":     {"__typename": "", "cursor": "", "at": "", "message": "Message"},
-	"MessageCompleted": {"__typename": "", "cursor": "", "at": "", "message": "Message"},
-	"RunStatusChanged": {"__typename": "", "cursor": "", "at": "", "run": "Run"},
-	"Message": {"__typename": "", "id": "", "sessionId": "", "role": "", "kind": "", "content": "", "status": "",
-		"error": "", "runId": "", "createdAt": ""},
-	"Run": {"__typename": "", "id": "", "sessionId": "", "status": "", "error": "", "agent": "", "usage": "Usage",
-		"createdAt": "", "startedAt": "", "finishedAt": ""},
-	"Usage": {"__typename": "", "inputTokens": "", "outputTokens": "", "cachedInputTokens": ""},
-}
-
-// planFrom makes the stream's plans from the operation and the messageStream field whose
-// resolver runs in ctx, when the subscription starts: nothing of the operation then stays
-// with the stream. Plans of a document without directives are shared (see plansOf), so
-// that starting costs a lookup. Once made, a later call (the transport executing the
-// operation again to render an event) changes nothing.
-func (s *Stream) planFrom(ctx context.Context) {
-	if s.plans != nil || !graphql.HasOperationContext(ctx) {
-		return
-	}
-	if fc := graphql.GetFieldContext(ctx); fc != nil {
-		s.rootKey = jsonKey(fc.Field.Alias)
-		s.plans = plansOf(graphql.GetOperationContext(ctx), &fc.Field)
-	}
-}
-
-// plan returns the plan for an event type; nil leaves it to the executor.
-func (s *Stream) plan(typ string) *plan { return s.plans[typ] }
-
-// plansOf makes the plans of a subscription's messageStream field. Plans are the same
-// for every subscription made with one document, unless a directive's variable tells
-// them apart, so those of a document without directives are kept and shared (a
-// thousand clients subscribing with the same query plan it once). Documents are those of
-// the executor's query cache; shared keeps the plans of at most maxSharedPlans of them.
-func plansOf(oc *graphql.OperationContext, root *graphql.CollectedField) map[string]*plan {
-	key := planKey{oc.Doc, oc.OperationName, root.Alias}
-	share := shareable(oc)
-	if share {
-		shared.mu.Lock()
-		plans, ok := shared.m[key]
-		shared.mu.Unlock()
-		if ok {
-			return plans
+	responses, rctx := exec.DispatchOperation(withStream(ctx, st), rc)
+	if st.sub == nil {
+		if responses != nil {
+			refused = responses(rctx)
 		}
-	}
-	plans := make(map[string]*plan, len(planTypes))
-	for t, satisfies := range planTypes {
-		if p := makePlan(oc, root.Selections, t, satisfies); p != nil {
-			plans[t] = p
+		if refused == nil || len(refused.Errors) == 0 {
+			refused = internalError()
 		}
+		return nil, refused
 	}
-	if share {
-		shared.mu.Lock()
-		if len(shared.m) >= maxSharedPlans {
-			clear(shared.m)
-		}
-		shared.m[key] = plans
-		shared.mu.Unlock()
-	}
-	return plans
+	st.op = operationOf(rc)
+	return st, nil
 }
 
-// shareable reports whether the plans of oc's document may be shared: no directive's
-// variable can tell two of its subscriptions apart.
-func shareable(oc *graphql.OperationContext) bool {
-	return oc.Doc != nil && !strings.Contains(oc.RawQuery, "@")
+// internalError is the answer to a subscription that failed inside the server.
+func internalError() *graphql.Response {
+	return &graphql.Response{Errors: gqlerror.List{Error(service.Errorf(service.EINTERNAL, "internal error"))}}
 }
 
-// planKey names the messageStream field of one operation of one document.
-type planKey struct {
-	doc       *ast.QueryDocument
-	operation string
-	alias     string
+// streamKey is the context key of withStream.
+type streamKey struct{}
+
+// withStream returns ctx for executing a messageStream subscription for st: the one seam
+// between a Stream and the resolver, used by Subscribe and Pump (the transports go through
+// them, never through the context). With a Stream in ctx that is not open yet, the resolver
+// opens its subscription to the session's log (with the stream's notify function), makes
+// its plans from the operation, and answers with the stream's channel, to which execute
+// hands the events the executor renders; with a Stream open already (Pump executing the
+// operation again, see Resumed) it answers with that channel and subscribes to nothing.
+// Without a Stream it refuses the subscription with an internal error: a subscription
+// needs a transport that drives a Stream, which gqlgen's own transports do not.
+func withStream(ctx context.Context, st *Stream) context.Context {
+	return context.WithValue(ctx, streamKey{}, st)
 }
 
-const maxSharedPlans = 256
+// streamOf is the Stream ctx executes a subscription for (see withStream), or nil.
+func streamOf(ctx context.Context) *Stream {
+	st, _ := ctx.Value(streamKey{}).(*Stream)
+	return st
+}
 
-// shared holds the plans of documents without directives. Plans never change once made.
-var shared = struct {
-	mu sync.Mutex
-	m  map[planKey]map[string]*plan
-}{m: map[planKey]map[string]*plan{}}
+// Resumed reports whether ctx executes a subscription again to render an event of a
+// Stream that is open already, rather than a new operation, so that an operation
+// interceptor can leave it alone (the tracing extension makes no span for it).
+func Resumed(ctx context.Context) bool {
+	st := streamOf(ctx)
+	return st != nil && st.sub != nil
+}
 
-// makePlan plans the selection sel of an object of type typ; nil when some field is
-// beyond a plan.
-func makePlan(oc *graphql.OperationContext, sel ast.SelectionSet, typ string, satisfies []string) *plan {
-	known := planFields[typ]
-	p := &plan{}
-	seen := map[string]bool{}
-	for _, f := range graphql.CollectFields(oc, sel, satisfies) {
-		if len(f.Deferrables) > 0 || len(f.Arguments) > 0 {
-			return nil
+// open opens the subscription st drives, for the resolver in ctx.
+func (st *Stream) open(ctx context.Context, r *Resolver, sessionID, after string) error {
+	sub, err := r.Service.Subscribe(ctx, sessionID, after, st.notify)
+	if err != nil {
+		return err
+	}
+	st.r, st.sub = r, sub
+	st.planFrom(ctx)
+	return nil
+}
+
+// Pump sends what is new in the stream to out, at most perTurn events, and reports where
+// the stream stands (see StreamState). ctx is the context the stream's reads and
+// executions run in; when it ends Pump stops. Pump must not be called again before it
+// returns.
+func (st *Stream) Pump(ctx context.Context, out Output) (state StreamState) {
+	var sc *scratch
+	defer func() {
+		st.responses, st.rctx = nil, nil // the executor's state goes with the turn
+		if sc != nil {
+			sc.release()
 		}
-		object, ok := known[f.Name]
-		if !ok || (object == "") != (len(f.Selections) == 0) {
-			return nil
+		if p := recover(); p != nil {
+			st.log.Error("subscription panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			state = StreamFailed
 		}
-		if seen[f.Alias] {
+	}()
+	for range perTurn {
+		if ctx.Err() != nil {
+			return StreamIdle // stopped: nothing more is sent, as the executor would not
+		}
+		m, err := st.next(ctx)
+		switch {
+		case errors.Is(err, service.ErrSessionDeleted):
+			return StreamDeleted
+		case errors.Is(err, service.ErrShutdown):
+			return StreamShutDown
+		case err != nil:
+			if ctx.Err() != nil || service.ErrorCode(err) == service.ECONFLICT {
+				return StreamIdle // stopped meanwhile
+			}
+			st.log.Warn("subscription read", "err", err)
+			st.retryLater()
+			return StreamIdle
+		case m == nil:
+			return StreamIdle // caught up: notify brings it back
+		}
+		if sc == nil {
+			sc = scratches.Get().(*scratch)
+		}
+		sc.buf.Reset()
+		if st.render(&sc.buf, m) {
+			sc.resp.Data = sc.buf.Bytes()
+			if !out.Send(&sc.resp) {
+				return StreamIdle
+			}
 			continue
 		}
-		seen[f.Alias] = true
-		var sub *plan
-		if object != "" {
-			if sub = makePlan(oc, f.Selections, object, []string{object}); sub == nil {
-				return nil
-			}
+		resp, ok := st.execute(ctx, m)
+		if !ok {
+			return StreamFailed
 		}
-		p.keys = append(p.keys, jsonKey(f.Alias))
-		p.names = append(p.names, f.Name)
-		p.subs = append(p.subs, sub)
+		if resp == nil || !out.Send(resp) {
+			return StreamIdle // ctx ended, or the subscription is over for the transport
+		}
 	}
-	return p
+	return StreamMore
 }
 
-// fast renders m when a plan covers its type: the response data, {"<root>":{...}}.
-func (s *Stream) fast(m model.SessionEvent) []byte {
-	var typ string
-	switch e := m.(type) {
-	case *model.MessageChunk:
-		typ = "MessageChunk"
-	case *model.ToolCallOutput:
-		typ = "ToolCallOutput"
-	case *model.MessageAdded:
-		typ = "MessageAdded"
-		if e.Message == nil {
-			return nil
+// next is the next event of the log the schema shows, in its GraphQL type; nil with a nil
+// error when the stream has caught up.
+func (st *Stream) next(ctx context.Context) (model.SessionEvent, error) {
+	for {
+		if len(st.buf) == 0 {
+			evs, err := st.sub.Read(ctx, 0)
+			if err != nil || len(evs) == 0 {
+				return nil, err
+			}
+			st.buf = evs
 		}
-	case *model.MessageCompleted:
-		typ = "MessageCompleted"
-		if e.Message == nil {
-			return nil
+		ev := st.buf[0]
+		st.buf[0] = nil
+		st.buf = st.buf[1:]
+		if m := st.r.event(ctx, ev); m != nil {
+			return m, nil
 		}
-	case *model.RunStatusChanged:
-		typ = "RunStatusChanged"
-		if e.Run == nil {
-			return nil
+	}
+}
+
+// execute renders m with gqlgen's executor. The first time in a turn it executes the
+// operation again, from its compact copy, with the stream in the context (see withStream),
+// and keeps the response handler for the rest of the turn; the handler then takes m from
+// the stream's channel. resp is nil when ctx ended; ok is false when the executor answered
+// nothing.
+func (st *Stream) execute(ctx context.Context, m model.SessionEvent) (resp *graphql.Response, ok bool) {
+	if st.responses == nil {
+		responses, rctx := st.exec.DispatchOperation(withStream(graphql.StartOperationTrace(ctx), st), st.op.context())
+		if responses == nil {
+			st.log.Error("subscription: the executor answered nothing")
+			return nil, false
 		}
+		st.responses, st.rctx = responses, rctx
+	}
+	select {
+	case <-st.ch: // an event a handler whose context ended did not take
 	default:
-		return nil
 	}
-	p := s.plan(typ)
-	if p == nil {
-		return nil
-	}
-	var buf bytes.Buffer
-	buf.WriteByte('{')
-	buf.WriteString(s.rootKey)
-	p.event(&buf, typ, m)
-	buf.WriteByte('}')
-	return buf.Bytes()
+	st.ch <- m
+	return st.responses(st.rctx), true
 }
 
-// jsonKey is a response key as the executor writes it, with its colon.
-func jsonKey(key string) string {
-	var b bytes.Buffer
-	graphql.MarshalString(key).MarshalGQL(&b)
-	b.WriteByte(':')
-	return b.String()
-}
-
-// object writes an object with p's fields, each field's value written by value. The
-// values are written at once with gqlgen's marshalers, never kept as Marshalers: kept,
-// each would cost an allocation.
-func (p *plan) object(buf *bytes.Buffer, value func(i int, name string)) {
-	buf.WriteByte('{')
-	for i, name := range p.names {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		buf.WriteString(p.keys[i])
-		value(i, name)
-	}
-	buf.WriteByte('}')
-}
-
-// event writes an event of type typ.
-func (p *plan) event(buf *bytes.Buffer, typ string, m model.SessionEvent) {
-	p.object(buf, func(i int, name string) {
-		switch name {
-		case "__typename":
-			graphql.MarshalString(typ).MarshalGQL(buf)
-		case "cursor":
-			graphql.MarshalString(m.GetCursor()).MarshalGQL(buf)
-		case "at":
-			graphql.MarshalTime(m.GetAt()).MarshalGQL(buf)
-		case "message":
-			switch e := m.(type) {
-			case *model.MessageAdded:
-				p.subs[i].message(buf, e.Message)
-			case *model.MessageCompleted:
-				p.subs[i].message(buf, e.Message)
-			}
-		case "run":
-			p.subs[i].run(buf, m.(*model.RunStatusChanged).Run)
-		default:
-			chunkField(buf, name, m)
-		}
-	})
-}
-
-// chunkField writes a field of a text chunk or of tool output.
-func chunkField(buf *bytes.Buffer, name string, m model.SessionEvent) {
-	var messageID, toolCallID, delta string
-	var offset int
-	switch e := m.(type) {
-	case *model.MessageChunk:
-		messageID, delta, offset = e.MessageID, e.Delta, e.Offset
-	case *model.ToolCallOutput:
-		messageID, toolCallID, delta, offset = e.MessageID, e.ToolCallID, e.Delta, e.Offset
-	}
-	switch name {
-	case "messageId":
-		graphql.MarshalID(messageID).MarshalGQL(buf)
-	case "toolCallId":
-		graphql.MarshalID(toolCallID).MarshalGQL(buf)
-	case "delta":
-		graphql.MarshalString(delta).MarshalGQL(buf)
-	default: // offset
-		graphql.MarshalInt(offset).MarshalGQL(buf)
+// retryLater calls notify after retryAfter, unless the stream is closed by then.
+func (st *Stream) retryLater() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case st.closed:
+	case st.retry == nil:
+		st.retry = time.AfterFunc(retryAfter, st.notify)
+	default:
+		st.retry.Reset(retryAfter)
 	}
 }
 
-// message writes a Message as the executor does (error as its resolver answers it).
-func (p *plan) message(buf *bytes.Buffer, m *service.HistoryMessage) {
-	p.object(buf, func(_ int, name string) {
-		switch name {
-		case "__typename":
-			graphql.MarshalString("Message").MarshalGQL(buf)
-		case "id":
-			graphql.MarshalID(m.ID).MarshalGQL(buf)
-		case "sessionId":
-			graphql.MarshalID(m.SessionID).MarshalGQL(buf)
-		case "role":
-			graphql.MarshalString(string(m.Role)).MarshalGQL(buf)
-		case "kind":
-			graphql.MarshalString(string(m.Kind)).MarshalGQL(buf)
-		case "content":
-			graphql.MarshalString(m.Content).MarshalGQL(buf)
-		case "status":
-			graphql.MarshalString(string(m.Status)).MarshalGQL(buf)
-		case "error":
-			optString(buf, m.Error)
-		case "runId":
-			graphql.MarshalID(m.RunID).MarshalGQL(buf)
-		default: // createdAt
-			graphql.MarshalTime(m.CreatedAt).MarshalGQL(buf)
-		}
-	})
+// Close ends the stream: it closes its subscription to the log and stops a retry that is
+// due. It may be called while Pump runs, and more than once.
+func (st *Stream) Close() {
+	st.mu.Lock()
+	st.closed = true
+	if st.retry != nil {
+		st.retry.Stop()
+	}
+	st.mu.Unlock()
+	st.sub.Close()
 }
 
-// run writes a Run as the executor does (error as its resolver answers it).
-func (p *plan) run(buf *bytes.Buffer, r *service.Run) {
-	p.object(buf, func(i int, name string) {
-		switch name {
-		case "__typename":
-			graphql.MarshalString("Run").MarshalGQL(buf)
-		case "id":
-			graphql.MarshalID(r.ID).MarshalGQL(buf)
-		case "sessionId":
-			graphql.MarshalID(r.SessionID).MarshalGQL(buf)
-		case "status":
-			graphql.MarshalString(string(r.Status)).MarshalGQL(buf)
-		case "error":
-			optString(buf, r.Error)
-		case "agent":
-			graphql.MarshalString(r.Agent).MarshalGQL(buf)
-		case "usage":
-			if r.Usage == nil {
-				buf.WriteString("null")
-			} else {
-				p.subs[i].usage(buf, r.Usage)
-			}
-		case "createdAt":
-			graphql.MarshalTime(r.CreatedAt).MarshalGQL(buf)
-		case "startedAt":
-			optTime(buf, r.StartedAt)
-		default: // finishedAt
-			optTime(buf, r.FinishedAt)
-		}
-	})
+// scratch is what a turn of Pump renders events into, borrowed from scratches for the
+// turn: a buffer for the fast renderer and the response that carries it to Send, so that
+// neither is allocated for each event.
+type scratch struct {
+	buf  bytes.Buffer
+	resp graphql.Response
 }
 
-// usage writes a Usage.
-func (p *plan) usage(buf *bytes.Buffer, u *service.Usage) {
-	p.object(buf, func(_ int, name string) {
-		switch name {
-		case "__typename":
-			graphql.MarshalString("Usage").MarshalGQL(buf)
-		case "inputTokens":
-			graphql.MarshalInt(u.InputTokens).MarshalGQL(buf)
-		case "outputTokens":
-			graphql.MarshalInt(u.OutputTokens).MarshalGQL(buf)
-		default: // cachedInputTokens
-			if u.CachedInputTokens == nil {
-				buf.WriteString("null")
-			} else {
-				graphql.MarshalInt(*u.CachedInputTokens).MarshalGQL(buf)
-			}
-		}
-	})
-}
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
 
-// optString writes a nullable String that is null when empty, as the error resolvers
-// answer.
-func optString(buf *bytes.Buffer, s string) {
-	if s == "" {
-		buf.WriteString("null")
+// maxScratch is the largest buffer a scratch keeps when it goes back to the pool: an
+// event with a long message would otherwise keep its size there.
+const maxScratch = 64 << 10
+
+// release gives sc back to scratches, unless its buffer grew beyond maxScratch.
+func (sc *scratch) release() {
+	if sc.buf.Cap() > maxScratch {
 		return
 	}
-	graphql.MarshalString(s).MarshalGQL(buf)
-}
-
-// optTime writes a nullable Time.
-func optTime(buf *bytes.Buffer, t *time.Time) {
-	if t == nil {
-		buf.WriteString("null")
-		return
-	}
-	graphql.MarshalTime(*t).MarshalGQL(buf)
-}
-
-// Rendered returns the response data of the event Next made ready when it rendered it
-// itself (a text chunk or tool output), or nil when the executor's response handler must
-// render it.
-func (s *Stream) Rendered() []byte {
-	b := s.rendered
-	s.rendered = nil
-	return b
+	sc.resp = graphql.Response{}
+	scratches.Put(sc)
 }

@@ -161,7 +161,7 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 		gql.Use(newOperationTracing(cfg.Tracing))
 	}
 	gql.AddTransport(sockets)
-	gql.AddTransport(sse{keepAlive: cfg.KeepAlive})
+	gql.AddTransport(sse{keepAlive: cfg.KeepAlive, log: log})
 	gql.AddTransport(transport.Options{})
 	gql.AddTransport(plainHTTP{transport.GET{}})
 	gql.AddTransport(plainHTTP{transport.POST{}}) // plainHTTP: no subscriptions

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"mime"
 	"net/http"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/talkgraph/talkgraph/graph"
@@ -32,6 +34,7 @@ import (
 type sse struct {
 	keepAlive    time.Duration
 	writeTimeout time.Duration // default 10s, as websockets'
+	log          *slog.Logger  // what subscriptions report (see graph.Subscribe)
 }
 
 var _ graphql.Transport = sse{}
@@ -89,11 +92,12 @@ func (t sse) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecut
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	var mu sync.Mutex
-	write := func(b []byte) {
+	// write writes one event; false once the client is taken for gone.
+	write := func(b []byte) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		if broken.Load() {
-			return
+			return false
 		}
 		// The deadline holds for this write only: one that passed while the stream was
 		// quiet could not be moved any more.
@@ -108,7 +112,9 @@ func (t sse) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecut
 		if err != nil && !errors.Is(err, http.ErrNotSupported) {
 			broken.Store(true)
 			stuck()
+			return false
 		}
+		return true
 	}
 	write([]byte(":\n\n"))
 	if t.keepAlive > 0 {
@@ -132,13 +138,17 @@ func (t sse) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecut
 		write([]byte("event: complete\n\n"))
 		return
 	}
-	responses, rctx := exec.DispatchOperation(graphql.WithOperationContext(ctx, rc), rc)
-	for {
-		resp := responses(rctx)
-		if resp == nil {
-			break
+	if rc.Operation.Operation == ast.Subscription {
+		t.stream(ctx, exec, rc, write)
+	} else {
+		responses, rctx := exec.DispatchOperation(graphql.WithOperationContext(ctx, rc), rc)
+		for {
+			resp := responses(rctx)
+			if resp == nil {
+				break
+			}
+			write(nextEvent(resp))
 		}
-		write(nextEvent(resp))
 	}
 	switch {
 	case r.Context().Err() != nil || broken.Load(): // the client left or stopped reading, or the server shuts down
@@ -148,6 +158,55 @@ func (t sse) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecut
 		write([]byte("event: complete\n\n"))
 	}
 }
+
+// stream sends the events of the subscription rc as events "next" until it ends, on the
+// request's goroutine (see graph.Stream: the stream's rules are the websockets'). It
+// returns when the subscription really ended (the session was deleted, or the subscription
+// was refused or failed, its errors sent), when ctx ends, and, when the server shuts
+// down, once the server ends ctx (Do then ends the response without "complete").
+func (t sse) stream(ctx context.Context, exec graphql.GraphExecutor, rc *graphql.OperationContext, write sseWriter) {
+	wake := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	st, refused := graph.Subscribe(ctx, exec, rc, notify, t.log)
+	if st == nil {
+		write(nextEvent(refused))
+		return
+	}
+	defer st.Close()
+	for {
+		switch st.Pump(ctx, write) {
+		case graph.StreamMore:
+			continue
+		case graph.StreamDeleted:
+			return
+		case graph.StreamShutDown:
+			// Ended now, the response would have the client resume at once, from a server
+			// that serves no more subscriptions: it ends when the server ends the request.
+			<-ctx.Done()
+			return
+		case graph.StreamFailed:
+			write(nextEvent(&graphql.Response{Errors: gqlerror.List{graph.Error(service.Errorf(service.EINTERNAL, "internal error"))}}))
+			return
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// sseWriter writes one event of a stream; false once the client is taken for gone. It is
+// the Output of a subscription's stream.
+type sseWriter func([]byte) bool
+
+// Send writes resp as an event "next".
+func (w sseWriter) Send(resp *graphql.Response) bool { return w(nextEvent(resp)) }
 
 // nextEvent renders a response as an event "next".
 func nextEvent(resp *graphql.Response) []byte {

@@ -7,9 +7,10 @@
 //     goroutine at all. When a subscription's session has new events, its stream notifies
 //     the connection, and a short-lived goroutine renders and writes what is new, then
 //     ends (see graph.Stream).
-//   - Keep-alives run on timers: a websocket ping frame and the protocol's own keep-alive
-//     ("ping" or "ka") every KeepAlive. A connection from which nothing at all was read for
-//     twice that long (pongs included) is dead, and is closed.
+//   - Keep-alives run on the connection's one timer, which also keeps the init deadline and
+//     the token's expiry: a websocket ping frame and the protocol's own keep-alive ("ping"
+//     or "ka") every KeepAlive. A connection from which nothing at all was read for twice
+//     that long and 5 seconds more (pongs included) is dead, and is closed.
 //   - Buffers are small and shared: reads go through a small buffer, writes borrow one
 //     from a pool for the length of a message.
 //
@@ -37,18 +38,6 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/talkgraph/talkgraph/internal/shrink"
-)
-
-// Close codes.
-const (
-	CloseGoingAway      = websocket.CloseGoingAway     // 1001: shutdown, dead or stuck connection
-	CloseTooBig         = websocket.CloseMessageTooBig // 1009
-	CloseBadRequest     = 4400                         // a message the protocol does not allow
-	CloseUnauthorized   = 4401                         // no or bad token, or it expired
-	CloseInitTimeout    = 4408                         // no connection_init in time
-	CloseSubscriberUsed = 4409                         // a subscription ID already in use
-	CloseTooManyInits   = 4429                         // a second connection_init
-	closeNormal         = websocket.CloseNormalClosure // 1000: the client said goodbye
 )
 
 // Transport is the websocket transport. Set its fields before its first use.
