@@ -289,8 +289,9 @@ func (s *Service) noteDurable(st *sessionState, evs []*Event, ch *Changes) {
 		c := Derive(evs)
 		ch = &c
 	}
-	cp := *st.sess
-	if ch.ApplySession(&cp) {
+	if snap, touch := ch.SessionRow(); snap != nil || !touch.IsZero() {
+		cp := *st.sess
+		ch.ApplySession(&cp)
 		cp.LastSeq = st.log.end.Seq
 		st.sess = &cp
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -123,7 +124,8 @@ type Batch struct {
 	Admit *Admission
 
 	// derived is Derive(Events), made once by the service for a batch it hands over
-	// (see derive); nil for batches made elsewhere, whose changes are derived when asked.
+	// (see derive); nil for batches made elsewhere and for chunks only, whose changes are
+	// derived when asked.
 	derived *Changes
 }
 
@@ -153,14 +155,15 @@ func (b *Batch) Derive() (Changes, error) {
 	return ch, nil
 }
 
-// derive makes b's changes once, before the service hands b over: the store and the
-// service then share them.
-func (b *Batch) derive() *Changes {
-	if b.derived == nil {
-		c := Derive(b.Events)
-		b.derived = &c
+// derive makes b's changes once, before the service hands b over, so that the store and
+// the service share them; not for a batch of chunks only, which changes no row and whose
+// derivation costs nothing.
+func (b *Batch) derive() {
+	if b.derived != nil || !slices.ContainsFunc(b.Events, func(e *Event) bool { return !e.Type.Chunky() }) {
+		return
 	}
-	return b.derived
+	c := Derive(b.Events)
+	b.derived = &c
 }
 
 // Check reports what is wrong with b on its face, without the stored state: a missing

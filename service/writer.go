@@ -1,7 +1,6 @@
 package service
 
 import (
-	"container/heap"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -199,7 +198,7 @@ func (w *writer) healthy(ctx context.Context) error {
 // schedule has the writer take src's text at at (see sessionLog.flushAt).
 func (w *writer) schedule(src textSource, at time.Time) {
 	w.mu.Lock()
-	heap.Push(&w.later, laterItem{at: at, src: src})
+	w.later.push(laterItem{at: at, src: src})
 	first := w.later[0].src == src
 	w.mu.Unlock()
 	if first { // the writer sleeps until an earlier time: wake it to sleep less
@@ -278,7 +277,7 @@ func (w *writer) round(all bool) (progress bool) {
 	}
 	var due []laterItem
 	for len(w.later) > 0 && !w.later[0].at.After(now) {
-		due = append(due, heap.Pop(&w.later).(laterItem))
+		due = append(due, w.later.pop())
 	}
 	w.mu.Unlock()
 	if len(reqs) == 0 && len(listed) == 0 && len(due) == 0 {
@@ -313,7 +312,7 @@ func (w *writer) round(all bool) (progress bool) {
 		w.mu.Lock()
 		w.listed = append(w.listed, again...)
 		for _, it := range later {
-			heap.Push(&w.later, it)
+			w.later.push(it)
 		}
 		w.mu.Unlock()
 		w.signal()
@@ -348,17 +347,44 @@ type laterItem struct {
 	src textSource
 }
 
-// laterQueue is a min-heap of laterItems by time (container/heap).
+// laterQueue is a min-heap of laterItems by time, typed so that neither push nor pop
+// boxes an item (container/heap's would, for every flush that waits).
 type laterQueue []laterItem
 
-func (q laterQueue) Len() int           { return len(q) }
-func (q laterQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
-func (q laterQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
-func (q *laterQueue) Push(x any)        { *q = append(*q, x.(laterItem)) }
-func (q *laterQueue) Pop() any {
-	old := *q
-	it := old[len(old)-1]
-	old[len(old)-1] = laterItem{}
-	*q = old[:len(old)-1]
-	return it
+func (q *laterQueue) push(it laterItem) {
+	*q = append(*q, it)
+	h := *q
+	for i := len(h) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !h[i].at.Before(h[parent].at) {
+			break
+		}
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
+	}
+}
+
+// pop takes the earliest item; the queue must not be empty.
+func (q *laterQueue) pop() laterItem {
+	h := *q
+	top, last := h[0], len(h)-1
+	h[0] = h[last]
+	h[last] = laterItem{}
+	h = h[:last]
+	for i := 0; ; {
+		least, l, r := i, 2*i+1, 2*i+2
+		if l < len(h) && h[l].at.Before(h[least].at) {
+			least = l
+		}
+		if r < len(h) && h[r].at.Before(h[least].at) {
+			least = r
+		}
+		if least == i {
+			break
+		}
+		h[i], h[least] = h[least], h[i]
+		i = least
+	}
+	*q = h
+	return top
 }
