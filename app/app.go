@@ -83,6 +83,7 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 		scfg.Cluster = cluster
 	}
 	scfg.Tracing = tp
+	scfg.Models = cfg.meteredModels()
 	svc, err := service.New(ctx, store, agents, scfg, log)
 	if err != nil {
 		if cluster != nil {

@@ -69,9 +69,12 @@ type Config struct {
 
 // OpenAIConfig configures the openai agent; it is registered when a base URL or key is set.
 type OpenAIConfig struct {
-	BaseURL      string
-	APIKey       string
-	Model        string
+	BaseURL string
+	APIKey  string
+	Model   string
+	// Models are the other models sessions are expected to choose; with Model, their
+	// tokens are counted by name in the metrics (see service.Config.Models).
+	Models       []string
 	Temperature  string
 	SystemPrompt string
 	Shell        bool
@@ -300,6 +303,22 @@ func Settings() []Setting {
 		}},
 		{"openai-api-key", "OPENAI_API_KEY", "", "API key for the endpoint (enables the openai agent; never shown)", str(func(c *Config) *string { return &c.OpenAI.APIKey })},
 		{"openai-model", "OPENAI_MODEL", openai.DefaultModel, "default model; a session's settings can override it", str(func(c *Config) *string { return &c.OpenAI.Model })},
+		{"openai-models", "OPENAI_MODELS", "", "other models sessions are expected to choose, comma-separated: /metrics counts tokens of these and OPENAI_MODEL by name, of any other model under \"other\"", func(c *Config, v string) error {
+			c.OpenAI.Models = nil
+			for _, m := range strings.Split(v, ",") {
+				if m = strings.TrimSpace(m); m == "" {
+					continue
+				}
+				if len(m) > maxModelName {
+					return fmt.Errorf("want model names of at most %d bytes, got one of %d", maxModelName, len(m))
+				}
+				c.OpenAI.Models = append(c.OpenAI.Models, m)
+			}
+			if len(c.OpenAI.Models) > maxModels {
+				return fmt.Errorf("want at most %d models, got %d", maxModels, len(c.OpenAI.Models))
+			}
+			return nil
+		}},
 		{"openai-temperature", "OPENAI_TEMPERATURE", "", "default temperature (empty: the provider's)", str(func(c *Config) *string { return &c.OpenAI.Temperature })},
 		{"openai-system-prompt", "OPENAI_SYSTEM_PROMPT", "", "default system prompt", str(func(c *Config) *string { return &c.OpenAI.SystemPrompt })},
 		{"shell-tool", "SHELL_TOOL", "false", "offer the openai agent a shell tool (runs commands on this machine!)", boolean(func(c *Config) *bool { return &c.OpenAI.Shell })},
@@ -330,6 +349,23 @@ func Settings() []Setting {
 			return checkSamplerArg(v)
 		}},
 	}
+}
+
+// maxModels and maxModelName bound OPENAI_MODELS: each model listed is three series of
+// talkgraph_model_tokens_total, and a session's model name is at most 200 bytes.
+const (
+	maxModels    = 100
+	maxModelName = 200
+)
+
+// meteredModels are the models whose usage the metrics count by name: the ones the
+// operator configured (see service.Config.Models).
+func (c Config) meteredModels() []string {
+	out := append([]string{demo.Model}, c.Service.Models...)
+	if c.OpenAI.Model != "" {
+		out = append(out, c.OpenAI.Model)
+	}
+	return append(out, c.OpenAI.Models...)
 }
 
 // fmtDur writes a duration the short way: 720h, 15m, 5s, 0s.

@@ -887,7 +887,7 @@ func TestProviderFailureIsLoggedOnce(t *testing.T) {
 // run (run(id).usage, cached tokens included) and the per-model counters.
 func TestOpenAIUsageReachesTheRunAndTheMetrics(t *testing.T) {
 	f := fakellm.New(t, fakellm.TextReply("One ", "two ", "three."))
-	a := startOpenAI(t, "sqlite", f, nil)
+	a := startOpenAI(t, "sqlite", f, func(c *app.Config) { c.OpenAI.Models = []string{"gpt-usage"} })
 	c := guest(t, a)
 	sid := openAISession(c, map[string]any{"model": "gpt-usage"})
 	ws := c.Connect("graphql-transport-ws")

@@ -192,6 +192,9 @@ func (o *output) ReportUsage(model string, u Usage) error {
 	// The run's usage is written with its next status change.
 	ar.run.Usage = addUsage(ar.run.Usage, u)
 	ar.st.mu.Unlock()
+	if !s.models[model] {
+		model = OtherModel
+	}
 	s.stats.mu.Lock()
 	total := s.stats.usage[model]
 	s.stats.usage[model] = *addUsage(&total, u)

@@ -466,7 +466,7 @@ func TestOutputReportUsage(t *testing.T) {
 	})
 
 	t.Run("and in the server's per-model counters", func(t *testing.T) {
-		svc, _, run, tn, f := puppetRun(t, setup{})
+		svc, _, run, tn, f := puppetRun(t, setup{config: func(c *service.Config) { c.Models = []string{"m1", "m2"} }})
 		tn.out.ReportUsage("m1", service.Usage{InputTokens: 100, OutputTokens: 20, CachedInputTokens: ptr(60)})
 		tn.out.ReportUsage("m2", service.Usage{InputTokens: 7, OutputTokens: 3})
 		tn.finish(nil)
@@ -478,6 +478,20 @@ func TestOutputReportUsage(t *testing.T) {
 		}
 		if m2.InputTokens != 7 || m2.OutputTokens != 3 || m2.CachedInputTokens != nil {
 			t.Errorf("m2 %+v", m2)
+		}
+	})
+
+	t.Run("models not configured are counted together", func(t *testing.T) {
+		svc, _, run, tn, f := puppetRun(t, setup{config: func(c *service.Config) { c.Models = []string{"m1"} }})
+		tn.out.ReportUsage("m1", service.Usage{InputTokens: 1, OutputTokens: 1})
+		for i := range 50 {
+			tn.out.ReportUsage(fmt.Sprintf("chosen-%d", i), service.Usage{InputTokens: 2, OutputTokens: 1})
+		}
+		tn.finish(nil)
+		f.until(runEnds(run.ID))
+		stats := svc.Stats().Usage
+		if len(stats) != 2 || stats["m1"].InputTokens != 1 || stats[service.OtherModel].InputTokens != 100 || stats[service.OtherModel].OutputTokens != 50 {
+			t.Errorf("per-model counters %+v, want m1 and %q (100 in, 50 out) only", stats, service.OtherModel)
 		}
 	})
 
@@ -514,8 +528,8 @@ func TestOutputReportUsage(t *testing.T) {
 		if u := getRun(t, svc, alice, run.ID).Usage; u != nil {
 			t.Errorf("refused usage was added: %+v", u)
 		}
-		if _, ok := svc.Stats().Usage["m1"]; ok {
-			t.Error("refused usage was counted")
+		if u := svc.Stats().Usage; len(u) != 0 {
+			t.Errorf("refused usage was counted: %+v", u)
 		}
 	})
 }
@@ -565,8 +579,8 @@ func TestOutputAfterTheRunEnded(t *testing.T) {
 			if after := view(t, svc, alice, sess.ID).StreamCursor; after != before {
 				t.Error("something was written after the run ended")
 			}
-			if _, ok := svc.Stats().Usage["m"]; ok {
-				t.Error("usage reported after the end was counted")
+			if u := svc.Stats().Usage; len(u) != 0 {
+				t.Errorf("usage reported after the end was counted: %+v", u)
 			}
 		})
 	}

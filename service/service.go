@@ -61,7 +61,17 @@ type Config struct {
 	// Tracing, when set, gives every run a span (see AttrSessionID) whose context the
 	// agent gets, so that its own spans are the run's children. nil: no spans, at no cost.
 	Tracing trace.TracerProvider
+
+	// Models are the models whose usage Stats counts by name: the ones the operator
+	// configured. Usage reported for any other model (a session may name any) is counted
+	// under OtherModel, so that what users choose never becomes a metric's label and the
+	// table stays as small as this list.
+	Models []string
 }
+
+// OtherModel is the name Stats.Usage counts every model under that Config.Models does not
+// list.
+const OtherModel = "other"
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
@@ -155,8 +165,9 @@ type Service struct {
 	// statesPeak is the most states the map has held since it was made (see shrink.Map).
 	statesPeak int
 
-	runs    sync.WaitGroup // runner goroutines
-	closing chan struct{}  // closed when Close begins ending subscriptions
+	models  map[string]bool // Config.Models
+	runs    sync.WaitGroup  // runner goroutines
+	closing chan struct{}   // closed when Close begins ending subscriptions
 	closed  atomic.Bool
 	subs    atomic.Int64
 	stats   counters
@@ -171,7 +182,7 @@ type counters struct {
 	chunks   atomic.Int64
 	mu       sync.Mutex
 	runsDone map[RunStatus]int64
-	usage    map[string]Usage // by model
+	usage    map[string]Usage // by model: Config.Models and OtherModel
 }
 
 // New builds the service on store with the given agents, and recovers what a previous
@@ -198,6 +209,10 @@ func New(ctx context.Context, store Store, agents *Agents, cfg Config, log *slog
 	}
 	s.stats.runsDone = make(map[RunStatus]int64)
 	s.stats.usage = make(map[string]Usage)
+	s.models = make(map[string]bool, len(cfg.Models))
+	for _, m := range cfg.Models {
+		s.models[m] = true
+	}
 	if c, ok := store.(Coordinator); ok {
 		s.peers = newReplicas(s, c, cfg)
 	} else {
@@ -224,7 +239,8 @@ type Stats struct {
 	RunsBusy       int
 	RunsWaiting    int
 	RunsFinished   map[RunStatus]int64
-	// Usage is the tokens agents reported, by model.
+	// Usage is the tokens agents reported, by model: those of Config.Models, and
+	// OtherModel for the rest.
 	Usage map[string]Usage
 	// Writes is what the writer did: rounds, batches and the time spent in the store.
 	Writes WriterStats
