@@ -7,8 +7,13 @@ package e2e
 // numbers. Each says what the server promises instead.
 
 import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -105,5 +110,73 @@ func TestMetricsLabelOnlyConfiguredModels(t *testing.T) {
 	}
 	if s := got["served-model"]; s["input"] != "20" {
 		t.Errorf("tokens of the server's model = %v, want 20 in", s)
+	}
+}
+
+// Finding 7: the literal key was redacted from what a provider answers, but not the key
+// URL-escaped or in base64, which a provider or a proxy in front of it may echo (an
+// "Authorization" header quoted back, a URL with the key in its query). Each form now shows
+// as [redacted], in the server's log and in the run's error.
+func TestEncodedAPIKeyIsRedactedFromLogAndRunError(t *testing.T) {
+	// A key with characters that escaping changes.
+	const key = "sk-proj/Vq7+RzT2mL=x9PwKd41?q&u"
+	b64 := []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.RawURLEncoding}
+	forms := map[string]string{
+		"query-escaped":            url.QueryEscape(key),
+		"path-escaped":             url.PathEscape(key),
+		"query-escaped, lower hex": regexp.MustCompile(`%[0-9A-F]{2}`).ReplaceAllStringFunc(url.QueryEscape(key), strings.ToLower),
+		"Bearer, query-escaped":    url.QueryEscape("Bearer " + key),
+	}
+	// Inside a longer text, the base64 of the key is redacted where its characters depend
+	// on the key alone: a character or two at each end may stay, the key's bytes do not.
+	embedded := map[string]bool{}
+	for i, enc := range b64 {
+		for _, s := range []string{key, "Bearer " + key, "Authorization: Bearer " + key, "user:" + key} {
+			name := fmt.Sprintf("base64 #%d of %q…", i, s[:min(len(s), 14)])
+			forms[name] = enc.EncodeToString([]byte(s))
+			embedded[name] = !strings.HasPrefix(s, key) && !strings.HasPrefix(s, "Bearer ")
+		}
+	}
+	names := slices.Sorted(maps.Keys(forms))
+	var script []http.HandlerFunc
+	for _, name := range names {
+		body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": "invalid key " + forms[name] + " given"}})
+		script = append(script, fakellm.ErrorReply(http.StatusBadRequest, string(body)))
+	}
+	f := fakellm.New(t, script...)
+	env := map[string]string{"DATA_DIR": t.TempDir(), "DATABASE_URL": "memory:", "OPENAI_BASE_URL": f.URL + "/v1", "OPENAI_API_KEY": key,
+		"RATE_LIMIT": "1000", "RATE_BURST": "1000"}
+	cfg, err := app.LoadConfig(nil, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &syncBuffer{}
+	a := serveAppLog(t, cfg, log)
+	c := guest(t, a)
+	sid := openAISession(c, nil)
+	ws := c.Connect("graphql-transport-ws")
+	_, evs := ws.Stream(sid, c.Cursor(sid))
+	for _, name := range names {
+		_, run := c.Send(sid, "hello")
+		end := evs.Until("run ends", tgtest.RunEnds(run))
+		want := "invalid key [redacted] given"
+		if embedded[name] {
+			want = "[redacted]"
+		}
+		if end.Run.Status != "FAILED" || !strings.Contains(end.Run.Error, want) || strings.Contains(end.Run.Error, forms[name]) {
+			t.Errorf("%s: run ended %s: %q, want FAILED with the key redacted", name, end.Run.Status, end.Run.Error)
+		}
+	}
+	if n := len(log.lines(`"run failed"`)); n != len(names) {
+		t.Errorf("%d run failures logged, want %d", n, len(names))
+	}
+	logged := log.buf.String()
+	for _, name := range names {
+		if strings.Contains(logged, forms[name]) {
+			t.Errorf("the log holds the key %s: %s", name, forms[name])
+		}
+	}
+	if strings.Contains(logged, key) {
+		t.Error("the log holds the key")
 	}
 }
