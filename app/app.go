@@ -166,7 +166,12 @@ func (a *App) ListenAndServe(ctx context.Context) error {
 		"addr", ln.Addr().String(), "store", a.Config.RedactedDatabaseURL(), "agents", strings.Join(agents, ","),
 		"replica", a.Config.Service.ReplicaID, "traces", a.Config.Traces.Where(), "version", Build().String())
 	if a.Config.PprofAddr != "" {
-		go a.servePprof(a.Config.PprofAddr)
+		// Bound before the API serves: once /readyz answers, so does the profiler.
+		if pln, err := net.Listen("tcp", a.Config.PprofAddr); err != nil {
+			a.Log.Warn("profiler", "err", err)
+		} else {
+			go a.servePprof(pln)
+		}
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- a.Serve(ln) }()
@@ -239,18 +244,24 @@ func defaultReplicaID(addr string) string {
 	return host + ":" + port
 }
 
-// servePprof serves Go's profiler (CPU, heap, goroutines) on addr, apart from the API: for
-// the operator measuring a load run, never to be exposed.
-func (a *App) servePprof(addr string) {
+// servePprof serves Go's profiler (CPU, heap, goroutines) on ln, apart from the API: for
+// the operator measuring a load run, never to be exposed. Its command line leaves out the
+// secrets given as flags (see RedactArgs).
+func (a *App) servePprof(ln net.Listener) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", func(w http.ResponseWriter, r *http.Request) {
+		// Like pprof.Cmdline, but the values of secret settings given as flags are left out.
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, strings.Join(RedactArgs(os.Args), "\x00"))
+	})
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	a.Log.Info("profiler listening", "addr", addr)
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	if err := srv.ListenAndServe(); err != nil {
+	a.Log.Info("profiler listening", "addr", ln.Addr().String())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if err := srv.Serve(ln); err != nil {
 		a.Log.Warn("profiler", "err", err)
 	}
 }

@@ -368,6 +368,59 @@ func (c Config) meteredModels() []string {
 	return append(out, c.OpenAI.Models...)
 }
 
+// shown returns v, a value of s, as it may be shown (the profiler's command line): a
+// setting that holds a secret is shown as [redacted], a URL without its password and
+// query. A new setting that holds a secret is named here.
+func (s Setting) shown(v string) string {
+	switch s.Env {
+	case "AUTH_SECRET", "OPENAI_API_KEY":
+		return "[redacted]"
+	case "DATABASE_URL", "NATS_URL", "AUTH_JWKS_URL", "OPENAI_BASE_URL", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT":
+		u, err := url.Parse(v)
+		if err != nil {
+			return "[redacted]"
+		}
+		if u.RawQuery != "" || u.ForceQuery {
+			u.RawQuery, u.ForceQuery = "[redacted]", false
+		}
+		u.Fragment, u.RawFragment = "", ""
+		return u.Redacted()
+	}
+	return v
+}
+
+// RedactArgs returns a command line with the values of the settings that hold secrets
+// (see Setting.shown) redacted, whether given as -flag=value, --flag=value or -flag value:
+// what the profiler's /debug/pprof/cmdline shows. Every argument is looked at, after
+// "--" too.
+func RedactArgs(args []string) []string {
+	byFlag := map[string]Setting{}
+	for _, s := range Settings() {
+		byFlag[s.Flag] = s
+	}
+	out := make([]string, len(args))
+	copy(out, args)
+	for i := 0; i < len(out); i++ {
+		name, ok := strings.CutPrefix(out[i], "-")
+		if !ok {
+			continue
+		}
+		name = strings.TrimPrefix(name, "-")
+		name, value, inline := strings.Cut(name, "=")
+		s, known := byFlag[name]
+		switch {
+		case !known:
+		case inline:
+			out[i] = out[i][:len(out[i])-len(value)] + s.shown(value)
+		case i+1 < len(out):
+			// Every setting's flag takes a value (see LoadConfig): the next argument.
+			i++
+			out[i] = s.shown(out[i])
+		}
+	}
+	return out
+}
+
 // fmtDur writes a duration the short way: 720h, 15m, 5s, 0s.
 func fmtDur(d time.Duration) string {
 	s := d.String()

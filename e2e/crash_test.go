@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,13 +20,17 @@ import (
 )
 
 // TestMain lets the test binary double as the server: with TALKGRAPH_CHILD=1 it runs the
-// real server instead of tests (with the arguments in TALKGRAPH_CHILD_ARGS), so crash tests
-// can start and kill real processes.
+// real server instead of tests (with the arguments in TALKGRAPH_CHILD_ARGS, then those
+// after "--" on its own command line), so crash tests can start and kill real processes.
 func TestMain(m *testing.M) {
 	if os.Getenv("TALKGRAPH_CHILD") == "1" {
 		ctx, stop := app.SignalContext()
 		defer stop()
-		if err := app.Run(ctx, strings.Fields(os.Getenv("TALKGRAPH_CHILD_ARGS")), os.Getenv, os.Stderr, nil); err != nil {
+		args := strings.Fields(os.Getenv("TALKGRAPH_CHILD_ARGS"))
+		if i := slices.Index(os.Args, "--"); i >= 0 {
+			args = append(args, os.Args[i+1:]...)
+		}
+		if err := app.Run(ctx, args, os.Getenv, os.Stderr, nil); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -54,7 +59,13 @@ func freePort(t *testing.T) int {
 // startChild starts the server in a new process and waits until it is ready.
 func startChild(t *testing.T, dataDir string, port int, env ...string) *child {
 	t.Helper()
-	c := spawnChild(t, dataDir, port, env...)
+	return startChildArgs(t, dataDir, port, nil, env...)
+}
+
+// startChildArgs is startChild with args on the process's command line (after "--").
+func startChildArgs(t *testing.T, dataDir string, port int, args []string, env ...string) *child {
+	t.Helper()
+	c := spawnChildArgs(t, dataDir, port, args, env...)
 	deadline := time.Now().Add(tgtest.Wait)
 	for {
 		resp, err := http.Get(c.URL + "/readyz")
@@ -79,7 +90,13 @@ func startChild(t *testing.T, dataDir string, port int, env ...string) *child {
 // spawnChild starts the server in a new process, its log going to child.log in dataDir.
 func spawnChild(t *testing.T, dataDir string, port int, env ...string) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	return spawnChildArgs(t, dataDir, port, nil, env...)
+}
+
+// spawnChildArgs is spawnChild with args on the process's command line (after "--").
+func spawnChildArgs(t *testing.T, dataDir string, port int, args []string, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
 	cmd.Env = append(os.Environ(), "TALKGRAPH_CHILD=1", "DATA_DIR="+dataDir, fmt.Sprintf("PORT=%d", port), "HOST=127.0.0.1",
 		"DEMO_CHUNK_DELAY=3ms", "FLUSH_INTERVAL=10ms", "RATE_LIMIT=1000", "RATE_BURST=1000", "LOG_LEVEL=warn",
 		"ANON_RATE_LIMIT=1000", "ANON_RATE_BURST=1000", "GUEST_SIGNIN_RATE=60000", "GUEST_SIGNIN_BURST=1000")

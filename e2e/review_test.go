@@ -180,3 +180,38 @@ func TestEncodedAPIKeyIsRedactedFromLogAndRunError(t *testing.T) {
 		t.Error("the log holds the key")
 	}
 }
+
+// Finding 8: with PPROF_ADDR set, /debug/pprof/cmdline showed the process's command line
+// to anyone reaching that address, secrets given as flags included. It now shows the
+// command line with those values redacted, however the flags are written.
+func TestProfilerCommandLineHidesSecrets(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server process")
+	}
+	const (
+		authSecret = "auth-secret-given-as-a-flag-Xq81"
+		apiKey     = "sk-flag-Vq7RzT2mLx9PwKd41"
+		basicPass  = "pw-in-the-url-7Yh"
+	)
+	dir := t.TempDir()
+	pprofPort := freePort(t)
+	args := []string{"-auth-secret=" + authSecret, "--openai-api-key", apiKey,
+		"-openai-base-url", "http://user:" + basicPass + "@127.0.0.1:9/v1?key=" + apiKey, "-openai-model=flag-model"}
+	startChildArgs(t, dir, freePort(t), args, fmt.Sprintf("PPROF_ADDR=127.0.0.1:%d", pprofPort))
+
+	status, body := getBody(t, fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/cmdline", pprofPort))
+	if status != http.StatusOK {
+		t.Fatalf("cmdline: status %d", status)
+	}
+	for _, secret := range []string{authSecret, apiKey, basicPass} {
+		if strings.Contains(body, secret) {
+			t.Errorf("the profiler's command line shows %q: %q", secret, body)
+		}
+	}
+	got := strings.Split(body, "\x00")
+	want := []string{"-auth-secret=[redacted]", "--openai-api-key", "[redacted]", "-openai-base-url",
+		"http://user:xxxxx@127.0.0.1:9/v1?[redacted]", "-openai-model=flag-model"}
+	if len(got) < len(want) || !slices.Equal(got[len(got)-len(want):], want) {
+		t.Errorf("command line %q, want it to end with %q", got, want)
+	}
+}
