@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/talkgraph/talkgraph/app"
+	"github.com/talkgraph/talkgraph/internal/testsvc"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
 )
 
@@ -23,7 +24,8 @@ type testApp struct {
 }
 
 // startApp starts the whole server (store, service, HTTP) on 127.0.0.1 with a temporary
-// data directory; change adjusts the configuration. It is closed when the test ends.
+// data directory, on store ("memory", "sqlite" or "postgres"); change adjusts the
+// configuration. It is closed when the test ends.
 func startApp(t testing.TB, store string, change func(*app.Config)) *testApp {
 	t.Helper()
 	env := map[string]string{"DATA_DIR": t.TempDir(), "DEMO_CHUNK_DELAY": "0s", "FLUSH_INTERVAL": "5ms", "RATE_LIMIT": "1000", "RATE_BURST": "1000",
@@ -38,6 +40,8 @@ func startApp(t testing.TB, store string, change func(*app.Config)) *testApp {
 		cfg.DatabaseURL = "memory:"
 	case "sqlite":
 		cfg.DatabaseURL = "sqlite://" + filepath.Join(cfg.DataDir, "test.db")
+	case "postgres": // a database of its own on the machine's server; skipped without one
+		cfg.DatabaseURL = testsvc.NewDatabase(t)
 	}
 	if change != nil {
 		change(&cfg)

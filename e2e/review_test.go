@@ -215,3 +215,29 @@ func TestProfilerCommandLineHidesSecrets(t *testing.T) {
 		t.Errorf("command line %q, want it to end with %q", got, want)
 	}
 }
+
+// Finding 9: an idempotency key with a NUL byte reached the store, and PostgreSQL (whose
+// text cannot hold NUL) answered with a message naming the batch. Keys holding a control
+// character are refused on every store, before anything is stored.
+func TestIdempotencyKeyWithControlCharactersIsRefused(t *testing.T) {
+	for _, store := range []string{"memory", "sqlite", "postgres"} {
+		t.Run(store, func(t *testing.T) {
+			a := startApp(t, store, nil)
+			c := guest(t, a)
+			sid := c.CreateSession(nil)
+			for _, key := range []string{"a\x00b", "tab\tkey", "line\n", "del\x7f", "nel\u0085"} {
+				r := c.Do(`mutation($s: ID!, $k: String){ addMessage(input:{sessionId:$s, content:"hi", idempotencyKey:$k}){ run { id } } }`,
+					map[string]any{"s": sid, "k": key})
+				wantCode(t, fmt.Sprintf("key %q", key), r, "BAD_USER_INPUT", "idempotency key must not hold control characters")
+			}
+			if n := len(c.Messages(sid)); n != 0 {
+				t.Errorf("%d messages stored", n)
+			}
+			// A key of printable text, spaces and all, is fine.
+			r := c.Do(`mutation($s: ID!){ addMessage(input:{sessionId:$s, content:"hi", idempotencyKey:"key 1 ✓"}){ run { id } } }`, map[string]any{"s": sid})
+			if len(r.Errors) > 0 {
+				t.Errorf("a printable key: %+v", r.Errors)
+			}
+		})
+	}
+}

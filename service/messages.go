@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -22,8 +23,8 @@ func (s *Service) AddMessage(ctx context.Context, sessionID, content, key string
 	if err := s.checkText("message", content); err != nil {
 		return nil, nil, err
 	}
-	if len(key) > 200 {
-		return nil, nil, Errorf(EINVALID, "idempotency key is too long: at most 200 bytes")
+	if err := checkKey(key); err != nil {
+		return nil, nil, err
 	}
 	if err := s.checkOpen(); err != nil {
 		return nil, nil, err
@@ -173,6 +174,21 @@ func (s *Service) replay(ctx context.Context, rec *IdempotencyRecord, sessionID,
 		return nil, nil, err
 	}
 	return msg, run, nil
+}
+
+// checkKey refuses an idempotency key that no store could keep as it is: too long, not
+// valid UTF-8, or holding a control character (PostgreSQL's text cannot hold NUL).
+func checkKey(key string) error {
+	if len(key) > 200 {
+		return Errorf(EINVALID, "idempotency key is too long: at most 200 bytes")
+	}
+	if !utf8.ValidString(key) {
+		return Errorf(EINVALID, "idempotency key is not valid UTF-8")
+	}
+	if strings.IndexFunc(key, unicode.IsControl) >= 0 {
+		return Errorf(EINVALID, "idempotency key must not hold control characters")
+	}
+	return nil
 }
 
 func (s *Service) checkText(what, content string) error {
