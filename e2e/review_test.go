@@ -7,6 +7,7 @@ package e2e
 // numbers. Each says what the server promises instead.
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"github.com/talkgraph/talkgraph/app"
 	"github.com/talkgraph/talkgraph/internal/fakellm"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
+	"github.com/talkgraph/talkgraph/service"
 )
 
 // getBody fetches url and returns its status and body.
@@ -239,5 +241,80 @@ func TestIdempotencyKeyWithControlCharactersIsRefused(t *testing.T) {
 				t.Errorf("a printable key: %+v", r.Errors)
 			}
 		})
+	}
+}
+
+// Finding 9: a cursor is a position just after an event, its offset the end of the text a
+// chunk event held. A crafted cursor inside a folded run of chunks with an offset past its
+// text replayed an empty delta at that offset (1,000,000,000); one with an offset on an
+// event that holds no text was taken as it was. Like a cursor ahead of the log, such a
+// cursor is one the server never hands out, and is refused with BAD_USER_INPUT; the
+// cursors it hands out resume as before.
+func TestCursorOffsetPastItsEventIsRefused(t *testing.T) {
+	a1 := startApp(t, "sqlite", nil)
+	c := guest(t, a1)
+	sid := c.CreateSession(nil)
+	ws := c.Connect("graphql-transport-ws")
+	_, evs := ws.Stream(sid, c.Cursor(sid))
+	_, run := c.Send(sid, "/slow 4") // four chunk events, 100 ms apart
+	evs.Until("run ends", tgtest.RunEnds(run))
+	var chunks []tgtest.Event
+	var added tgtest.Event
+	for _, ev := range evs.All {
+		switch {
+		case ev.Typename == "MessageChunk":
+			chunks = append(chunks, ev)
+		case ev.Typename == "MessageAdded" && ev.Message.Role == "ASSISTANT":
+			added = ev
+		}
+	}
+	if len(chunks) < 3 {
+		t.Fatalf("%d chunk events, want at least 3", len(chunks))
+	}
+	text := tgtest.Text(chunks)[chunks[0].MessageID]
+	length := len([]rune(text))
+
+	// At shutdown the reply's chunks are folded into one event in the store; after the
+	// restart the log is read from the store.
+	ctx, cancel := context.WithTimeout(context.Background(), tgtest.Wait)
+	a1.Close(ctx)
+	cancel()
+	a2 := serveApp(t, a1.Config)
+	c2 := c.On(a2.URL)
+	ws2 := c2.Connect("graphql-transport-ws")
+
+	// A cursor the server handed out, inside the folded run, resumes with the rest.
+	_, rest := ws2.Stream(sid, chunks[0].Cursor)
+	first := rest.Next()
+	if first.Typename != "MessageChunk" || first.Offset != len([]rune(chunks[0].Delta)) || chunks[0].Delta+first.Delta != text {
+		t.Errorf("after the first chunk: %+v, want the rest of %q in one event", first, text)
+	}
+
+	seq := cursorSeq(t, sid, chunks[0].Cursor)
+	for name, cur := range map[string]service.Cursor{
+		"offset far past the folded text":  {Seq: seq, Off: 1_000_000_000},
+		"offset at the end of the folding": {Seq: seq, Off: length},
+		"offset on an event without text":  {Seq: cursorSeq(t, sid, added.Cursor), Off: 5},
+		"offset before the first event":    {Seq: 0, Off: 3},
+	} {
+		_, s := ws2.Stream(sid, service.EncodeCursor(sid, cur))
+		if ev, ok := s.TryNext(tgtest.Wait); ok || len(s.Err) == 0 || s.Err[0].Code() != "BAD_USER_INPUT" {
+			t.Errorf("%s: event %+v, errors %+v; want BAD_USER_INPUT", name, ev, s.Err)
+		}
+	}
+	// The same on a live log (the tail in memory): a chunk's cursor with an offset past it.
+	_, live := ws2.Stream(sid, c2.Cursor(sid))
+	_, run2 := c2.Send(sid, "/slow 2")
+	live.Until("run ends", tgtest.RunEnds(run2))
+	for _, ev := range live.All {
+		if ev.Typename != "MessageChunk" {
+			continue
+		}
+		cur := service.Cursor{Seq: cursorSeq(t, sid, ev.Cursor), Off: ev.Offset + len([]rune(ev.Delta)) + 1}
+		_, s := ws2.Stream(sid, service.EncodeCursor(sid, cur))
+		if _, ok := s.TryNext(tgtest.Wait); ok || len(s.Err) == 0 || s.Err[0].Code() != "BAD_USER_INPUT" {
+			t.Errorf("a live chunk's cursor one past its text: errors %+v; want BAD_USER_INPUT", s.Err)
+		}
+		break
 	}
 }

@@ -232,6 +232,14 @@ func (l *sessionLog) read(pos Cursor, limit int) (evs []*Event, fromTail bool) {
 	return evs, true
 }
 
+// at returns the event seq when the tail holds it.
+func (l *sessionLog) at(seq int64) (*Event, bool) {
+	if i := seq - l.tailStart; seq > 0 && i >= 0 && i < int64(len(l.tail)) {
+		return l.tail[i], true
+	}
+	return nil, false
+}
+
 // addReader adds a subscription to the readers woken when the log grows.
 func (l *sessionLog) addReader(sub *Subscription) { l.subs = append(l.subs, sub) }
 

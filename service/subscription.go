@@ -59,19 +59,72 @@ func (s *Service) Subscribe(ctx context.Context, sessionID, after string, notify
 		s.subs.Add(-1)
 		return nil, err
 	}
+	refuse := func(err error) (*Subscription, error) {
+		s.releaseState(st)
+		s.subs.Add(-1)
+		return nil, err
+	}
 	if after == "" {
 		pos = st.log.end
 	} else if pos.Seq > st.log.end.Seq {
 		st.mu.Unlock()
-		s.releaseState(st)
-		s.subs.Add(-1)
-		return nil, Errorf(EINVALID, "cursor is ahead of the session's log")
+		return refuse(Errorf(EINVALID, "cursor is ahead of the session's log"))
+	} else if pos.Off > 0 {
+		// The offset must be within the text of the cursor's event: in the tail, or in the
+		// store, read without the lock.
+		ev, inTail := st.log.at(pos.Seq)
+		if !inTail {
+			st.mu.Unlock()
+			var err error
+			if ev, err = s.eventHolding(ctx, st.id, pos.Seq); err != nil {
+				return refuse(err)
+			}
+			st.mu.Lock()
+		}
+		if !offsetWithin(ev, pos) {
+			st.mu.Unlock()
+			return refuse(Errorf(EINVALID, "cursor is past the end of its event's text"))
+		}
 	}
 	sub := &Subscription{s: s, st: st, notify: notify, pos: pos}
 	st.log.addReader(sub)
 	s.peers.follow(st)
 	st.mu.Unlock()
 	return sub, nil
+}
+
+// eventHolding returns the stored event at seq, or the chunk event that replaced it when
+// its run of chunks was folded; nil when there is neither.
+func (s *Service) eventHolding(ctx context.Context, sessionID string, seq int64) (*Event, error) {
+	if seq <= 0 {
+		return nil, nil
+	}
+	evs, err := s.store.Events(ctx, sessionID, seq-1, 1)
+	if err != nil || len(evs) == 0 {
+		return nil, err
+	}
+	if ev := evs[0]; ev.Seq == seq || ev.Type.Chunky() && ev.CoalescedFrom > 0 && ev.CoalescedFrom <= seq {
+		return ev, nil
+	}
+	return nil, nil
+}
+
+// offsetWithin reports whether pos.Off is within the text of ev, the event holding
+// pos.Seq: 0 for any event, no further than the end of the chunk's text for a chunk, and
+// short of the end of a folded run's text for a chunk folded into it (its chunks are never
+// empty). The server hands out no other cursor; one past the text would replay nothing at
+// an offset the stream never reached.
+func offsetWithin(ev *Event, pos Cursor) bool {
+	switch {
+	case pos.Off == 0:
+		return true
+	case ev == nil || !ev.Type.Chunky():
+		return false
+	case ev.Seq == pos.Seq:
+		return pos.Off <= CursorOf(ev).Off
+	default:
+		return pos.Off < CursorOf(ev).Off
+	}
 }
 
 // Read returns up to max events after the subscription's position, moving past them. It
@@ -153,22 +206,29 @@ func (s *Service) readAfter(ctx context.Context, st *sessionState, pos Cursor, l
 	if err != nil {
 		return nil, pos, true, err
 	}
+	next = pos
 	for _, ev := range stored {
 		if ev.Seq > last {
 			break // written since the end was read: the tail has it next time
 		}
 		if ev.Type.Chunky() && ev.CoalescedFrom > 0 && ev.CoalescedFrom <= pos.Seq && pos.Off > ev.Offset {
 			// pos is inside the run of chunks this event replaced: give only the text after it.
+			// Subscribe refuses a cursor at or past its end, which would leave an empty delta;
+			// should one come, the event is passed over, never sent empty.
+			if pos.Off >= CursorOf(ev).Off {
+				next = CursorOf(ev)
+				continue
+			}
 			cp := *ev
 			cp.Delta = runeSlice(ev.Delta, pos.Off-ev.Offset)
 			cp.Offset = pos.Off
 			ev = &cp
 		}
 		evs = append(evs, ev)
+		next = CursorOf(ev)
 	}
-	next = pos
-	if len(evs) > 0 {
-		next = CursorOf(evs[len(evs)-1])
+	if len(evs) == 0 && next != pos {
+		return s.readAfter(ctx, st, next, limit) // only passed over: read on from there
 	}
 	return evs, next, true, nil
 }
