@@ -318,3 +318,41 @@ func TestCursorOffsetPastItsEventIsRefused(t *testing.T) {
 		break
 	}
 }
+
+// Finding 9: GraphQL's Float and Int take numbers, and Int is 32 bits. gqlgen's own
+// coercion took `temperature: "1"` and `first: "5"` (strings) and `first: 2147483648`;
+// each is refused with BAD_USER_INPUT now, over variables and in the document alike.
+func TestNumbersAreCoercedAsGraphQLSays(t *testing.T) {
+	a := startApp(t, "memory", nil)
+	c := guest(t, a)
+	create := `mutation($t: Float){ createTalkSession(input:{settings:{temperature:$t}}){ settings { temperature } } }`
+	sessions := `query($n: Int){ sessions(first:$n){ edges { cursor } } }`
+	for _, tc := range []struct {
+		name, query string
+		vars        map[string]any
+		msg         string
+	}{
+		{"temperature as a string", create, map[string]any{"t": "1"}, "Float cannot represent a string"},
+		{"first as a string", sessions, map[string]any{"n": "5"}, "Int cannot represent a string"},
+		{"first past 32 bits", sessions, map[string]any{"n": 2147483648}, "Int must be between -2147483648 and 2147483647"},
+		{"first far below", sessions, map[string]any{"n": -9007199254740991}, "Int must be between"},
+		{"literal first past 32 bits", `{ sessions(first: 2147483648){ edges { cursor } } }`, nil, "Int must be between"},
+		// gqlparser refuses these two itself, before the operation runs.
+		{"temperature as a boolean", create, map[string]any{"t": true}, ""},
+		{"first with a fraction", sessions, map[string]any{"n": 2.5}, ""},
+	} {
+		r := c.Do(tc.query, tc.vars)
+		if tc.msg == "" {
+			wantCode(t, tc.name, r, "GRAPHQL_VALIDATION_FAILED", "")
+			continue
+		}
+		wantCode(t, tc.name, r, "BAD_USER_INPUT", tc.msg)
+	}
+	// Numbers are numbers, whole or not.
+	for _, tmp := range []any{1, 0.5, json.Number("1.0"), 2} {
+		var out struct{ CreateTalkSession struct{ Settings struct{ Temperature float64 } } }
+		c.Must(create, map[string]any{"t": tmp}, &out)
+	}
+	c.Must(sessions, map[string]any{"n": 2147483647}, nil)
+	c.Must(`{ sessions(first: 3){ edges { cursor } } }`, nil, nil)
+}
