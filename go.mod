@@ -9,6 +9,7 @@ tool (
 
 require (
 	github.com/99designs/gqlgen v0.17.95
+	github.com/go-json-experiment/json v1.27.2
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/uuid v1.6.0
 	github.com/gorilla/websocket v1.5.3

@@ -7,6 +7,7 @@ package e2e
 // numbers. Each says what the server promises instead.
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -355,4 +356,184 @@ func TestNumbersAreCoercedAsGraphQLSays(t *testing.T) {
 	}
 	c.Must(sessions, map[string]any{"n": 2147483647}, nil)
 	c.Must(`{ sessions(first: 3){ edges { cursor } } }`, nil, nil)
+}
+
+// rawPost posts body as it is to /query with the headers, and returns the status, the raw
+// answer and the answer decoded as a GraphQL response (nil when it is not JSON).
+func rawPost(t *testing.T, base string, body []byte, headers map[string]string) (int, []byte, *tgtest.Response) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+"/query", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := (&http.Client{Timeout: tgtest.Wait}).Do(req)
+	if err != nil {
+		t.Fatalf("POST /query: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	out := &tgtest.Response{Status: resp.StatusCode}
+	if json.Unmarshal(raw, out) != nil {
+		out = nil
+	}
+	return resp.StatusCode, raw, out
+}
+
+// rawGet sends a GET /query with the URL parameters, and returns the status and the
+// answer.
+func rawGet(t *testing.T, base string, params url.Values, token string) (int, []byte, *tgtest.Response) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/query?"+params.Encode(), nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Timeout: tgtest.Wait}).Do(req)
+	if err != nil {
+		t.Fatalf("GET /query: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	out := &tgtest.Response{Status: resp.StatusCode}
+	if json.Unmarshal(raw, out) != nil {
+		out = nil
+	}
+	return resp.StatusCode, raw, out
+}
+
+// wsFirstAnswer sends one raw subscribe (or start) frame for operation 1 on a new socket of
+// protocol proto and returns the first answer for it.
+func wsFirstAnswer(t *testing.T, a *testApp, c *tgtest.Client, proto, payload string) wsMsg {
+	t.Helper()
+	ws := dialWS(t, a.URL, proto)
+	ws.init(c.Token)
+	if err := ws.sendText(`{"type":"` + startType(proto) + `","id":"1","payload":` + payload + `}`); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := ws.readMsg(tgtest.Wait)
+		if err != nil {
+			t.Fatalf("%s: no answer: %v", proto, err)
+		}
+		if m.ID == "1" {
+			return m
+		}
+	}
+}
+
+// wsErrors decodes the errors of an answer: an error message, or a next/data message's.
+func wsErrors(t *testing.T, m wsMsg) []tgtest.GQLError {
+	t.Helper()
+	var errs []tgtest.GQLError
+	if m.Type == "error" {
+		_ = json.Unmarshal(m.Payload, &errs)
+		return errs
+	}
+	var p struct{ Errors []tgtest.GQLError }
+	_ = json.Unmarshal(m.Payload, &p)
+	return p.Errors
+}
+
+// Finding 5: text that is not valid UTF-8 (raw bytes \xff\xfe, or the escape of a lone
+// surrogate \ud800) in a message or a title was stored as U+FFFD, since Go's JSON decoder
+// replaces it before the service sees it; content of zero-width spaces only counted as a
+// message. Both are refused with BAD_USER_INPUT now, on every transport, saying what is
+// wrong and where, and nothing is stored.
+func TestTextThatIsNotValidUTF8IsRefusedOnEveryTransport(t *testing.T) {
+	a := startApp(t, "memory", nil)
+	c := guest(t, a)
+	sid := c.CreateSession(nil)
+	const add = `mutation($s: ID!, $c: String!){ addMessage(input:{sessionId:$s, content:$c}){ message { content } } }`
+	const rename = `mutation($s: ID!, $t: String!){ renameTalkSession(input:{id:$s, title:$t}){ title } }`
+	// request writes a request's JSON by hand, with text as it is (json.Marshal would
+	// replace the bytes that are not UTF-8).
+	request := func(query, name, text string) string {
+		q, _ := json.Marshal(query)
+		return `{"query":` + string(q) + `,"variables":{"s":"` + sid + `","` + name + `":"` + text + `"}}`
+	}
+	bad := map[string]struct{ text, says string }{
+		"raw bytes":      {"ab\xff\xfecd", "is not valid UTF-8"},
+		"lone surrogate": {`ab\ud800cd`, `holds a lone UTF-16 surrogate (\ud800), which is not a character`},
+		"lone low half":  {`\udc00`, `holds a lone UTF-16 surrogate (\udc00)`},
+	}
+	for name, b := range bad {
+		for _, op := range []struct{ query, variable string }{{add, "c"}, {rename, "t"}} {
+			body := request(op.query, op.variable, b.text)
+			want := "text in variables." + op.variable + " " + b.says
+
+			status, _, r := rawPost(t, a.URL, []byte(body), bearer(c.Token))
+			if status != http.StatusBadRequest || r == nil {
+				t.Errorf("POST, %s in $%s: status %d, %+v", name, op.variable, status, r)
+			} else {
+				wantCode(t, fmt.Sprintf("POST, %s in $%s", name, op.variable), r, "BAD_USER_INPUT", want)
+			}
+
+			status, _, r = rawPost(t, a.URL, []byte(body), map[string]string{"Authorization": "Bearer " + c.Token, "Accept": "text/event-stream"})
+			if status != http.StatusBadRequest || r == nil {
+				t.Errorf("SSE, %s in $%s: status %d, %+v", name, op.variable, status, r)
+			} else {
+				wantCode(t, fmt.Sprintf("SSE, %s in $%s", name, op.variable), r, "BAD_USER_INPUT", want)
+			}
+
+			for _, proto := range []string{"graphql-transport-ws", "graphql-ws"} {
+				payload := body // the request is the payload
+				m := wsFirstAnswer(t, a, c, proto, payload)
+				errs := wsErrors(t, m)
+				if m.Type != "error" || len(errs) == 0 || errs[0].Code() != "BAD_USER_INPUT" || !strings.Contains(errs[0].Message, want) {
+					t.Errorf("%s, %s in $%s: %s %s, want an error saying %q", proto, name, op.variable, m.Type, m.Payload, want)
+				}
+			}
+		}
+		// GET takes queries only: the same text in a variable of one.
+		vars := `{"s":"` + b.text + `"}`
+		status, _, r := rawGet(t, a.URL, url.Values{"query": {`query($s: ID!){ session(id:$s){ id } }`}, "variables": {vars}}, c.Token)
+		if status != http.StatusBadRequest || r == nil {
+			t.Errorf("GET, %s: status %d, %+v", name, status, r)
+		} else {
+			wantCode(t, "GET, "+name, r, "BAD_USER_INPUT", "text in variables.s "+b.says)
+		}
+	}
+	// In the document itself: raw bytes (GET has no JSON around them), and a lone
+	// surrogate's escape in a string literal.
+	status, _, r := rawGet(t, a.URL, url.Values{"query": {"{ session(id:\"\xff\") { id } }"}}, c.Token)
+	if status != http.StatusBadRequest || r == nil {
+		t.Errorf("GET, raw bytes in the query: status %d, %+v", status, r)
+	} else {
+		wantCode(t, "GET, raw bytes in the query", r, "BAD_USER_INPUT", "text in query is not valid UTF-8")
+	}
+	literal := `mutation($s: ID!){ addMessage(input:{sessionId:$s, content:"ab\ud800"}){ message { content } } }`
+	wantCode(t, "a lone surrogate in a string of the query", c.Do(literal, map[string]any{"s": sid}), "BAD_USER_INPUT",
+		`a string in the query holds a lone UTF-16 surrogate (\ud800)`)
+	_, _, r = rawGet(t, a.URL, url.Values{"query": {`{ session(id:"\udfff") { id } }`}}, c.Token)
+	if r == nil {
+		t.Error("GET, a lone surrogate in the query: no GraphQL answer")
+	} else {
+		wantCode(t, "GET, a lone surrogate in the query", r, "BAD_USER_INPUT", `(\udfff)`)
+	}
+
+	// Text that shows nothing is empty.
+	for _, blank := range []string{"\u200b", "\u200b\u200b\u200b", " \u2060\ufeff\u200d\u200c ", "\u3164", "\u00ad\n"} {
+		wantCode(t, fmt.Sprintf("content %q", blank), c.Do(add, map[string]any{"s": sid, "c": blank}), "BAD_USER_INPUT", "message is empty")
+	}
+	if msgs := c.Messages(sid); len(msgs) != 0 {
+		t.Errorf("%d messages stored: %+v", len(msgs), msgs)
+	}
+	var s struct{ Session struct{ Title string } }
+	c.Must(`query($s: ID!){ session(id:$s){ title } }`, map[string]any{"s": sid}, &s)
+	if s.Session.Title != "test" {
+		t.Errorf("title %q, want it unchanged", s.Session.Title)
+	}
+	var out struct{ CreateTalkSession struct{ ID, Title string } }
+	c.Must(`mutation{ createTalkSession(input:{title:"\u200b\u200b"}){ id title } }`, nil, &out)
+	if out.CreateTalkSession.Title != "" {
+		t.Errorf("a title of zero-width spaces is %q, want it empty (filled in by the first message)", out.CreateTalkSession.Title)
+	}
+	// Characters outside the Basic Multilingual Plane, escaped as pairs, are text.
+	status, _, r = rawPost(t, a.URL, []byte(request(add, "c", `smile \ud83d\ude00`)), bearer(c.Token))
+	if status != http.StatusOK || r == nil || len(r.Errors) > 0 || !strings.Contains(string(r.Data), "smile \U0001F600") {
+		t.Errorf("a surrogate pair: status %d, %+v", status, r)
+	}
 }

@@ -163,9 +163,10 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	gql.AddTransport(sockets)
 	gql.AddTransport(sse{keepAlive: cfg.KeepAlive, log: log})
 	gql.AddTransport(transport.Options{})
-	gql.AddTransport(plainHTTP{transport.GET{}})
-	gql.AddTransport(plainHTTP{transport.POST{}}) // plainHTTP: no subscriptions
-	limiters := useLimits(gql, cfg)               // query cost, introspection, rates, the query cache
+	// plainHTTP: no subscriptions; checkedGET and checkedPOST check the request first.
+	gql.AddTransport(plainHTTP{checkedGET{transport.GET{}}})
+	gql.AddTransport(plainHTTP{checkedPOST{transport.POST{}}})
+	limiters := useLimits(gql, cfg) // query cost, introspection, rates, the query cache
 	gql.SetErrorPresenter(graph.ErrorPresenter(log))
 	gql.SetRecoverFunc(graph.Recover(log))
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -55,10 +56,13 @@ func (t sse) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecut
 	}
 	start := graphql.Now()
 	params := &graphql.RawParams{}
-	dec := json.NewDecoder(r.Body)
-	dec.UseNumber()
-	if err := dec.Decode(params); err != nil {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
 		writeError(w, http.StatusBadRequest, service.Errorf(service.EINVALID, "the body is not a GraphQL request: %v", err))
+		return
+	}
+	if err := graph.DecodeRequest(body, params); err != nil {
+		writeError(w, http.StatusBadRequest, err)
 		return
 	}
 	params.Headers = r.Header

@@ -192,7 +192,7 @@ func checkKey(key string) error {
 }
 
 func (s *Service) checkText(what, content string) error {
-	if strings.TrimSpace(content) == "" {
+	if blank(content) {
 		return Errorf(EINVALID, "%s is empty", what)
 	}
 	if len(content) > s.cfg.MaxMessageBytes {
@@ -202,4 +202,17 @@ func (s *Service) checkText(what, content string) error {
 		return Errorf(EINVALID, "%s is not valid UTF-8", what)
 	}
 	return nil
+}
+
+// blank reports whether s shows nothing: every character in it is white space, a control
+// character, or one that Unicode has displayed as nothing (format characters such as the
+// zero-width space U+200B, joiners and the byte order mark; the other default-ignorable
+// ones such as the Hangul fillers; variation selectors).
+func blank(s string) bool {
+	for _, r := range s {
+		if !unicode.IsSpace(r) && !unicode.IsControl(r) && !unicode.In(r, unicode.Cf, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector) {
+			return false
+		}
+	}
+	return true
 }

@@ -110,7 +110,7 @@ func (s *Service) CreateTalkSession(ctx context.Context, title string, settings 
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	title = strings.TrimSpace(title)
+	title = trimTitle(title)
 	if err := s.checkTitle(title); err != nil {
 		return nil, err
 	}
@@ -129,6 +129,15 @@ func (s *Service) CreateTalkSession(ctx context.Context, title string, settings 
 	s.counted(u, 1, sess.Size())
 	s.annotate(ctx, sess.ID, "")
 	return &SessionView{TalkSession: sess, Status: SessionIdle, StreamCursor: EncodeCursor(sess.ID, Cursor{})}, nil
+}
+
+// trimTitle trims white space around a title; a title that shows nothing (see blank) is
+// empty, and is filled in from the first message.
+func trimTitle(title string) string {
+	if title = strings.TrimSpace(title); blank(title) {
+		return ""
+	}
+	return title
 }
 
 func (s *Service) checkTitle(title string) error {
@@ -258,7 +267,7 @@ func (s *Service) pageSize(n *int) (int, error) {
 
 // RenameTalkSession sets a session's title. ENOTFOUND, EINVALID as for create.
 func (s *Service) RenameTalkSession(ctx context.Context, id, title string) (*SessionView, error) {
-	title = strings.TrimSpace(title)
+	title = trimTitle(title)
 	if err := s.checkTitle(title); err != nil {
 		return nil, err
 	}

@@ -125,8 +125,8 @@ func (c *conn) fail(s *sub, errs gqlerror.List) {
 // its stream is in place.
 func (c *conn) start(s *sub, opCtx context.Context, raw json.RawMessage, start time.Time) {
 	params := &graphql.RawParams{}
-	if err := json.Unmarshal(raw, params); err != nil {
-		c.fail(s, gqlerror.List{graph.Error(service.Errorf(service.EINVALID, "the subscribe payload is not a GraphQL request"))})
+	if err := graph.DecodeRequest(raw, params); err != nil {
+		c.fail(s, gqlerror.List{graph.Error(err)})
 		return
 	}
 	// The headers stay out of the operation: kept with every subscription they would cost

@@ -14,8 +14,9 @@ import (
 	"github.com/talkgraph/talkgraph/service"
 )
 
-// Check measures a query's text against l: its size, then its tokens while parsing, then
-// the analysis of the document (see Analyze). A query the parser refuses for its syntax
+// Check measures a query's text against l: its size, its text (valid UTF-8, no escape of a
+// lone surrogate), then its tokens while parsing, then the analysis of the document (see
+// Analyze). A query the parser refuses for its syntax
 // passes with a nil error, for the executor to report in its own words; so does the
 // empty query (a persisted query's hash alone).
 func Check(query string, l Limits) (Report, error) {
@@ -24,6 +25,9 @@ func Check(query string, l Limits) (Report, error) {
 	}
 	if query == "" {
 		return Report{}, nil
+	}
+	if err := checkText(query); err != nil {
+		return Report{}, err
 	}
 	doc, err := parser.ParseQueryWithTokenLimit(&ast.Source{Input: query}, l.MaxTokens)
 	if err != nil {
