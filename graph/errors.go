@@ -39,10 +39,28 @@ func Error(err error) *gqlerror.Error {
 	return &gqlerror.Error{Message: service.ErrorMessage(err), Extensions: map[string]any{"code": Code(err)}}
 }
 
+// maxMessage bounds an error's message, in characters. The parser's and the validator's
+// messages quote names from the query, and gqlgen's quote the operation name: a client's
+// text is never sent back longer than this.
+const maxMessage = 300
+
 // ErrorPresenter turns a resolver's error into a GraphQL error with extensions.code.
 // Errors without a service code become INTERNAL with a generic message; their detail goes
-// to the log only.
+// to the log only. Every message is cut to maxMessage characters.
 func ErrorPresenter(log *slog.Logger) graphql.ErrorPresenterFunc {
+	present := presenter(log)
+	return func(ctx context.Context, err error) *gqlerror.Error {
+		gerr := present(ctx, err)
+		if m := clip(gerr.Message, maxMessage); m != gerr.Message {
+			cp := *gerr // the presenter may give back the error it was given
+			cp.Message = m
+			gerr = &cp
+		}
+		return gerr
+	}
+}
+
+func presenter(log *slog.Logger) graphql.ErrorPresenterFunc {
 	return func(ctx context.Context, err error) *gqlerror.Error {
 		gerr := graphql.DefaultErrorPresenter(ctx, err)
 		var se *service.Error
