@@ -44,8 +44,10 @@ type Config struct {
 	DemoChunkDelay  time.Duration
 	// PprofAddr, when set, serves Go's profiler on that address.
 	PprofAddr string
-	// NatsURL, when set, connects this replica to the others through NATS.
+	// NatsURL, when set, connects this replica to the others through NATS; Nats holds
+	// the rest of the bus's settings.
 	NatsURL string
+	Nats    NatsConfig
 
 	SQLiteBusyTimeout time.Duration
 	SQLiteFullSync    bool
@@ -79,6 +81,14 @@ type OpenAIConfig struct {
 	ShellTimeout time.Duration
 	// Tools are more tools offered to the model, for a program that embeds talkgraph.
 	Tools []openai.Tool
+}
+
+// NatsConfig is how a replica reaches the others: the bus secret everything it sends is
+// sealed with (default: kept in the database the replicas share), and NATS's own
+// security, each a file (see natsc.Options).
+type NatsConfig struct {
+	BusSecret                        string
+	Creds, NKey, CA, TLSCert, TLSKey string
 }
 
 // Setting is one configuration entry: a flag, its environment variable, its default and
@@ -176,6 +186,18 @@ func Settings() []Setting {
 			c.NatsURL = v
 			return nil
 		}},
+		{"bus-secret", "BUS_SECRET", "", "with replicas: the secret they seal what they send each other on NATS with, at least 16 characters, the same on every replica and never the token secret (default: generated once and kept in the database they share)", func(c *Config, v string) error {
+			if len(v) < 16 {
+				return fmt.Errorf("want at least 16 characters, got %d", len(v))
+			}
+			c.Nats.BusSecret = v
+			return nil
+		}},
+		{"nats-creds", "NATS_CREDS", "", "with replicas: a NATS credentials file (user JWT and seed) to connect with", str(func(c *Config) *string { return &c.Nats.Creds })},
+		{"nats-nkey", "NATS_NKEY", "", "with replicas: a file holding the NATS nkey seed to connect with", str(func(c *Config) *string { return &c.Nats.NKey })},
+		{"nats-ca", "NATS_CA", "", "with replicas: the CA certificate (PEM) that signs the NATS server's, for a tls:// NATS_URL (default: the system's)", str(func(c *Config) *string { return &c.Nats.CA })},
+		{"nats-tls-cert", "NATS_TLS_CERT", "", "with replicas: a client certificate (PEM) for a NATS server that asks for one (with NATS_TLS_KEY)", str(func(c *Config) *string { return &c.Nats.TLSCert })},
+		{"nats-tls-key", "NATS_TLS_KEY", "", "with replicas: the key (PEM) of NATS_TLS_CERT", str(func(c *Config) *string { return &c.Nats.TLSKey })},
 		{"run-lease", "RUN_LEASE", fmtDur(svc.RunLease), "with replicas: how long a replica's runs stay its own after its last heartbeat; a survivor then takes them over", dur(time.Second, func(c *Config) *time.Duration { return &c.Service.RunLease })},
 		{"replica-id", "REPLICA_ID", "", "with replicas: this replica's name, unique among them and kept across restarts (default: host name and port)", str(func(c *Config) *string { return &c.Service.ReplicaID })},
 		{"sqlite-busy-timeout", "SQLITE_BUSY_TIMEOUT", fmtDur(sqlite.DefaultBusyTimeout), "how long a write waits for a locked database before failing", dur(time.Millisecond, func(c *Config) *time.Duration { return &c.SQLiteBusyTimeout })},
@@ -420,6 +442,24 @@ func (c Config) RedactedDatabaseURL() string {
 		return "(unparsable)"
 	}
 	return u.Redacted()
+}
+
+// busSecret returns BUS_SECRET, or else the bus secret the store keeps (PostgreSQL keeps
+// it in the database the replicas share), made once: a secret of its own, never the
+// token secret, which identity providers and load tools may hold.
+func busSecret(ctx context.Context, c Config, store service.Store) ([]byte, error) {
+	if c.Nats.BusSecret != "" {
+		return []byte(c.Nats.BusSecret), nil
+	}
+	k, ok := store.(service.SecretKeeper)
+	if !ok {
+		return nil, errors.New("BUS_SECRET is needed: this storage keeps no secrets for the replicas to share")
+	}
+	return k.Secret(ctx, "bus", func() ([]byte, error) {
+		raw := make([]byte, 32)
+		_, err := rand.Read(raw)
+		return []byte(hex.EncodeToString(raw)), err
+	})
 }
 
 // authSecret returns AUTH_SECRET, or else the secret kept by the store (SQLite and

@@ -137,3 +137,11 @@ func DecodeReply(b []byte) (*Reply, error) {
 type ReconnectCounter interface {
 	Reconnects() int64
 }
+
+// DropCounter is an ability of a Cluster that refuses what it receives when it cannot
+// trust it. Dropped counts the messages dropped, by reason (a Cluster names its reasons;
+// the NATS one: "unopenable", "stale", "replayed"); the service reports them in
+// Stats.BusDropped.
+type DropCounter interface {
+	Dropped() map[string]int64
+}

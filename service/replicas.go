@@ -577,4 +577,7 @@ func (r *replicas) stats(st *Stats) {
 	if c, ok := r.cluster.(ReconnectCounter); ok {
 		st.BrokerReconnects = c.Reconnects()
 	}
+	if c, ok := r.cluster.(DropCounter); ok {
+		st.BusDropped = c.Dropped()
+	}
 }

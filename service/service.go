@@ -232,8 +232,10 @@ type Stats struct {
 	// counts runs it took over from replicas that were gone.
 	RunsOwned int
 	Takeovers int64
-	// BrokerReconnects counts the times the Cluster's connection came back after a loss.
+	// BrokerReconnects counts the times the Cluster's connection came back after a loss,
+	// and BusDropped the messages it dropped, by reason (see DropCounter).
 	BrokerReconnects int64
+	BusDropped       map[string]int64
 }
 
 // Sweep forgets what the service caches of users and sessions no longer active (their
