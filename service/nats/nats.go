@@ -80,9 +80,9 @@ type Cluster struct {
 	seal *sealer
 	seen *seenSet // the IDs of commands and announcements taken
 
-	dropped   sync.Map // reason → *atomic.Int64
-	warnedMu  sync.Mutex
-	warnedAt  map[string]time.Time
+	dropped  sync.Map // reason → *atomic.Int64
+	warnedMu sync.Mutex
+	warnedAt map[string]time.Time
 
 	events   chan *nats.Msg // every followed session's events, in one delivery goroutine
 	commands chan *nats.Msg // the commands sent to this replica
