@@ -37,23 +37,13 @@ type failure struct {
 
 func (f *failure) Error() string { return f.message + ": " + f.cause }
 
-// err turns f into the run's error, with secret removed from every string.
-func (f *failure) err(secret string) error {
-	msg := redact(f.message, secret)
+// err turns f into the run's error, with the key removed from every string.
+func (f *failure) err(key *secret) error {
+	msg := key.redact(f.message)
 	return &runError{
 		public: service.Errorf(service.EUNAVAILABLE, "%s", msg),
-		detail: msg + ": " + redact(f.cause, secret),
+		detail: msg + ": " + key.redact(f.cause),
 	}
-}
-
-// redact removes secret from s. It is applied to every string that leaves the package and
-// may have come from the provider or the transport: a hostile or buggy server can echo
-// the key in a body, and a URL in an error can carry it in its query.
-func redact(s, secret string) string {
-	if secret == "" {
-		return s
-	}
-	return strings.ReplaceAll(s, secret, "[redacted]")
 }
 
 // statusError is an HTTP response the provider answered with a 4xx or 5xx status. The
@@ -100,8 +90,9 @@ func failureFor(e *statusError) *failure {
 // providerMessage extracts a short, printable message from an error body in the shapes
 // providers use: OpenAI's {"error":{"message":…}}, Ollama's {"error":"…"}, vLLM's
 // {"message":…} and FastAPI's {"detail":…}. It returns "" when it finds none; raw bodies
-// (HTML error pages) are not shown.
-func providerMessage(body []byte) string {
+// (HTML error pages) are not shown. The key is removed before the message is cut short,
+// so that no beginning of it is left at the cut.
+func providerMessage(body []byte, key *secret) string {
 	var v struct {
 		Error   json.RawMessage `json:"error"`
 		Message json.RawMessage `json:"message"`
@@ -123,7 +114,7 @@ func providerMessage(body []byte) string {
 	default:
 		return ""
 	}
-	return clip(s, 300)
+	return clip(key.redact(s), 300)
 }
 
 // clip makes s one printable line of at most n runes.
@@ -166,8 +157,8 @@ func parseRetryAfter(h http.Header, now time.Time) time.Duration {
 }
 
 // streamErrorMessage extracts the message of an in-stream error event's data.
-func streamErrorMessage(data []byte) string {
-	if m := providerMessage(data); m != "" {
+func streamErrorMessage(data []byte, key *secret) string {
+	if m := providerMessage(data, key); m != "" {
 		return m
 	}
 	return "unknown error"

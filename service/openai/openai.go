@@ -97,7 +97,7 @@ type ShellConfig struct {
 type Agent struct {
 	cfg       Config
 	client    oai.ChatCompletionService
-	secret    string
+	secret    *secret
 	tools     map[string]Tool
 	toolDefs  []oai.ChatCompletionToolUnionParam
 	idle      time.Duration
@@ -130,7 +130,7 @@ func New(cfg Config) (*Agent, error) {
 
 	a := &Agent{
 		cfg:       cfg,
-		secret:    cfg.APIKey,
+		secret:    newSecret(cfg.APIKey),
 		tools:     make(map[string]Tool),
 		idle:      cfg.IdleTimeout,
 		retries:   cfg.MaxRetries,

@@ -113,7 +113,7 @@ func (a *Agent) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 			return nil, &statusError{
 				status:     res.StatusCode,
 				retryAfter: parseRetryAfter(res.Header, time.Now()),
-				message:    providerMessage(body),
+				message:    providerMessage(body, a.secret),
 			}
 		}
 		w.feed()
@@ -174,7 +174,7 @@ func (a *Agent) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 	case errors.Is(context.Cause(actx), errStalled):
 		return fail(&failure{message: "the model provider stopped responding", cause: errStalled.Error(), retryAfter: -1})
 	case err != nil:
-		return fail(classify(err, w))
+		return fail(classify(err, w, a.secret))
 	case t.finish == "":
 		return fail(&failure{message: "the model's reply was cut off", cause: "the stream ended without a finish_reason", retryAfter: -1})
 	}
@@ -193,7 +193,7 @@ func (a *Agent) attempt(ctx context.Context, params oai.ChatCompletionNewParams,
 }
 
 // classify turns the error that ended a stream into a failure.
-func classify(err error, w *watchdog) *failure {
+func classify(err error, w *watchdog, key *secret) *failure {
 	var se *statusError
 	var ev *ssestream.StreamError
 	switch {
@@ -201,7 +201,7 @@ func classify(err error, w *watchdog) *failure {
 		return failureFor(se)
 	case errors.As(err, &ev):
 		return &failure{
-			message:    "the model provider reported an error: " + streamErrorMessage(ev.Event.Data),
+			message:    "the model provider reported an error: " + streamErrorMessage(ev.Event.Data, key),
 			cause:      "error event in the stream",
 			retryAfter: -1,
 		}

@@ -67,7 +67,7 @@ func (rt *runTrace) startCall(ctx context.Context, attempt int) trace.Span {
 }
 
 // endCall ends a request's span with what it cost, or why it failed.
-func (rt *runTrace) endCall(span trace.Span, t *turn, err error, secret string) {
+func (rt *runTrace) endCall(span trace.Span, t *turn, err error, key *secret) {
 	if !span.IsRecording() {
 		return
 	}
@@ -93,7 +93,7 @@ func (rt *runTrace) endCall(span trace.Span, t *turn, err error, secret string) 
 		span.SetAttributes(attrHTTPStatus.Int(f.status))
 	}
 	span.SetAttributes(attrErrorType.String(kind))
-	span.SetStatus(codes.Error, redact(f.message+": "+f.cause, secret))
+	span.SetStatus(codes.Error, key.redact(f.message+": "+f.cause))
 }
 
 // startTool starts the span of a tool call; the tool runs in its context, so that a tool
@@ -110,12 +110,12 @@ func (rt *runTrace) startTool(ctx context.Context, c *call) (context.Context, tr
 }
 
 // endTool ends a tool call's span, failed when the call failed.
-func (rt *runTrace) endTool(span trace.Span, err error, secret string) {
+func (rt *runTrace) endTool(span trace.Span, err error, key *secret) {
 	if !span.IsRecording() {
 		return
 	}
 	if err != nil {
-		span.SetStatus(codes.Error, redact(err.Error(), secret))
+		span.SetStatus(codes.Error, key.redact(err.Error()))
 	}
 	span.End()
 }

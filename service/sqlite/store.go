@@ -409,7 +409,11 @@ func (w *txWriter) changes(accepted []int, batches []*service.Batch, chs []servi
 			questions.add(i, q.ID, args)
 		}
 		for _, tc := range ch.ToolCalls {
-			toolCalls.add(i, tc.ID, toolCallArgs(tc))
+			args, err := toolCallArgs(tc)
+			if err != nil {
+				return w.failed(i, batches, errs, err)
+			}
+			toolCalls.add(i, tc.ID, args)
 		}
 		for _, run := range ch.EndedRuns {
 			withdrawals = append(withdrawals, withdrawal{run, b.SessionID})
