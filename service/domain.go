@@ -160,6 +160,9 @@ func (s *TalkSession) Size() int64 {
 	if s.Settings.SystemPrompt != nil {
 		n += len(*s.Settings.SystemPrompt)
 	}
+	for name, p := range s.Settings.ToolPolicies {
+		n += len(name) + len(p)
+	}
 	return int64(n)
 }
 

@@ -88,7 +88,11 @@ func (printOutput) Ask(ctx context.Context, prompt string, choices []string) (st
 	return "", fmt.Errorf("not in this example")
 }
 
-func (printOutput) StartTool(id, name, arguments string) (service.ToolHandle, error) {
+func (printOutput) Pose(service.QuestionSpec) (service.Pending, error) {
+	return nil, fmt.Errorf("not in this example")
+}
+
+func (printOutput) StartTool(id, name, arguments string, _ ...service.ToolOption) (service.ToolHandle, error) {
 	fmt.Printf("[%s %s]\n", name, arguments)
 	return printHandle(id), nil
 }
@@ -97,8 +101,9 @@ func (printOutput) ReportUsage(model string, u service.Usage) error { return nil
 
 type printHandle string
 
-func (h printHandle) ID() string              { return string(h) }
-func (printHandle) Output(delta string) error { fmt.Print("| ", delta); return nil }
+func (h printHandle) ID() string                             { return string(h) }
+func (printHandle) Approval(context.Context) (string, error) { return "", nil }
+func (printHandle) Output(delta string) error                { fmt.Print("| ", delta); return nil }
 func (printHandle) Finish(r string, err error) error {
 	fmt.Printf("[result %s]\n", r)
 	return err

@@ -384,6 +384,7 @@ const toolCallCols = `id, run_id, session_id, message_id, name, arguments, outpu
 
 const (
 	qToolCalls       = `SELECT ` + toolCallCols + ` FROM tool_calls WHERE message_id = ANY($1::text[]) ORDER BY started_at, id`
+	qToolCall        = `SELECT ` + toolCallCols + ` FROM tool_calls WHERE id = $1`
 	qUpsertToolCalls = `WITH w AS (
 		INSERT INTO tool_calls AS t (` + toolCallCols + `)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::bytea[],

@@ -192,6 +192,7 @@ const (
 		approval = excluded.approval
 		WHERE tool_calls.session_id = excluded.session_id`
 	qToolCallSession = `SELECT session_id FROM tool_calls WHERE id = ?`
+	qToolCall        = `SELECT ` + toolCallCols + ` FROM tool_calls WHERE id = ?`
 )
 
 // qUpsertToolCalls upserts n tool calls.
@@ -485,5 +486,5 @@ func scanChunk(sc scanner) (*service.Event, error) {
 // reads are the queries of the read pool, prepared once.
 var reads = []string{
 	qSession, qSessions, qSessionsAft, qMessage, qMessagesFirst, qMessagesLast, qRun, qRunsByStatus,
-	qQuestion, qQuestions, qToolCalls, qEvents, qChunks, qCountEvents, qIdempotency, qFootprint,
+	qQuestion, qQuestions, qToolCalls, qToolCall, qEvents, qChunks, qCountEvents, qIdempotency, qFootprint,
 }

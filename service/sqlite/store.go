@@ -662,6 +662,11 @@ func (s *Store) Question(ctx context.Context, id string) (*service.Question, err
 	return getOne(ctx, s, "question", id, qQuestion, scanQuestion, id)
 }
 
+// ToolCall implements service.Store.
+func (s *Store) ToolCall(ctx context.Context, id string) (*service.ToolCall, error) {
+	return getOne(ctx, s, "tool call", id, qToolCall, scanToolCall, id)
+}
+
 // Questions implements service.Store.
 func (s *Store) Questions(ctx context.Context, ids []string) ([]*service.Question, error) {
 	if len(ids) == 0 {
