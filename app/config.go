@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -293,6 +294,15 @@ func Settings() []Setting {
 		{"max-sessions-per-user", "MAX_SESSIONS_PER_USER", itoa(svc.MaxSessionsPerUser), "sessions one user may keep", num(1, func(c *Config) *int { return &c.Service.MaxSessionsPerUser })},
 		{"max-user-bytes", "MAX_USER_BYTES", strconv.FormatInt(svc.MaxUserBytes, 10), "bytes one user may keep: what they wrote (messages, answers) and set (titles, settings) in their sessions", num64(1, func(c *Config) *int64 { return &c.Service.MaxUserBytes })},
 		{"max-queued-runs", "MAX_QUEUED_RUNS", itoa(svc.MaxQueuedRuns), "messages waiting in one session (busy policy ENQUEUE)", num(1, func(c *Config) *int { return &c.Service.MaxQueuedRuns })},
+		{"input-expiry", "INPUT_EXPIRY", fmtDur(svc.InputExpiry), "longest a question or a tool call awaiting approval waits; then it is withdrawn and the agent goes on (an agent may ask for less)", dur(time.Second, func(c *Config) *time.Duration { return &c.Service.InputExpiry })},
+		{"tool-policies", "TOOL_POLICIES", fmtPolicies(svc.ToolPolicies), "the server's default tool policies, as tool=POLICY pairs separated by commas (POLICY: ALLOW, ASK or DENY); a tool not named is ALLOW unless its agent says otherwise, and a session may override any", func(c *Config, v string) error {
+			ps, err := parsePolicies(v)
+			if err != nil {
+				return err
+			}
+			c.Service.ToolPolicies = ps
+			return nil
+		}},
 		{"write-round-commands", "WRITE_ROUND_COMMANDS", itoa(svc.RoundCommands), "most commands (messages, stops, answers, ...) one write round takes; more wait for the next round, which begins once this one is written (streamed text is not counted)", num(1, func(c *Config) *int { return &c.Service.RoundCommands })},
 		{"flush-interval", "FLUSH_INTERVAL", fmtDur(svc.FlushInterval), "least time between two writes of one reply's streamed text, its first going at once (0: as soon as the writer is free; under load the writer batches anyway)", dur(0, func(c *Config) *time.Duration { return &c.Service.FlushInterval })},
 		{"demo-chunk-delay", "DEMO_CHUNK_DELAY", fmtDur(demo.DefaultChunkDelay), "pause between two words the demo agent streams (the first comes at once)", dur(0, func(c *Config) *time.Duration { return &c.DemoChunkDelay })},
@@ -508,4 +518,39 @@ func authSecret(ctx context.Context, c Config, store service.Store) ([]byte, err
 		return nil, fmt.Errorf("auth secret: %w", err)
 	}
 	return []byte(strings.TrimSpace(string(b))), nil
+}
+
+// parsePolicies reads TOOL_POLICIES: tool=POLICY pairs separated by commas.
+func parsePolicies(v string) (map[string]service.ToolPolicy, error) {
+	out := map[string]service.ToolPolicy{}
+	for _, pair := range strings.Split(v, ",") {
+		pair = strings.TrimSpace(pair)
+		if pair == "" {
+			continue
+		}
+		tool, policy, ok := strings.Cut(pair, "=")
+		p := service.ToolPolicy(strings.ToUpper(strings.TrimSpace(policy)))
+		if tool = strings.TrimSpace(tool); !ok || tool == "" || !p.Valid() {
+			return nil, fmt.Errorf("want tool=ALLOW|ASK|DENY pairs separated by commas, got %q", pair)
+		}
+		out[tool] = p
+	}
+	return out, nil
+}
+
+// fmtPolicies writes policies as TOOL_POLICIES reads them, by tool name.
+func fmtPolicies(ps map[string]service.ToolPolicy) string {
+	names := make([]string, 0, len(ps))
+	for name := range ps {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	for i, name := range names {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(name + "=" + string(ps[name]))
+	}
+	return b.String()
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/talkgraph/talkgraph/app"
+	"github.com/talkgraph/talkgraph/internal/testsvc"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
 )
 
@@ -38,6 +39,8 @@ func startApp(t testing.TB, store string, change func(*app.Config)) *testApp {
 		cfg.DatabaseURL = "memory:"
 	case "sqlite":
 		cfg.DatabaseURL = "sqlite://" + filepath.Join(cfg.DataDir, "test.db")
+	case "postgres":
+		cfg.DatabaseURL = testsvc.NewDatabase(t)
 	}
 	if change != nil {
 		change(&cfg)
@@ -73,6 +76,9 @@ func serveAppLog(t testing.TB, cfg app.Config, logOut io.Writer) *testApp {
 	})
 	return &testApp{App: app, URL: "http://" + ln.Addr().String()}
 }
+
+// allStores are the stores, PostgreSQL included (skipped without one, failed under CI).
+var allStores = []string{"memory", "sqlite", "postgres"}
 
 // eachStore runs a contract test against every store.
 func eachStore(t *testing.T, test func(t *testing.T, store string)) {
