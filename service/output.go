@@ -184,6 +184,12 @@ type toolHandle struct {
 
 func (h *toolHandle) ID() string { return h.tool.call.ID }
 
+func (h *toolHandle) AwaitsApproval() bool {
+	h.o.ar.st.mu.Lock()
+	defer h.o.ar.st.mu.Unlock()
+	return h.tool.call.Status == ToolAwaitingApproval
+}
+
 func (h *toolHandle) Approval(ctx context.Context) (string, error) {
 	o, ar, tool := h.o, h.o.ar, h.tool
 	ar.st.mu.Lock()

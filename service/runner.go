@@ -214,6 +214,9 @@ type ToolHandle interface {
 	// ctx's error when the run ends. When ctx ends first (the agent's own deadline), the
 	// call is withdrawn and ends CANCELLED, unless a decision came first.
 	Approval(ctx context.Context) (arguments string, err error)
+	// AwaitsApproval reports whether the call waits for the user's decision now (so that
+	// Approval would block).
+	AwaitsApproval() bool
 	// Output streams what the tool prints.
 	Output(delta string) error
 	// Finish ends the call with a result, or with an error when err is non-nil.

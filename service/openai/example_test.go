@@ -94,16 +94,18 @@ func (printOutput) Pose(service.QuestionSpec) (service.Pending, error) {
 
 func (printOutput) StartTool(id, name, arguments string, _ ...service.ToolOption) (service.ToolHandle, error) {
 	fmt.Printf("[%s %s]\n", name, arguments)
-	return printHandle(id), nil
+	return printHandle{id, arguments}, nil
 }
 
 func (printOutput) ReportUsage(model string, u service.Usage) error { return nil }
 
-type printHandle string
+// printHandle is a call that needs no approval: it runs with the arguments asked for.
+type printHandle struct{ id, args string }
 
-func (h printHandle) ID() string                             { return string(h) }
-func (printHandle) Approval(context.Context) (string, error) { return "", nil }
-func (printHandle) Output(delta string) error                { fmt.Print("| ", delta); return nil }
+func (h printHandle) ID() string                               { return h.id }
+func (h printHandle) Approval(context.Context) (string, error) { return h.args, nil }
+func (printHandle) AwaitsApproval() bool                       { return false }
+func (printHandle) Output(delta string) error                  { fmt.Print("| ", delta); return nil }
 func (printHandle) Finish(r string, err error) error {
 	fmt.Printf("[result %s]\n", r)
 	return err

@@ -133,6 +133,13 @@ func (r *recorder) StartTool(id, name, arguments string, opts ...service.ToolOpt
 
 func (t *toolRec) ID() string { return t.id }
 
+// AwaitsApproval says whether the recorder's decide will be asked.
+func (t *toolRec) AwaitsApproval() bool {
+	t.r.mu.Lock()
+	defer t.r.mu.Unlock()
+	return t.r.decide != nil
+}
+
 // Approval lets every call run as asked, unless the recorder's decide says otherwise.
 func (t *toolRec) Approval(ctx context.Context) (string, error) {
 	t.r.mu.Lock()

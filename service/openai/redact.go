@@ -198,6 +198,8 @@ func (g *guardedHandle) ID() string { return g.h.ID() }
 
 func (g *guardedHandle) Approval(ctx context.Context) (string, error) { return g.h.Approval(ctx) }
 
+func (g *guardedHandle) AwaitsApproval() bool { return g.h.AwaitsApproval() }
+
 func (g *guardedHandle) Output(delta string) error {
 	g.mu.Lock()
 	s := g.output.push(delta)
