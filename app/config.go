@@ -264,6 +264,8 @@ func Settings() []Setting {
 		}},
 		{"max-subscriptions-per-connection", "MAX_SUBSCRIPTIONS_PER_CONNECTION", itoa(web.SubsPerConnection), "subscriptions on one websocket", num(1, func(c *Config) *int { return &c.HTTP.SubsPerConnection })},
 		{"max-subscriptions", "MAX_SUBSCRIPTIONS", itoa(svc.MaxSubscriptions), "subscriptions on the whole server", num(1, func(c *Config) *int { return &c.Service.MaxSubscriptions })},
+		{"body-read-timeout", "BODY_READ_TIMEOUT", fmtDur(web.BodyReadTimeout), "time a request's body has to arrive once its headers have", dur(100*time.Millisecond, func(c *Config) *time.Duration { return &c.HTTP.BodyReadTimeout })},
+		{"max-body-reads-per-address", "MAX_BODY_READS_PER_ADDRESS", itoa(web.BodyReadsPerAddress), "requests from one client address whose bodies are being read at once", num(1, func(c *Config) *int { return &c.HTTP.BodyReadsPerAddress })},
 		{"ws-keepalive", "WS_KEEPALIVE", fmtDur(web.KeepAlive), "websocket keep-alive interval (both protocols); a socket silent for twice as long is closed", dur(10*time.Millisecond, func(c *Config) *time.Duration { return &c.HTTP.KeepAlive })},
 		{"ws-init-timeout", "WS_INIT_TIMEOUT", fmtDur(web.InitTimeout), "time a websocket has to send connection_init", dur(10*time.Millisecond, func(c *Config) *time.Duration { return &c.HTTP.InitTimeout })},
 		{"workers", "WORKERS", itoa(svc.Workers), "runs executing at once", num(1, func(c *Config) *int { return &c.Service.Workers })},

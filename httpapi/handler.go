@@ -65,6 +65,12 @@ type HandlerConfig struct {
 	AnonBurst          int     // default 50
 	GuestPerMinute     float64 // guest sign-ins per client address; default 10
 	GuestBurst         int     // default 20
+	// BodyReadTimeout is how long a request's body may take to arrive once its headers
+	// have; default 30s.
+	BodyReadTimeout time.Duration
+	// BodyReadsPerAddress is how many requests of one client address may be sending their
+	// body at once; default 100.
+	BodyReadsPerAddress int
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client.
 	TrustedProxies []netip.Prefix
 
@@ -100,6 +106,9 @@ func DefaultHandlerConfig() HandlerConfig {
 		AnonBurst:          50,
 		GuestPerMinute:     10,
 		GuestBurst:         20,
+
+		BodyReadTimeout:     30 * time.Second,
+		BodyReadsPerAddress: 100,
 	}
 }
 
@@ -114,6 +123,7 @@ func (c *HandlerConfig) fill() {
 	pick(&c.MaxDepth, d.MaxDepth)
 	pick(&c.OpsBurst, d.OpsBurst)
 	pick(&c.SubsPerConnection, d.SubsPerConnection)
+	pick(&c.BodyReadsPerAddress, d.BodyReadsPerAddress)
 	c.fillLimits(d)
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = d.MaxBodyBytes
@@ -126,6 +136,9 @@ func (c *HandlerConfig) fill() {
 	}
 	if c.InitTimeout <= 0 {
 		c.InitTimeout = d.InitTimeout
+	}
+	if c.BodyReadTimeout <= 0 {
+		c.BodyReadTimeout = d.BodyReadTimeout
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
@@ -181,14 +194,18 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	addrs := clientAddresses{trusted: cfg.TrustedProxies}
 	anonymous := newKeyedLimiter(cfg.AnonPerSecond, cfg.AnonBurst)
 	guests := newKeyedLimiter(cfg.GuestPerMinute/60, cfg.GuestBurst)
+	// Every path reads a request's body through body, once the checks that need only the
+	// headers have passed; a path that takes no body would otherwise have the HTTP server
+	// read it, for as long as it takes, before answering.
+	body := &bodies{max: cfg.MaxBodyBytes, timeout: cfg.BodyReadTimeout, reading: newSlots(cfg.BodyReadsPerAddress), addrs: addrs}
 	mux := http.NewServeMux()
-	mux.Handle("/query", limitAnonymous(anonymous, addrs, authenticate(cfg.Auth, limitBody(cfg.MaxBodyBytes, gql))))
-	mux.Handle("/playground", playgroundPage(cfg.Web))
-	mux.Handle("/auth/guest", limitByAddress(guests, addrs, "too many guest sign-ins from your address", guestHandler(cfg.Auth, cfg.GuestSignIn)))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("/query", limitAnonymous(anonymous, addrs, authenticate(cfg.Auth, body.read(gql))))
+	mux.Handle("/playground", body.read(playgroundPage(cfg.Web)))
+	mux.Handle("/auth/guest", limitByAddress(guests, addrs, "too many guest sign-ins from your address", body.read(guestHandler(cfg.Auth, cfg.GuestSignIn))))
+	mux.Handle("/healthz", body.read(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+	})))
+	mux.Handle("/readyz", body.read(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := svc.Ready(ctx); err != nil {
@@ -197,18 +214,18 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	})))
+	mux.Handle("/metrics", body.read(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	if cfg.Web != nil {
-		mux.Handle("/", spa(cfg.Web))
+		mux.Handle("/", body.read(spa(cfg.Web)))
 	} else {
-		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		mux.Handle("/", body.read(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path != "/" {
 				http.NotFound(w, r)
 				return
 			}
 			http.Redirect(w, r, "/playground", http.StatusFound)
-		})
+		})))
 	}
 	limiters = append(limiters, anonymous, guests)
 	return &Server{Handler: logRequests(log, mux), sockets: sockets, limiters: limiters}
