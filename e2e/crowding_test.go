@@ -10,6 +10,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -334,5 +336,322 @@ func TestServerSentEventsOutliveTheBodyReadTimeout(t *testing.T) {
 		case <-time.After(tgtest.Wait):
 			t.Fatalf("no event within %v; %d chunks", tgtest.Wait, chunks)
 		}
+	}
+}
+
+// wsFrom opens a websocket to base with d (graphql-transport-ws); header goes with the
+// upgrade. A refused upgrade returns the server's answer.
+func wsFrom(t *testing.T, base string, d websocket.Dialer, header http.Header) (*wsConn, *http.Response, error) {
+	t.Helper()
+	conn, resp, err := d.Dial(wsURL(base), header)
+	if err != nil {
+		return nil, resp, err
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &wsConn{t: t, proto: "graphql-transport-ws", Conn: conn}, resp, nil
+}
+
+// mustWS opens a websocket and has its connection_init acknowledged.
+func mustWS(t *testing.T, base string, d websocket.Dialer, token string) *wsConn {
+	t.Helper()
+	c, resp, err := wsFrom(t, base, d, nil)
+	if err != nil {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	c.init(token)
+	return c
+}
+
+// wantUpgradeRefused checks that an upgrade was refused with 429, Retry-After and a
+// RATE_LIMITED error that says why.
+func wantUpgradeRefused(t *testing.T, what string, resp *http.Response, err error, says string) {
+	t.Helper()
+	if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("%s: %v, %v; want 429 with Retry-After", what, resp, err)
+		return
+	}
+	var r tgtest.Response
+	_ = json.NewDecoder(resp.Body).Decode(&r)
+	if r.Code() != "RATE_LIMITED" || !strings.Contains(r.Errors[0].Message, says) {
+		t.Errorf("%s: %+v; want RATE_LIMITED about %q", what, r.Errors, says)
+	}
+}
+
+// subscribeAll starts n subscriptions on c, each from the cursor after, named prefix0…,
+// and returns how many streamed (their first event came) and the refusals' messages
+// (each an error with RATE_LIMITED).
+func subscribeAll(t *testing.T, c *wsConn, prefix string, n int, sid, after string) (streaming int, refused []string) {
+	t.Helper()
+	pending := map[string]bool{}
+	for i := range n {
+		id := fmt.Sprint(prefix, i)
+		pending[id] = true
+		c.subscribe(id, sid, after)
+	}
+	deadline := time.Now().Add(tgtest.Wait)
+	for len(pending) > 0 {
+		m, err := c.readMsg(time.Until(deadline))
+		if err != nil {
+			t.Fatalf("%d subscriptions without an answer: %v", len(pending), err)
+		}
+		if !pending[m.ID] {
+			continue
+		}
+		delete(pending, m.ID)
+		switch m.Type {
+		case "next":
+			streaming++
+		case "error":
+			var errs []tgtest.GQLError
+			_ = json.Unmarshal(m.Payload, &errs)
+			if len(errs) != 1 || errs[0].Code() != "RATE_LIMITED" {
+				t.Fatalf("subscription %s refused with %s", m.ID, m.Payload)
+			}
+			refused = append(refused, errs[0].Message)
+		default:
+			t.Fatalf("subscription %s: %s %s", m.ID, m.Type, m.Payload)
+		}
+	}
+	return streaming, refused
+}
+
+// sseFirst subscribes over server-sent events through hc and returns the stream's first
+// event and a function that ends the stream.
+func sseFirst(t *testing.T, hc *http.Client, base, token, sid, after string) (name string, data tgtest.Response, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	body, _ := json.Marshal(map[string]any{"query": tgtest.StreamQuery, "variables": map[string]any{"s": sid, "a": after}})
+	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/query", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	streaming := *hc
+	streaming.Timeout = 0 // the stream lasts; cancel ends it
+	resp, err := streaming.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		cancel()
+		t.Fatalf("SSE: %v %v", resp, err)
+	}
+	stop = func() { cancel(); resp.Body.Close() }
+	t.Cleanup(stop)
+	got := make(chan struct{})
+	go func() {
+		defer close(got)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event:"):
+				name = strings.TrimSpace(line[len("event:"):])
+			case strings.HasPrefix(line, "data:"):
+				_ = json.Unmarshal([]byte(strings.TrimSpace(line[len("data:"):])), &data)
+			case line == "" && name != "":
+				return
+			}
+		}
+	}()
+	select {
+	case <-got:
+	case <-time.After(tgtest.Wait):
+		t.Fatal("SSE: no event")
+	}
+	return name, data, stop
+}
+
+// Finding 3: three guests of one address filled MAX_SUBSCRIPTIONS and the next user's
+// subscription was refused; a token in the upgrade's header opened sockets without
+// limit. Now an address holds at most MAX_SOCKETS_PER_ADDRESS sockets and
+// MAX_SUBSCRIPTIONS_PER_ADDRESS subscriptions, a user MAX_SOCKETS_PER_USER and
+// MAX_SUBSCRIPTIONS_PER_USER (server-sent events counted with websockets), and the slots
+// come back when sockets and subscriptions close.
+func TestOneAddressCannotTakeEverySubscription(t *testing.T) {
+	const (
+		server, subsPerAddress, subsPerUser = 40, 30, 12
+		socketsPerAddress, socketsPerUser   = 9, 3
+	)
+	srv := startChild(t, t.TempDir(), freePort(t), "DATABASE_URL=memory:",
+		fmt.Sprintf("MAX_SUBSCRIPTIONS=%d", server),
+		fmt.Sprintf("MAX_SUBSCRIPTIONS_PER_ADDRESS=%d", subsPerAddress), fmt.Sprintf("MAX_SUBSCRIPTIONS_PER_USER=%d", subsPerUser),
+		fmt.Sprintf("MAX_SOCKETS_PER_ADDRESS=%d", socketsPerAddress), fmt.Sprintf("MAX_SOCKETS_PER_USER=%d", socketsPerUser))
+	home, homeWS := from("127.0.0.1")
+	away, awayWS := from("127.0.0.2")
+	before := quietFigures(t, away, srv.URL)
+
+	// Three guests of one address, each with a session that has something to resume, so
+	// that a subscription that streams says so at once.
+	type user struct {
+		c          *tgtest.Client
+		sid, after string
+		sockets    []*wsConn
+	}
+	newUser := func(hc *http.Client) *user {
+		u := &user{c: guestVia(t, hc, srv.URL)}
+		u.sid = u.c.CreateSession(nil)
+		u.after = u.c.Cursor(u.sid)
+		u.c.Send(u.sid, "something to resume")
+		return u
+	}
+	a, b, c := newUser(home), newUser(home), newUser(home)
+	d := newUser(away)
+
+	// A user's sockets: the fourth is closed with 1013 once connection_init names its user.
+	for range socketsPerUser {
+		a.sockets = append(a.sockets, mustWS(t, srv.URL, homeWS, a.c.Token))
+	}
+	extra, resp, err := wsFrom(t, srv.URL, homeWS, nil)
+	if err != nil {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	extra.mustSend(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + a.c.Token}})
+	if code, seen := extra.closeCode(tgtest.Wait); code != websocket.CloseTryAgainLater || slices.ContainsFunc(seen, func(m wsMsg) bool { return m.Type == "connection_ack" }) {
+		t.Errorf("a user's 4th socket: closed with %d after %v, want 1013 before any ack", code, types(seen))
+	}
+	// The server gives the address's slot back as it closes the socket, before it stops
+	// counting it.
+	if !waitUntil(tgtest.Wait, func() bool {
+		return serverMetrics(t, away, srv.URL)["talkgraph_websockets_open"] == socketsPerUser
+	}) {
+		t.Fatal("the refused socket is still counted")
+	}
+	// With the token in the upgrade's header the user is known at once: 429 before the upgrade.
+	header := http.Header{"Authorization": {"Bearer " + b.c.Token}}
+	for range socketsPerUser {
+		s, resp, err := wsFrom(t, srv.URL, homeWS, header)
+		if err != nil {
+			t.Fatalf("upgrade with a token: %v %v", resp, err)
+		}
+		s.init(b.c.Token)
+		b.sockets = append(b.sockets, s)
+	}
+	_, resp, err = wsFrom(t, srv.URL, homeWS, header)
+	wantUpgradeRefused(t, "a user's 4th upgrade with a token", resp, err, "for this user")
+	// The address's sockets: a fourth guest of the address is refused before the upgrade.
+	for range socketsPerUser {
+		c.sockets = append(c.sockets, mustWS(t, srv.URL, homeWS, c.c.Token))
+	}
+	_, resp, err = wsFrom(t, srv.URL, homeWS, nil)
+	wantUpgradeRefused(t, "an upgrade past the address's sockets", resp, err, "from your address")
+	d.sockets = append(d.sockets, mustWS(t, srv.URL, awayWS, d.c.Token))
+
+	// Subscriptions: each user of the address asks for five on each socket.
+	count := func(u *user) (int, []string) {
+		total, all := 0, []string(nil)
+		for i, s := range u.sockets {
+			n, refused := subscribeAll(t, s, fmt.Sprintf("s%d-", i), 5, u.sid, u.after)
+			total, all = total+n, append(all, refused...)
+		}
+		return total, all
+	}
+	for _, tc := range []struct {
+		name    string
+		u       *user
+		streams int
+		says    string
+	}{
+		{"A", a, subsPerUser, "open for this user (at most 12)"},
+		{"B", b, subsPerUser, "open for this user (at most 12)"},
+		{"C", c, subsPerAddress - 2*subsPerUser, "open from your address (at most 30)"},
+	} {
+		n, refused := count(tc.u)
+		if n != tc.streams || len(refused) != 15-tc.streams {
+			t.Errorf("user %s: %d of 15 subscriptions streamed, %d refused; want %d", tc.name, n, len(refused), tc.streams)
+		}
+		for _, msg := range refused {
+			if !strings.Contains(msg, tc.says) {
+				t.Errorf("user %s: refused with %q, want about %q", tc.name, msg, tc.says)
+			}
+		}
+	}
+	// The sockets stay: a query on one that had subscriptions refused is answered.
+	a.sockets[0].mustSend(map[string]any{"type": "subscribe", "id": "q", "payload": map[string]any{"query": "{ viewer { id } }"}})
+	for {
+		m, err := a.sockets[0].readMsg(tgtest.Wait)
+		if err != nil {
+			t.Fatalf("a query on a socket after refusals: %v", err)
+		}
+		if m.ID == "q" {
+			if m.Type != "next" {
+				t.Fatalf("a query on a socket after refusals: %s %s", m.Type, m.Payload)
+			}
+			break
+		}
+	}
+	// The address holds 30 of the server's 40: a user of another address is served.
+	if n, refused := subscribeAll(t, d.sockets[0], "d", server-subsPerAddress-1, d.sid, d.after); n != server-subsPerAddress-1 {
+		t.Errorf("a user of another address: %d subscriptions streamed, refused %v", n, refused)
+	}
+	// Over server-sent events, as over websockets: A holds its sockets and subscriptions;
+	// D has room for one more.
+	name, data, _ := sseFirst(t, home, srv.URL, a.c.Token, a.sid, a.after)
+	if name != "next" || data.Code() != "RATE_LIMITED" {
+		t.Errorf("A over server-sent events: %s %+v, want RATE_LIMITED", name, data.Errors)
+	}
+	name, data, stopD := sseFirst(t, away, srv.URL, d.c.Token, d.sid, d.after)
+	if name != "next" || len(data.Errors) > 0 {
+		t.Errorf("D over server-sent events: %s %+v", name, data.Errors)
+	}
+
+	// Slots come back: a subscription stopped frees one at once (the socket's reader takes
+	// the stop before the next message) ...
+	a.sockets[0].mustSend(map[string]any{"type": "complete", "id": "s0-0"})
+	a.sockets[0].mustSend(map[string]any{"type": "complete", "id": "s0-1"})
+	if n, refused := subscribeAll(t, a.sockets[0], "again", 2, a.sid, a.after); n != 2 {
+		t.Errorf("after two stops: %d of 2 streamed, refused %v", n, refused)
+	}
+	// ... and closed sockets give theirs back once the server has seen them close.
+	open := serverMetrics(t, away, srv.URL)["talkgraph_websockets_open"]
+	for _, s := range a.sockets {
+		s.Close()
+	}
+	if !waitUntil(tgtest.Wait, func() bool {
+		return serverMetrics(t, away, srv.URL)["talkgraph_websockets_open"] == open-socketsPerUser
+	}) {
+		t.Fatal("the server did not see A's sockets close")
+	}
+	a.sockets = nil
+	for range socketsPerUser {
+		a.sockets = append(a.sockets, mustWS(t, srv.URL, homeWS, a.c.Token))
+	}
+	if n, _ := count(a); n != subsPerUser {
+		t.Errorf("A again: %d subscriptions streamed, want %d", n, subsPerUser)
+	}
+
+	// Everyone leaves: the server is back where it was.
+	stopD()
+	for _, u := range []*user{a, b, c, d} {
+		for _, s := range u.sockets {
+			s.Close()
+		}
+	}
+	if !waitUntil(tgtest.Wait, func() bool {
+		m := serverMetrics(t, away, srv.URL)
+		return m["talkgraph_websockets_open"] == 0 && m["talkgraph_subscriptions_active"] == 0
+	}) {
+		t.Fatal("sockets or subscriptions remain open")
+	}
+	backTo(t, away, srv.URL, before)
+}
+
+// The per-address caps count addresses as the rest of the server does: behind a trusted
+// proxy, by X-Forwarded-For.
+func TestSocketCapsCountForwardedAddresses(t *testing.T) {
+	a := startApp(t, "memory", func(c *app.Config) {
+		c.HTTP.SocketsPerAddress = 2
+		c.HTTP.TrustedProxies = mustProxies(t, "127.0.0.1/32")
+	})
+	g := guest(t, a)
+	_, d := from("127.0.0.1")
+	for _, client := range []string{"198.51.100.1", "198.51.100.2"} {
+		header := http.Header{"X-Forwarded-For": {client}}
+		for range 2 {
+			s, resp, err := wsFrom(t, a.URL, d, header)
+			if err != nil {
+				t.Fatalf("%s: %v %v", client, resp, err)
+			}
+			s.init(g.Token)
+		}
+		_, resp, err := wsFrom(t, a.URL, d, header)
+		wantUpgradeRefused(t, client+"'s third socket", resp, err, "from your address")
 	}
 }

@@ -71,6 +71,15 @@ type HandlerConfig struct {
 	// BodyReadsPerAddress is how many requests of one client address may be sending their
 	// body at once; default 100.
 	BodyReadsPerAddress int
+	// SocketsPerAddress and SocketsPerUser cap the websockets (and server-sent events
+	// subscriptions) open at once from one client address and for one user; default 500
+	// and 100.
+	SocketsPerAddress int
+	SocketsPerUser    int
+	// SubscriptionsPerAddress and SubscriptionsPerUser cap the subscriptions open at once
+	// from one client address and for one user, on every transport; default 5000 and 1000.
+	SubscriptionsPerAddress int
+	SubscriptionsPerUser    int
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client.
 	TrustedProxies []netip.Prefix
 
@@ -107,8 +116,12 @@ func DefaultHandlerConfig() HandlerConfig {
 		GuestPerMinute:     10,
 		GuestBurst:         20,
 
-		BodyReadTimeout:     30 * time.Second,
-		BodyReadsPerAddress: 100,
+		BodyReadTimeout:         30 * time.Second,
+		BodyReadsPerAddress:     100,
+		SocketsPerAddress:       500,
+		SocketsPerUser:          100,
+		SubscriptionsPerAddress: 5000,
+		SubscriptionsPerUser:    1000,
 	}
 }
 
@@ -124,6 +137,10 @@ func (c *HandlerConfig) fill() {
 	pick(&c.OpsBurst, d.OpsBurst)
 	pick(&c.SubsPerConnection, d.SubsPerConnection)
 	pick(&c.BodyReadsPerAddress, d.BodyReadsPerAddress)
+	pick(&c.SocketsPerAddress, d.SocketsPerAddress)
+	pick(&c.SocketsPerUser, d.SocketsPerUser)
+	pick(&c.SubscriptionsPerAddress, d.SubscriptionsPerAddress)
+	pick(&c.SubscriptionsPerUser, d.SubscriptionsPerUser)
 	c.fillLimits(d)
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = d.MaxBodyBytes
@@ -159,7 +176,6 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	log := cfg.Log
 	sockets := &graphqlws.Transport{
 		Authenticate:     wsAuthenticate(cfg.Auth),
-		Values:           wsValues,
 		CheckOrigin:      originChecker(cfg.AllowedOrigins),
 		KeepAlive:        cfg.KeepAlive,
 		InitTimeout:      cfg.InitTimeout,
@@ -168,13 +184,20 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 		Log:              log,
 	}
 
+	addrs := clientAddresses{trusted: cfg.TrustedProxies}
+	crowd := newCrowding(addrs, cfg)
+	sockets.Values = wsValues(addrs)
+	sockets.Admit = crowd.admitUpgrade
+	sockets.AdmitUser = crowd.admitUser
+	sockets.AdmitSubscription = crowd.admitSubscription
+
 	resolver := &graph.Resolver{Service: svc}
 	gql := handler.New(generated.NewExecutableSchema(generated.Config{Resolvers: resolver}))
 	if cfg.Tracing != nil {
 		gql.Use(newOperationTracing(cfg.Tracing))
 	}
 	gql.AddTransport(sockets)
-	gql.AddTransport(sse{keepAlive: cfg.KeepAlive, log: log})
+	gql.AddTransport(sse{keepAlive: cfg.KeepAlive, log: log, admit: crowd.admitStream})
 	gql.AddTransport(transport.Options{})
 	gql.AddTransport(plainHTTP{transport.GET{}})
 	gql.AddTransport(plainHTTP{transport.POST{}}) // plainHTTP: no subscriptions
@@ -191,7 +214,6 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	build.Set(1)
 	reg.MustRegister(build)
 
-	addrs := clientAddresses{trusted: cfg.TrustedProxies}
 	anonymous := newKeyedLimiter(cfg.AnonPerSecond, cfg.AnonBurst)
 	guests := newKeyedLimiter(cfg.GuestPerMinute/60, cfg.GuestBurst)
 	// Every path reads a request's body through body, once the checks that need only the
