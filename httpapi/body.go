@@ -57,6 +57,9 @@ func (b *bodies) read(next http.Handler) http.Handler {
 			refuse(w, r, http.StatusBadRequest, service.Errorf(service.EINVALID, "the request body could not be read"))
 			return
 		}
+		// The HTTP/1 server clears the deadline itself once a body ends, as it starts watching
+		// the connection for the client leaving; said here, so that no server can cut a
+		// stream that follows the body.
 		_ = ctl.SetReadDeadline(time.Time{})
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
