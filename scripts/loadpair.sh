@@ -37,6 +37,7 @@ for round in $(seq 1 "$rounds"); do
     data=$(mktemp -d)
     AUTH_SECRET=$secret WORKERS=2000 DEMO_CHUNK_DELAY=25ms ANON_RATE_LIMIT=100000 \
       ANON_RATE_BURST=100000 RATE_LIMIT=1000 RATE_BURST=1000 SUBSCRIBE_BURST=100000 \
+      MAX_SOCKETS_PER_ADDRESS=100000 MAX_SUBSCRIPTIONS_PER_ADDRESS=100000 MAX_BODY_READS_PER_ADDRESS=100000 \
       PORT=$port DATA_DIR="$data" LOG_LEVEL=warn "$bin" >"$data/server.log" 2>&1 &
     pid=$!
     for _ in $(seq 1 100); do
