@@ -75,7 +75,15 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 			scfg.ReplicaID = defaultReplicaID(cfg.Addr)
 		}
 		cfg.Service.ReplicaID = scfg.ReplicaID
-		if cluster, err = natsc.Connect(cfg.NatsURL, natsc.Options{Name: scfg.ReplicaID, Log: log}); err != nil {
+		secret, err := busSecret(ctx, cfg, store)
+		if err != nil {
+			store.Close()
+			shutdownTraces(traces)
+			return nil, fmt.Errorf("the bus secret: %w", err)
+		}
+		n := cfg.Nats
+		if cluster, err = natsc.Connect(cfg.NatsURL, natsc.Options{Name: scfg.ReplicaID, Log: log, Secret: secret,
+			CredsFile: n.Creds, NKeyFile: n.NKey, CAFile: n.CA, CertFile: n.TLSCert, KeyFile: n.TLSKey}); err != nil {
 			store.Close()
 			shutdownTraces(traces)
 			return nil, fmt.Errorf("NATS_URL: %w", err)

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,8 +45,10 @@ type Config struct {
 	DemoChunkDelay  time.Duration
 	// PprofAddr, when set, serves Go's profiler on that address.
 	PprofAddr string
-	// NatsURL, when set, connects this replica to the others through NATS.
+	// NatsURL, when set, connects this replica to the others through NATS; Nats holds
+	// the rest of the bus's settings.
 	NatsURL string
+	Nats    NatsConfig
 
 	SQLiteBusyTimeout time.Duration
 	SQLiteFullSync    bool
@@ -82,6 +85,14 @@ type OpenAIConfig struct {
 	ShellTimeout time.Duration
 	// Tools are more tools offered to the model, for a program that embeds talkgraph.
 	Tools []openai.Tool
+}
+
+// NatsConfig is how a replica reaches the others: the bus secret everything it sends is
+// sealed with (default: kept in the database the replicas share), and NATS's own
+// security, each a file (see natsc.Options).
+type NatsConfig struct {
+	BusSecret                        string
+	Creds, NKey, CA, TLSCert, TLSKey string
 }
 
 // Setting is one configuration entry: a flag, its environment variable, its default and
@@ -179,6 +190,18 @@ func Settings() []Setting {
 			c.NatsURL = v
 			return nil
 		}},
+		{"bus-secret", "BUS_SECRET", "", "with replicas: the secret they seal what they send each other on NATS with, at least 16 characters, the same on every replica and never the token secret (default: generated once and kept in the database they share)", func(c *Config, v string) error {
+			if len(v) < 16 {
+				return fmt.Errorf("want at least 16 characters, got %d", len(v))
+			}
+			c.Nats.BusSecret = v
+			return nil
+		}},
+		{"nats-creds", "NATS_CREDS", "", "with replicas: a NATS credentials file (user JWT and seed) to connect with", str(func(c *Config) *string { return &c.Nats.Creds })},
+		{"nats-nkey", "NATS_NKEY", "", "with replicas: a file holding the NATS nkey seed to connect with", str(func(c *Config) *string { return &c.Nats.NKey })},
+		{"nats-ca", "NATS_CA", "", "with replicas: the CA certificate (PEM) that signs the NATS server's, for a tls:// NATS_URL (default: the system's)", str(func(c *Config) *string { return &c.Nats.CA })},
+		{"nats-tls-cert", "NATS_TLS_CERT", "", "with replicas: a client certificate (PEM) for a NATS server that asks for one (with NATS_TLS_KEY)", str(func(c *Config) *string { return &c.Nats.TLSCert })},
+		{"nats-tls-key", "NATS_TLS_KEY", "", "with replicas: the key (PEM) of NATS_TLS_CERT", str(func(c *Config) *string { return &c.Nats.TLSKey })},
 		{"run-lease", "RUN_LEASE", fmtDur(svc.RunLease), "with replicas: how long a replica's runs stay its own after its last heartbeat; a survivor then takes them over", dur(time.Second, func(c *Config) *time.Duration { return &c.Service.RunLease })},
 		{"replica-id", "REPLICA_ID", "", "with replicas: this replica's name, unique among them and kept across restarts (default: host name and port)", str(func(c *Config) *string { return &c.Service.ReplicaID })},
 		{"sqlite-busy-timeout", "SQLITE_BUSY_TIMEOUT", fmtDur(sqlite.DefaultBusyTimeout), "how long a write waits for a locked database before failing", dur(time.Millisecond, func(c *Config) *time.Duration { return &c.SQLiteBusyTimeout })},
@@ -267,6 +290,12 @@ func Settings() []Setting {
 		}},
 		{"max-subscriptions-per-connection", "MAX_SUBSCRIPTIONS_PER_CONNECTION", itoa(web.SubsPerConnection), "subscriptions on one websocket", num(1, func(c *Config) *int { return &c.HTTP.SubsPerConnection })},
 		{"max-subscriptions", "MAX_SUBSCRIPTIONS", itoa(svc.MaxSubscriptions), "subscriptions on the whole server", num(1, func(c *Config) *int { return &c.Service.MaxSubscriptions })},
+		{"max-subscriptions-per-user", "MAX_SUBSCRIPTIONS_PER_USER", itoa(web.SubscriptionsPerUser), "subscriptions one user holds open at once, websockets and server-sent events alike", num(1, func(c *Config) *int { return &c.HTTP.SubscriptionsPerUser })},
+		{"max-subscriptions-per-address", "MAX_SUBSCRIPTIONS_PER_ADDRESS", itoa(web.SubscriptionsPerAddress), "subscriptions open at once from one client address (several users behind one NAT share it)", num(1, func(c *Config) *int { return &c.HTTP.SubscriptionsPerAddress })},
+		{"max-sockets-per-user", "MAX_SOCKETS_PER_USER", itoa(web.SocketsPerUser), "websockets one user holds open at once (a server-sent events subscription counts as one)", num(1, func(c *Config) *int { return &c.HTTP.SocketsPerUser })},
+		{"max-sockets-per-address", "MAX_SOCKETS_PER_ADDRESS", itoa(web.SocketsPerAddress), "websockets open at once from one client address (a server-sent events subscription counts as one)", num(1, func(c *Config) *int { return &c.HTTP.SocketsPerAddress })},
+		{"body-read-timeout", "BODY_READ_TIMEOUT", fmtDur(web.BodyReadTimeout), "time a request's body has to arrive once its headers have", dur(100*time.Millisecond, func(c *Config) *time.Duration { return &c.HTTP.BodyReadTimeout })},
+		{"max-body-reads-per-address", "MAX_BODY_READS_PER_ADDRESS", itoa(web.BodyReadsPerAddress), "requests from one client address whose bodies are being read at once", num(1, func(c *Config) *int { return &c.HTTP.BodyReadsPerAddress })},
 		{"ws-keepalive", "WS_KEEPALIVE", fmtDur(web.KeepAlive), "websocket keep-alive interval (both protocols); a socket silent for twice as long is closed", dur(10*time.Millisecond, func(c *Config) *time.Duration { return &c.HTTP.KeepAlive })},
 		{"ws-init-timeout", "WS_INIT_TIMEOUT", fmtDur(web.InitTimeout), "time a websocket has to send connection_init", dur(10*time.Millisecond, func(c *Config) *time.Duration { return &c.HTTP.InitTimeout })},
 		{"workers", "WORKERS", itoa(svc.Workers), "runs executing at once", num(1, func(c *Config) *int { return &c.Service.Workers })},
@@ -274,6 +303,15 @@ func Settings() []Setting {
 		{"max-sessions-per-user", "MAX_SESSIONS_PER_USER", itoa(svc.MaxSessionsPerUser), "sessions one user may keep", num(1, func(c *Config) *int { return &c.Service.MaxSessionsPerUser })},
 		{"max-user-bytes", "MAX_USER_BYTES", strconv.FormatInt(svc.MaxUserBytes, 10), "bytes one user may keep: what they wrote (messages, answers) and set (titles, settings) in their sessions", num64(1, func(c *Config) *int64 { return &c.Service.MaxUserBytes })},
 		{"max-queued-runs", "MAX_QUEUED_RUNS", itoa(svc.MaxQueuedRuns), "messages waiting in one session (busy policy ENQUEUE)", num(1, func(c *Config) *int { return &c.Service.MaxQueuedRuns })},
+		{"input-expiry", "INPUT_EXPIRY", fmtDur(svc.InputExpiry), "longest a question or a tool call awaiting approval waits; then it is withdrawn and the agent goes on (an agent may ask for less)", dur(time.Second, func(c *Config) *time.Duration { return &c.Service.InputExpiry })},
+		{"tool-policies", "TOOL_POLICIES", fmtPolicies(svc.ToolPolicies), "the server's default tool policies, as tool=POLICY pairs separated by commas (POLICY: ALLOW, ASK or DENY); a tool not named is ALLOW unless its agent says otherwise, and a session may override any", func(c *Config, v string) error {
+			ps, err := parsePolicies(v)
+			if err != nil {
+				return err
+			}
+			c.Service.ToolPolicies = ps
+			return nil
+		}},
 		{"write-round-commands", "WRITE_ROUND_COMMANDS", itoa(svc.RoundCommands), "most commands (messages, stops, answers, ...) one write round takes; more wait for the next round, which begins once this one is written (streamed text is not counted)", num(1, func(c *Config) *int { return &c.Service.RoundCommands })},
 		{"flush-interval", "FLUSH_INTERVAL", fmtDur(svc.FlushInterval), "least time between two writes of one reply's streamed text, its first going at once (0: as soon as the writer is free; under load the writer batches anyway)", dur(0, func(c *Config) *time.Duration { return &c.Service.FlushInterval })},
 		{"demo-chunk-delay", "DEMO_CHUNK_DELAY", fmtDur(demo.DefaultChunkDelay), "pause between two words the demo agent streams (the first comes at once)", dur(0, func(c *Config) *time.Duration { return &c.DemoChunkDelay })},
@@ -511,6 +549,24 @@ func (c Config) RedactedDatabaseURL() string {
 	return u.Redacted()
 }
 
+// busSecret returns BUS_SECRET, or else the bus secret the store keeps (PostgreSQL keeps
+// it in the database the replicas share), made once: a secret of its own, never the
+// token secret, which identity providers and load tools may hold.
+func busSecret(ctx context.Context, c Config, store service.Store) ([]byte, error) {
+	if c.Nats.BusSecret != "" {
+		return []byte(c.Nats.BusSecret), nil
+	}
+	k, ok := store.(service.SecretKeeper)
+	if !ok {
+		return nil, errors.New("BUS_SECRET is needed: this storage keeps no secrets for the replicas to share")
+	}
+	return k.Secret(ctx, "bus", func() ([]byte, error) {
+		raw := make([]byte, 32)
+		_, err := rand.Read(raw)
+		return []byte(hex.EncodeToString(raw)), err
+	})
+}
+
 // authSecret returns AUTH_SECRET, or else the secret kept by the store (SQLite and
 // PostgreSQL keep it in the database, shared by replicas) or in DATA_DIR/auth_secret,
 // created on first start, so that issued tokens stay valid across restarts.
@@ -557,4 +613,39 @@ func authSecret(ctx context.Context, c Config, store service.Store) ([]byte, err
 		return nil, fmt.Errorf("auth secret: %w", err)
 	}
 	return []byte(strings.TrimSpace(string(b))), nil
+}
+
+// parsePolicies reads TOOL_POLICIES: tool=POLICY pairs separated by commas.
+func parsePolicies(v string) (map[string]service.ToolPolicy, error) {
+	out := map[string]service.ToolPolicy{}
+	for _, pair := range strings.Split(v, ",") {
+		pair = strings.TrimSpace(pair)
+		if pair == "" {
+			continue
+		}
+		tool, policy, ok := strings.Cut(pair, "=")
+		p := service.ToolPolicy(strings.ToUpper(strings.TrimSpace(policy)))
+		if tool = strings.TrimSpace(tool); !ok || tool == "" || !p.Valid() {
+			return nil, fmt.Errorf("want tool=ALLOW|ASK|DENY pairs separated by commas, got %q", pair)
+		}
+		out[tool] = p
+	}
+	return out, nil
+}
+
+// fmtPolicies writes policies as TOOL_POLICIES reads them, by tool name.
+func fmtPolicies(ps map[string]service.ToolPolicy) string {
+	names := make([]string, 0, len(ps))
+	for name := range ps {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	for i, name := range names {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(name + "=" + string(ps[name]))
+	}
+	return b.String()
 }

@@ -25,6 +25,11 @@ func TestLimitSettingsRefuseBadValuesNamingTheValidOnes(t *testing.T) {
 		"MAX_QUERY_BYTES":    {"lots", "a whole number ≥ 1"},
 		"MAX_QUERY_TOKENS":   {"-5", "a whole number ≥ 1"},
 		"GUEST_SIGNIN_BURST": {"0", "a whole number ≥ 1"},
+
+		"MAX_SOCKETS_PER_ADDRESS":    {"0", "a whole number ≥ 1"},
+		"MAX_SUBSCRIPTIONS_PER_USER": {"many", "a whole number ≥ 1"},
+		"MAX_BODY_READS_PER_ADDRESS": {"-1", "a whole number ≥ 1"},
+		"BODY_READ_TIMEOUT":          {"10ms", "a duration ≥ 100ms"},
 	} {
 		_, err := load(t, map[string]string{env: c.value})
 		if err == nil || !strings.Contains(err.Error(), env) || !strings.Contains(err.Error(), c.valid) {

@@ -99,7 +99,8 @@ func spawnChildArgs(t *testing.T, dataDir string, port int, args []string, env .
 	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
 	cmd.Env = append(os.Environ(), "TALKGRAPH_CHILD=1", "DATA_DIR="+dataDir, fmt.Sprintf("PORT=%d", port), "HOST=127.0.0.1",
 		"DEMO_CHUNK_DELAY=3ms", "FLUSH_INTERVAL=10ms", "RATE_LIMIT=1000", "RATE_BURST=1000", "LOG_LEVEL=warn",
-		"ANON_RATE_LIMIT=1000", "ANON_RATE_BURST=1000", "GUEST_SIGNIN_RATE=60000", "GUEST_SIGNIN_BURST=1000")
+		"ANON_RATE_LIMIT=1000", "ANON_RATE_BURST=1000", "GUEST_SIGNIN_RATE=60000", "GUEST_SIGNIN_BURST=1000",
+		"MAX_SOCKETS_PER_ADDRESS=100000", "MAX_SUBSCRIPTIONS_PER_ADDRESS=100000", "MAX_BODY_READS_PER_ADDRESS=100000")
 	cmd.Env = append(cmd.Env, env...)
 	logf, _ := os.OpenFile(filepath.Join(dataDir, "child.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	cmd.Stdout, cmd.Stderr = logf, logf

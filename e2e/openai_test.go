@@ -26,6 +26,7 @@ import (
 	"github.com/talkgraph/talkgraph/app"
 	"github.com/talkgraph/talkgraph/internal/fakellm"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
+	"github.com/talkgraph/talkgraph/service"
 )
 
 // llmKey is the API key the server is configured with. The provider gets it; a user never
@@ -629,6 +630,7 @@ func TestOpenAIShellToolStopKillsCommand(t *testing.T) {
 		a := startOpenAI(t, store, f, func(c *app.Config) {
 			c.OpenAI.Shell = true
 			c.OpenAI.ShellDir = dir
+			c.Service.ToolPolicies = map[string]service.ToolPolicy{"shell": service.PolicyAllow} // no approval in the way
 		})
 		c := guest(t, a)
 		sid := openAISession(c, nil)
@@ -917,4 +919,77 @@ func TestOpenAIUsageReachesTheRunAndTheMetrics(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
+}
+
+// twoCallsReply streams two function calls in one turn, as a model calling tools in
+// parallel does.
+func twoCallsReply(name string, ids, args [2]string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		for i := range 2 {
+			fakellm.WriteSSE(w, fakellm.Chunk(fakellm.ToolCallDelta(i, ids[i], name), ""),
+				fakellm.Chunk(fakellm.ArgumentsDelta(i, args[i]), ""))
+		}
+		fakellm.WriteSSE(w, fakellm.Chunk(`{}`, "tool_calls"), fakellm.Done)
+	}
+}
+
+// Two shell calls in one turn wait for approval together (the shell tool is ASK by
+// default); the user decides them in the other order, approving the second and rejecting
+// the first: only the second runs, as soon as it is approved, and the model gets both
+// results, under its own call IDs, in one request.
+func TestOpenAIApprovalsOfOneTurn(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("the shell tool runs sh")
+	}
+	eachStore(t, func(t *testing.T, store string) {
+		dir := t.TempDir()
+		one, _ := json.Marshal(map[string]string{"command": "echo one > one.txt; echo one"})
+		two, _ := json.Marshal(map[string]string{"command": "echo two"})
+		f := fakellm.New(t, twoCallsReply("shell", [2]string{"call_one", "call_two"}, [2]string{string(one), string(two)}),
+			fakellm.TextReply("Done."))
+		a := startOpenAI(t, store, f, func(c *app.Config) {
+			c.OpenAI.Shell = true
+			c.OpenAI.ShellDir = dir
+		})
+		c := guest(t, a)
+		sid := openAISession(c, nil)
+		_, evs := c.Connect("graphql-transport-ws").Stream(sid, c.Cursor(sid))
+		_, run := c.Send(sid, "Run both")
+		calls := map[string]string{} // arguments → tool call ID
+		for len(calls) < 2 {
+			e := evs.Until("an approval request", func(e tgtest.Event) bool { return e.Typename == "ToolApprovalRequested" })
+			calls[e.ToolCall.Arguments] = e.ToolCall.ID
+		}
+		if r := decide(c, map[string]any{"toolCallId": calls[string(two)], "decision": "APPROVE"}); len(r.Errors) > 0 {
+			t.Fatal(r.Errors)
+		}
+		ran := evs.Until("the approved call's end", func(e tgtest.Event) bool {
+			return e.Typename == "ToolCallFinished" && e.ToolCall.ID == calls[string(two)]
+		})
+		if ran.ToolCall.Status != "COMPLETED" || !strings.Contains(ran.ToolCall.Output, "two") {
+			t.Errorf("the approved call: %+v", ran.ToolCall)
+		}
+		if r := decide(c, map[string]any{"toolCallId": calls[string(one)], "decision": "REJECT", "reason": "not that one"}); len(r.Errors) > 0 {
+			t.Fatal(r.Errors)
+		}
+		if end := evs.Until("the run's end", tgtest.RunEnds(run)); end.Run.Status != "COMPLETED" {
+			t.Fatalf("run ended %s", end.Run.Status)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "one.txt")); err == nil {
+			t.Error("the rejected call ran")
+		}
+		if n := len(f.Requests()); n != 2 {
+			t.Fatalf("%d requests to the model, want 2: the results go back together", n)
+		}
+		var results []string
+		for _, line := range f.Request(1).Transcript() {
+			if strings.HasPrefix(line, "tool ") {
+				results = append(results, line)
+			}
+		}
+		if len(results) != 2 || !strings.HasPrefix(results[0], "tool call_one: the user rejected this call: not that one") ||
+			!strings.HasPrefix(results[1], "tool call_two: ") || !strings.Contains(results[1], "two") {
+			t.Errorf("the results the model got: %q", results)
+		}
+	})
 }

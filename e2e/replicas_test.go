@@ -80,8 +80,12 @@ func newReplicaSet(t *testing.T, o setOptions) *replicaSet {
 		o.nats = testsvc.NATS(t)
 	}
 	rs := &replicaSet{t: t, db: o.db, nats: o.nats, env: o.env}
+	// The sets of parallel tests share the machine's NATS server: each names its replicas
+	// apart, as two deployments on one server must (a command for a name another
+	// deployment uses could reach that deployment, which cannot open it).
+	set := testsvc.DatabaseName(t, o.db)
 	for i := range o.n {
-		r := &replica{rs: rs, id: fmt.Sprintf("replica-%d", i), port: freePort(t), dir: t.TempDir(), env: o.each[i]}
+		r := &replica{rs: rs, id: fmt.Sprintf("%s-replica-%d", set, i), port: freePort(t), dir: t.TempDir(), env: o.each[i]}
 		rs.reps = append(rs.reps, r)
 		r.start()
 	}

@@ -30,6 +30,12 @@ func (r *Resolver) event(ctx context.Context, ev *service.Event) model.SessionEv
 		return &model.ToolCallOutput{Cursor: cur, At: ev.At, ToolCallID: ev.Key, MessageID: ev.MessageID, Delta: ev.Delta, Offset: ev.Offset}
 	case service.EventToolCallFinished:
 		return &model.ToolCallFinished{Cursor: cur, At: ev.At, ToolCall: ev.ToolCall}
+	case service.EventToolApprovalRequested:
+		return &model.ToolApprovalRequested{Cursor: cur, At: ev.At, ToolCall: ev.ToolCall}
+	case service.EventToolApprovalDecided:
+		return &model.ToolApprovalDecided{Cursor: cur, At: ev.At, ToolCall: ev.ToolCall}
+	case service.EventQuestionWithdrawn:
+		return &model.QuestionWithdrawn{Cursor: cur, At: ev.At, Question: ev.Question}
 	case service.EventSessionUpdated:
 		// The event carries the session's row as it was: a replay shows the title and
 		// settings of then, and the cursor of the event; the state (status, active run,
@@ -58,5 +64,32 @@ func settingsInput(in *model.SessionSettingsInput) service.SettingsInput {
 	if in == nil {
 		return service.SettingsInput{}
 	}
-	return service.SettingsInput{Agent: in.Agent, Model: in.Model, SystemPrompt: in.SystemPrompt, Temperature: in.Temperature, BusyPolicy: in.BusyPolicy}
+	set := service.SettingsInput{Agent: in.Agent, Model: in.Model, SystemPrompt: in.SystemPrompt, Temperature: in.Temperature, BusyPolicy: in.BusyPolicy}
+	if len(in.ToolPolicies) > 0 {
+		set.ToolPolicies = make(map[string]service.ToolPolicy, len(in.ToolPolicies))
+		for _, p := range in.ToolPolicies {
+			set.ToolPolicies[p.Tool] = p.Policy
+		}
+	}
+	return set
+}
+
+// decisionInput is a decision on a tool call as the service takes it.
+func decisionInput(in *model.DecideToolCallInput) service.Decision {
+	d := service.Decision{ToolCallID: in.ToolCallID, Decision: in.Decision}
+	if in.Arguments != nil {
+		d.Arguments = *in.Arguments
+	}
+	if in.Reason != nil {
+		d.Reason = *in.Reason
+	}
+	return d
+}
+
+// optional is s as a nullable String: null when empty.
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

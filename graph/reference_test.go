@@ -1,4 +1,4 @@
-package graph_test
+package graph
 
 import (
 	"fmt"
@@ -28,14 +28,7 @@ import (
 //
 // Built-in scalars and the introspection types are skipped.
 func TestAPIReferenceIsComplete(t *testing.T) {
-	src, err := os.ReadFile("../schema.graphqls")
-	if err != nil {
-		t.Fatal(err)
-	}
-	schema, gerr := gqlparser.LoadSchema(&ast.Source{Name: "schema.graphqls", Input: string(src)})
-	if gerr != nil {
-		t.Fatalf("schema.graphqls: %v", gerr)
-	}
+	schema := loadSchema(t)
 	raw, err := os.ReadFile("../docs/API.md")
 	if err != nil {
 		t.Fatalf("the API reference: %v", err)
@@ -195,4 +188,18 @@ func (r *reference) mentionsIn(typ, word string) bool {
 		}
 	}
 	return false
+}
+
+// loadSchema parses the schema at the repository's root, as clients and gqlgen read it.
+func loadSchema(t *testing.T) *ast.Schema {
+	t.Helper()
+	src, err := os.ReadFile("../schema.graphqls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema, gerr := gqlparser.LoadSchema(&ast.Source{Name: "schema.graphqls", Input: string(src)})
+	if gerr != nil {
+		t.Fatalf("schema.graphqls: %v", gerr)
+	}
+	return schema
 }

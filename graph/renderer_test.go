@@ -2,14 +2,12 @@ package graph
 
 import (
 	"bytes"
-	"os"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/talkgraph/talkgraph/graph/model"
@@ -35,14 +33,7 @@ var renderedTypes = []string{"MessageChunk", "ToolCallOutput", "MessageAdded", "
 // planned with that object's type, a scalar's writer is not given a selection, and the
 // types a selection on a type may name are the type and its interfaces.
 func TestRenderableMatchesTheSchema(t *testing.T) {
-	src, err := os.ReadFile("../schema.graphqls")
-	if err != nil {
-		t.Fatal(err)
-	}
-	schema, gerr := gqlparser.LoadSchema(&ast.Source{Name: "schema.graphqls", Input: string(src)})
-	if gerr != nil {
-		t.Fatalf("schema.graphqls: %v", gerr)
-	}
+	schema := loadSchema(t)
 	for _, typ := range renderedTypes {
 		if _, ok := renderable[typ]; !ok {
 			t.Errorf("renderable has no %s", typ)

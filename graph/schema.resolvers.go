@@ -83,6 +83,39 @@ func (r *mutationResolver) RespondToQuestion(ctx context.Context, input model.Re
 	return &model.RespondToQuestionPayload{Question: q, Run: run}, nil
 }
 
+// DecideToolCall is the resolver for the decideToolCall field.
+func (r *mutationResolver) DecideToolCall(ctx context.Context, input model.DecideToolCallInput) (*model.DecideToolCallPayload, error) {
+	call, run, err := r.Service.DecideToolCall(ctx, decisionInput(&input))
+	if err != nil {
+		return nil, err
+	}
+	return &model.DecideToolCallPayload{ToolCall: call, Run: run}, nil
+}
+
+// RespondToInputs is the resolver for the respondToInputs field.
+func (r *mutationResolver) RespondToInputs(ctx context.Context, input model.RespondToInputsInput) (*model.RespondToInputsPayload, error) {
+	var answers []service.Answer
+	for _, a := range input.Answers {
+		answers = append(answers, service.Answer{QuestionID: a.QuestionID, Answer: a.Answer})
+	}
+	var decisions []service.Decision
+	for _, d := range input.Decisions {
+		decisions = append(decisions, decisionInput(d))
+	}
+	res, err := r.Service.RespondToInputs(ctx, input.SessionID, answers, decisions)
+	if err != nil {
+		return nil, err
+	}
+	out := &model.RespondToInputsPayload{Questions: res.Questions, ToolCalls: res.ToolCalls, Run: res.Run}
+	if out.Questions == nil {
+		out.Questions = []*service.Question{}
+	}
+	if out.ToolCalls == nil {
+		out.ToolCalls = []*service.ToolCall{}
+	}
+	return out, nil
+}
+
 // CancelRun is the resolver for the cancelRun field.
 func (r *mutationResolver) CancelRun(ctx context.Context, sessionID string) (*service.Run, error) {
 	return r.Service.CancelRun(ctx, sessionID)
@@ -149,12 +182,32 @@ func (r *queryResolver) Agents(ctx context.Context) ([]*service.AgentInfo, error
 	return out, nil
 }
 
+// AnswerSchema is the resolver for the answerSchema field.
+func (r *questionResolver) AnswerSchema(ctx context.Context, obj *service.Question) (*string, error) {
+	return optional(obj.AnswerSchema), nil
+}
+
+// WithdrawnReason is the resolver for the withdrawnReason field.
+func (r *questionResolver) WithdrawnReason(ctx context.Context, obj *service.Question) (*string, error) {
+	return optional(obj.WithdrawnReason), nil
+}
+
 // Error is the resolver for the error field.
 func (r *runResolver) Error(ctx context.Context, obj *service.Run) (*string, error) {
 	if obj.Error == "" {
 		return nil, nil
 	}
 	return &obj.Error, nil
+}
+
+// ToolPolicies is the resolver for the toolPolicies field.
+func (r *sessionSettingsResolver) ToolPolicies(ctx context.Context, obj *service.Settings) ([]*service.ToolPolicyEntry, error) {
+	list := r.Service.ToolPolicies(*obj)
+	out := make([]*service.ToolPolicyEntry, len(list))
+	for i := range list {
+		out[i] = &list[i]
+	}
+	return out, nil
 }
 
 // MessageStream is the resolver for the messageStream field.
@@ -202,12 +255,34 @@ func (r *talkSessionResolver) Messages(ctx context.Context, obj *service.Session
 	return conn, nil
 }
 
+// Reason is the resolver for the reason field.
+func (r *toolApprovalResolver) Reason(ctx context.Context, obj *service.ToolApproval) (*string, error) {
+	return optional(obj.Reason), nil
+}
+
 // CallID is the resolver for the callId field.
 func (r *toolCallResolver) CallID(ctx context.Context, obj *service.ToolCall) (*string, error) {
 	if obj.CallID == "" {
 		return nil, nil
 	}
 	return &obj.CallID, nil
+}
+
+// InputSchema is the resolver for the inputSchema field.
+func (r *toolInfoResolver) InputSchema(ctx context.Context, obj *service.ToolInfo) (*string, error) {
+	return optional(obj.InputSchema), nil
+}
+
+// Policy is the resolver for the policy field.
+func (r *toolInfoResolver) Policy(ctx context.Context, obj *service.ToolInfo) (*service.ToolPolicy, error) {
+	if obj.NoPolicy {
+		return nil, nil
+	}
+	p := obj.Policy
+	if p == "" {
+		p = service.PolicyAllow
+	}
+	return &p, nil
 }
 
 // Message returns generated.MessageResolver implementation.
@@ -219,8 +294,16 @@ func (r *Resolver) Mutation() generated.MutationResolver { return &mutationResol
 // Query returns generated.QueryResolver implementation.
 func (r *Resolver) Query() generated.QueryResolver { return &queryResolver{r} }
 
+// Question returns generated.QuestionResolver implementation.
+func (r *Resolver) Question() generated.QuestionResolver { return &questionResolver{r} }
+
 // Run returns generated.RunResolver implementation.
 func (r *Resolver) Run() generated.RunResolver { return &runResolver{r} }
+
+// SessionSettings returns generated.SessionSettingsResolver implementation.
+func (r *Resolver) SessionSettings() generated.SessionSettingsResolver {
+	return &sessionSettingsResolver{r}
+}
 
 // Subscription returns generated.SubscriptionResolver implementation.
 func (r *Resolver) Subscription() generated.SubscriptionResolver { return &subscriptionResolver{r} }
@@ -228,15 +311,25 @@ func (r *Resolver) Subscription() generated.SubscriptionResolver { return &subsc
 // TalkSession returns generated.TalkSessionResolver implementation.
 func (r *Resolver) TalkSession() generated.TalkSessionResolver { return &talkSessionResolver{r} }
 
+// ToolApproval returns generated.ToolApprovalResolver implementation.
+func (r *Resolver) ToolApproval() generated.ToolApprovalResolver { return &toolApprovalResolver{r} }
+
 // ToolCall returns generated.ToolCallResolver implementation.
 func (r *Resolver) ToolCall() generated.ToolCallResolver { return &toolCallResolver{r} }
 
+// ToolInfo returns generated.ToolInfoResolver implementation.
+func (r *Resolver) ToolInfo() generated.ToolInfoResolver { return &toolInfoResolver{r} }
+
 type (
-	messageResolver      struct{ *Resolver }
-	mutationResolver     struct{ *Resolver }
-	queryResolver        struct{ *Resolver }
-	runResolver          struct{ *Resolver }
-	subscriptionResolver struct{ *Resolver }
-	talkSessionResolver  struct{ *Resolver }
-	toolCallResolver     struct{ *Resolver }
+	messageResolver         struct{ *Resolver }
+	mutationResolver        struct{ *Resolver }
+	queryResolver           struct{ *Resolver }
+	questionResolver        struct{ *Resolver }
+	runResolver             struct{ *Resolver }
+	sessionSettingsResolver struct{ *Resolver }
+	subscriptionResolver    struct{ *Resolver }
+	talkSessionResolver     struct{ *Resolver }
+	toolApprovalResolver    struct{ *Resolver }
+	toolCallResolver        struct{ *Resolver }
+	toolInfoResolver        struct{ *Resolver }
 )

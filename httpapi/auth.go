@@ -40,7 +40,7 @@ func authenticate(a *jwtauth.Auth, next http.Handler) http.Handler {
 				next.ServeHTTP(w, r) // connection_init decides
 				return
 			}
-			writeError(w, http.StatusUnauthorized, err)
+			refuse(w, r, http.StatusUnauthorized, err)
 			return
 		}
 		ctx := service.WithUser(r.Context(), id.UserID)

@@ -65,6 +65,21 @@ type HandlerConfig struct {
 	AnonBurst          int     // default 50
 	GuestPerMinute     float64 // guest sign-ins per client address; default 10
 	GuestBurst         int     // default 20
+	// BodyReadTimeout is how long a request's body may take to arrive once its headers
+	// have; default 30s.
+	BodyReadTimeout time.Duration
+	// BodyReadsPerAddress is how many requests of one client address may be sending their
+	// body at once; default 100.
+	BodyReadsPerAddress int
+	// SocketsPerAddress and SocketsPerUser cap the websockets (and server-sent events
+	// subscriptions) open at once from one client address and for one user; default 500
+	// and 100.
+	SocketsPerAddress int
+	SocketsPerUser    int
+	// SubscriptionsPerAddress and SubscriptionsPerUser cap the subscriptions open at once
+	// from one client address and for one user, on every transport; default 5000 and 1000.
+	SubscriptionsPerAddress int
+	SubscriptionsPerUser    int
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client.
 	TrustedProxies []netip.Prefix
 
@@ -100,6 +115,13 @@ func DefaultHandlerConfig() HandlerConfig {
 		AnonBurst:          50,
 		GuestPerMinute:     10,
 		GuestBurst:         20,
+
+		BodyReadTimeout:         30 * time.Second,
+		BodyReadsPerAddress:     100,
+		SocketsPerAddress:       500,
+		SocketsPerUser:          100,
+		SubscriptionsPerAddress: 5000,
+		SubscriptionsPerUser:    1000,
 	}
 }
 
@@ -114,6 +136,11 @@ func (c *HandlerConfig) fill() {
 	pick(&c.MaxDepth, d.MaxDepth)
 	pick(&c.OpsBurst, d.OpsBurst)
 	pick(&c.SubsPerConnection, d.SubsPerConnection)
+	pick(&c.BodyReadsPerAddress, d.BodyReadsPerAddress)
+	pick(&c.SocketsPerAddress, d.SocketsPerAddress)
+	pick(&c.SocketsPerUser, d.SocketsPerUser)
+	pick(&c.SubscriptionsPerAddress, d.SubscriptionsPerAddress)
+	pick(&c.SubscriptionsPerUser, d.SubscriptionsPerUser)
 	c.fillLimits(d)
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = d.MaxBodyBytes
@@ -126,6 +153,9 @@ func (c *HandlerConfig) fill() {
 	}
 	if c.InitTimeout <= 0 {
 		c.InitTimeout = d.InitTimeout
+	}
+	if c.BodyReadTimeout <= 0 {
+		c.BodyReadTimeout = d.BodyReadTimeout
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
@@ -146,7 +176,6 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	log := cfg.Log
 	sockets := &graphqlws.Transport{
 		Authenticate:     wsAuthenticate(cfg.Auth),
-		Values:           wsValues,
 		CheckOrigin:      originChecker(cfg.AllowedOrigins),
 		KeepAlive:        cfg.KeepAlive,
 		InitTimeout:      cfg.InitTimeout,
@@ -155,13 +184,20 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 		Log:              log,
 	}
 
+	addrs := clientAddresses{trusted: cfg.TrustedProxies}
+	crowd := newCrowding(addrs, cfg)
+	sockets.Values = wsValues(addrs)
+	sockets.Admit = crowd.admitUpgrade
+	sockets.AdmitUser = crowd.admitUser
+	sockets.AdmitSubscription = crowd.admitSubscription
+
 	resolver := &graph.Resolver{Service: svc}
 	gql := handler.New(generated.NewExecutableSchema(generated.Config{Resolvers: resolver}))
 	if cfg.Tracing != nil {
 		gql.Use(newOperationTracing(cfg.Tracing))
 	}
 	gql.AddTransport(sockets)
-	gql.AddTransport(sse{keepAlive: cfg.KeepAlive, log: log})
+	gql.AddTransport(sse{keepAlive: cfg.KeepAlive, log: log, admit: crowd.admitStream})
 	gql.AddTransport(transport.Options{})
 	// plainHTTP: no subscriptions; checkedGET and checkedPOST check the request first.
 	gql.AddTransport(plainHTTP{checkedGET{transport.GET{}}})
@@ -179,17 +215,20 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	build.Set(1)
 	reg.MustRegister(build)
 
-	addrs := clientAddresses{trusted: cfg.TrustedProxies}
 	anonymous := newKeyedLimiter(cfg.AnonPerSecond, cfg.AnonBurst)
 	guests := newKeyedLimiter(cfg.GuestPerMinute/60, cfg.GuestBurst)
+	// Every path reads a request's body through body, once the checks that need only the
+	// headers have passed; a path that takes no body would otherwise have the HTTP server
+	// read it, for as long as it takes, before answering.
+	body := &bodies{max: cfg.MaxBodyBytes, timeout: cfg.BodyReadTimeout, reading: newSlots(cfg.BodyReadsPerAddress), addrs: addrs}
 	mux := http.NewServeMux()
-	mux.Handle("/query", limitAnonymous(anonymous, addrs, authenticate(cfg.Auth, limitBody(cfg.MaxBodyBytes, gql))))
-	mux.Handle("/playground", playgroundPage(cfg.Web))
-	mux.Handle("/auth/guest", limitByAddress(guests, addrs, "too many guest sign-ins from your address", guestHandler(cfg.Auth, cfg.GuestSignIn)))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("/query", limitAnonymous(anonymous, addrs, authenticate(cfg.Auth, body.read(gql))))
+	mux.Handle("/playground", body.read(playgroundPage(cfg.Web)))
+	mux.Handle("/auth/guest", limitByAddress(guests, addrs, "too many guest sign-ins from your address", body.read(guestHandler(cfg.Auth, cfg.GuestSignIn))))
+	mux.Handle("/healthz", body.read(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+	})))
+	mux.Handle("/readyz", body.read(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := svc.Ready(ctx); err != nil {
@@ -198,18 +237,18 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	})))
+	mux.Handle("/metrics", body.read(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	if cfg.Web != nil {
-		mux.Handle("/", spa(cfg.Web))
+		mux.Handle("/", body.read(spa(cfg.Web)))
 	} else {
-		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		mux.Handle("/", body.read(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path != "/" {
 				http.NotFound(w, r)
 				return
 			}
 			http.Redirect(w, r, "/playground", http.StatusFound)
-		})
+		})))
 	}
 	limiters = append(limiters, anonymous, guests)
 	return &Server{Handler: logRequests(log, mux), sockets: sockets, limiters: limiters}

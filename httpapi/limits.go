@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"net/http"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -43,16 +42,4 @@ func (o operationLimits) MutateOperationContext(ctx context.Context, rc *graphql
 		}
 	}
 	return nil
-}
-
-// limitBody caps request bodies; the JSON decoder then fails with a clear error.
-func limitBody(max int64, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > max {
-			writeError(w, http.StatusRequestEntityTooLarge, service.Errorf(service.EINVALID, "request body is too large: at most %d bytes", max))
-			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, max)
-		next.ServeHTTP(w, r)
-	})
 }

@@ -31,6 +31,7 @@ type metrics struct {
 	owned   *prometheus.Desc
 	taken   *prometheus.Desc
 	broker  *prometheus.Desc
+	dropped *prometheus.Desc
 	queued  *prometheus.Desc
 }
 
@@ -55,13 +56,14 @@ func newMetrics(svc *service.Service, ws *graphqlws.Transport) *metrics {
 		owned:   prometheus.NewDesc("talkgraph_runs_owned", "Runs this replica runs (queued and waiting included).", nil, nil),
 		taken:   prometheus.NewDesc("talkgraph_runs_taken_over_total", "Runs this replica took over from replicas that were gone.", nil, nil),
 		broker:  prometheus.NewDesc("talkgraph_broker_reconnects_total", "Times the connection to NATS came back after a loss.", nil, nil),
+		dropped: prometheus.NewDesc("talkgraph_bus_dropped_total", "Messages from NATS dropped unread, by reason: unopenable (not sealed with this deployment's bus key, or altered), stale, replayed.", []string{"reason"}, nil),
 		usage:   prometheus.NewDesc("talkgraph_model_tokens_total", "Tokens agents reported, by model and kind (input, output, cached_input).", []string{"model", "kind"}, nil),
 	}
 }
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.latency.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.runs, m.subs, m.chunks, m.busy, m.waiting, m.sockets, m.rounds, m.batches, m.failed, m.inStore, m.queued, m.usage, m.owned, m.taken, m.broker} {
+	for _, d := range []*prometheus.Desc{m.runs, m.subs, m.chunks, m.busy, m.waiting, m.sockets, m.rounds, m.batches, m.failed, m.inStore, m.queued, m.usage, m.owned, m.taken, m.broker, m.dropped} {
 		ch <- d
 	}
 }
@@ -85,6 +87,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.owned, prometheus.GaugeValue, float64(st.RunsOwned))
 	ch <- prometheus.MustNewConstMetric(m.taken, prometheus.CounterValue, float64(st.Takeovers))
 	ch <- prometheus.MustNewConstMetric(m.broker, prometheus.CounterValue, float64(st.BrokerReconnects))
+	for reason, n := range st.BusDropped {
+		ch <- prometheus.MustNewConstMetric(m.dropped, prometheus.CounterValue, float64(n), reason)
+	}
 	for model, u := range st.Usage {
 		ch <- prometheus.MustNewConstMetric(m.usage, prometheus.CounterValue, float64(u.InputTokens), model, "input")
 		ch <- prometheus.MustNewConstMetric(m.usage, prometheus.CounterValue, float64(u.OutputTokens), model, "output")

@@ -186,18 +186,19 @@ func ParseTrustedProxies(s string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// tooMany answers 429 with Retry-After and a RATE_LIMITED error.
-func tooMany(w http.ResponseWriter, wait time.Duration, what string) {
+// tooMany answers 429 with Retry-After and a RATE_LIMITED error, without reading the
+// request's body (see refuse).
+func tooMany(w http.ResponseWriter, r *http.Request, wait time.Duration, what string) {
 	secs := int(math.Ceil(wait.Seconds()))
 	w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-	writeError(w, http.StatusTooManyRequests, service.Errorf(service.ERATELIMIT, "%s; try again in %d s", what, max(secs, 1)))
+	refuse(w, r, http.StatusTooManyRequests, service.Errorf(service.ERATELIMIT, "%s; try again in %d s", what, max(secs, 1)))
 }
 
 // limitByAddress limits the requests of each client address.
 func limitByAddress(l *keyedLimiter, addrs clientAddresses, what string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if ok, wait := l.allow(addrs.of(r)); !ok {
-			tooMany(w, wait, what)
+			tooMany(w, r, wait, what)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -205,15 +206,16 @@ func limitByAddress(l *keyedLimiter, addrs clientAddresses, what string, next ht
 }
 
 // limitAnonymous limits, per client address, the requests that come without a user: those
-// without an Authorization header at once (before any other work), those whose token
-// authenticate refuses when it does (see chargeAnonymous). Websocket upgrades carry their
-// token in connection_init, so each counts as anonymous.
+// without an Authorization header at once, as their headers arrive (before any other work,
+// the body's reading included: a refused request's body is not read, see refuse), those
+// whose token authenticate refuses when it does (see chargeAnonymous). Websocket upgrades
+// carry their token in connection_init, so each counts as anonymous.
 func limitAnonymous(l *keyedLimiter, addrs clientAddresses, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		charge := func(w http.ResponseWriter) bool {
 			ok, wait := l.allow(addrs.of(r))
 			if !ok {
-				tooMany(w, wait, "too many requests without a valid token from your address")
+				tooMany(w, r, wait, "too many requests without a valid token from your address")
 			}
 			return ok
 		}

@@ -36,6 +36,9 @@ type sse struct {
 	keepAlive    time.Duration
 	writeTimeout time.Duration // default 10s, as websockets'
 	log          *slog.Logger  // what subscriptions report (see graph.Subscribe)
+	// admit, when set, is asked before a subscription starts whether the request may hold
+	// one (see crowding.admitStream); an error refuses it, release is called once it ends.
+	admit func(ctx context.Context, r *http.Request) (release func(), err error)
 }
 
 var _ graphql.Transport = sse{}
@@ -143,7 +146,17 @@ func (t sse) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecut
 		return
 	}
 	if rc.Operation.Operation == ast.Subscription {
+		release := func() {}
+		if t.admit != nil {
+			var err error
+			if release, err = t.admit(ctx, r); err != nil {
+				write(nextEvent(&graphql.Response{Errors: gqlerror.List{graph.Error(err)}}))
+				write([]byte("event: complete\n\n"))
+				return
+			}
+		}
 		t.stream(ctx, exec, rc, write)
+		release()
 	} else {
 		responses, rctx := exec.DispatchOperation(graphql.WithOperationContext(ctx, rc), rc)
 		for {

@@ -36,14 +36,17 @@ func originChecker(allowed []string) func(*http.Request) bool {
 }
 
 // wsValues keeps of a websocket's upgrade request the identity its Authorization header
-// proved, if any (wsAuthenticate falls back on it), and nothing else: the request's own
-// context holds the HTTP server's state for the connection it came on.
-func wsValues(r *http.Request) context.Context {
-	ctx := context.Background()
-	if id, ok := r.Context().Value(identityKey{}).(jwtauth.Identity); ok {
-		ctx = context.WithValue(ctx, identityKey{}, id)
+// proved, if any (wsAuthenticate falls back on it), and its client address (which its
+// subscriptions count against, see crowding), and nothing else: the request's own context
+// holds the HTTP server's state for the connection it came on.
+func wsValues(addrs clientAddresses) func(r *http.Request) context.Context {
+	return func(r *http.Request) context.Context {
+		ctx := context.WithValue(context.Background(), clientAddrKey{}, addrs.of(r))
+		if id, ok := r.Context().Value(identityKey{}).(jwtauth.Identity); ok {
+			ctx = context.WithValue(ctx, identityKey{}, id)
+		}
+		return ctx
 	}
-	return ctx
 }
 
 // wsAuthenticate authorises a websocket with the token of connection_init's payload

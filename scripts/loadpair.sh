@@ -11,6 +11,11 @@
 #   bash scripts/loadpair.sh /tmp/pair 3 paced,burst old=/tmp/old/talkgraph new=/tmp/new/talkgraph
 # The load generator is built from this checkout. Set DATABASE_URL=memory: for the
 # in-memory store; every other variable of the environment reaches both servers.
+#
+# With REPLICAS=N (N > 1) each build runs as N replicas on a fresh PostgreSQL database and
+# the machine's NATS (bash scripts/services.sh starts them), on ports from PORT on, and the
+# load is given every replica's URL; add -cross after -- to make every session cross
+# between two of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,27 +35,44 @@ load="$out/talkgraph-load"
 go build -o "$load" ./cmd/talkgraph-load
 
 port=${PORT:-18080}
+replicas=${REPLICAS:-1}
 secret=load-test-secret-0123
 for round in $(seq 1 "$rounds"); do
   for build in $(printf '%s\n' "${builds[@]}" | shuf); do
     name=${build%%=*} bin=${build#*=}
     data=$(mktemp -d)
-    AUTH_SECRET=$secret WORKERS=2000 DEMO_CHUNK_DELAY=25ms ANON_RATE_LIMIT=100000 \
-      ANON_RATE_BURST=100000 RATE_LIMIT=1000 RATE_BURST=1000 SUBSCRIBE_BURST=100000 \
-      PORT=$port DATA_DIR="$data" LOG_LEVEL=warn "$bin" >"$data/server.log" 2>&1 &
-    pid=$!
-    for _ in $(seq 1 100); do
-      curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break
-      sleep 0.1
+    env=()
+    if [ "$replicas" -gt 1 ]; then
+      db="loadpair_$(date +%s%N)"
+      psql "postgres://postgres@127.0.0.1:5432/postgres" -qc "CREATE DATABASE $db"
+      env=("DATABASE_URL=postgres://postgres@127.0.0.1:5432/$db?sslmode=disable" "NATS_URL=${NATS_URL:-nats://127.0.0.1:4222}")
+    fi
+    pids=() urls=()
+    for i in $(seq 0 $((replicas - 1))); do
+      p=$((port + i))
+      env "${env[@]}" AUTH_SECRET=$secret WORKERS=2000 DEMO_CHUNK_DELAY=25ms ANON_RATE_LIMIT=100000 \
+        ANON_RATE_BURST=100000 RATE_LIMIT=1000 RATE_BURST=1000 SUBSCRIBE_BURST=100000 \
+        MAX_SOCKETS_PER_ADDRESS=100000 MAX_SUBSCRIPTIONS_PER_ADDRESS=100000 MAX_BODY_READS_PER_ADDRESS=100000 \
+        PORT=$p REPLICA_ID="$name-$p" DATA_DIR="$data/$i" LOG_LEVEL=warn "$bin" >"$data/server-$i.log" 2>&1 &
+      pids+=($!) urls+=("http://127.0.0.1:$p")
+    done
+    for u in "${urls[@]}"; do
+      for _ in $(seq 1 100); do
+        curl -sf "$u/readyz" >/dev/null && break
+        sleep 0.1
+      done
     done
     file="$out/$name-$round-${scenarios//,/+}.json"
     echo "round $round: $name ($scenarios) -> $file" >&2
-    if ! "$load" -url "http://127.0.0.1:$port" -auth-secret $secret -scenario "$scenarios" \
+    if ! "$load" -url "$(IFS=,; echo "${urls[*]}")" -auth-secret $secret -scenario "$scenarios" \
       -json -quiet "${extra[@]}" >"$file"; then
       echo "  the load generator reported errors (see $file)" >&2
     fi
-    kill "$pid"
-    wait "$pid" 2>/dev/null || true
+    kill "${pids[@]}"
+    wait "${pids[@]}" 2>/dev/null || true
+    if [ "$replicas" -gt 1 ]; then
+      psql "postgres://postgres@127.0.0.1:5432/postgres" -qc "DROP DATABASE $db WITH (FORCE)"
+    fi
     rm -rf "$data"
   done
 done

@@ -60,6 +60,8 @@ type Command struct {
 	Answer     string         `json:"answer,omitempty"`
 	Title      string         `json:"title,omitempty"`
 	Settings   *SettingsInput `json:"settings,omitempty"`
+	Answers    []Answer       `json:"answers,omitempty"`
+	Decisions  []Decision     `json:"decisions,omitempty"`
 }
 
 // Command operations.
@@ -70,6 +72,7 @@ const (
 	opDelete   = "delete"
 	opRename   = "rename"
 	opSettings = "settings"
+	opInputs   = "inputs"
 )
 
 // Reply is what a command returned: its error's code and message, or its results.
@@ -86,6 +89,8 @@ type Reply struct {
 	Run       *Run         `json:"run,omitempty"`
 	Question  *Question    `json:"question,omitempty"`
 	Session   *TalkSession `json:"session,omitempty"`
+	Questions []*Question  `json:"questions,omitempty"`
+	ToolCalls []*ToolCall  `json:"toolCalls,omitempty"`
 }
 
 // NotServedReply is the reply of a replica that does not run the session's agent.
@@ -136,4 +141,12 @@ func DecodeReply(b []byte) (*Reply, error) {
 // Stats.BrokerReconnects.
 type ReconnectCounter interface {
 	Reconnects() int64
+}
+
+// DropCounter is an ability of a Cluster that refuses what it receives when it cannot
+// trust it. Dropped counts the messages dropped, by reason (a Cluster names its reasons;
+// the NATS one: "unopenable", "stale", "replayed"); the service reports them in
+// Stats.BusDropped.
+type DropCounter interface {
+	Dropped() map[string]int64
 }

@@ -55,11 +55,11 @@ func Derive(events []*Event) Changes {
 			if q := ev.Question; q != nil {
 				c.Questions = upsertRow(c.Questions, qs, q.ID, q)
 			}
-		case EventQuestionAsked, EventQuestionAnswered:
+		case EventQuestionAsked, EventQuestionAnswered, EventQuestionWithdrawn:
 			if q := ev.Question; q != nil {
 				c.Questions = upsertRow(c.Questions, qs, q.ID, q)
 			}
-		case EventToolCallStarted, EventToolCallFinished:
+		case EventToolCallStarted, EventToolCallFinished, EventToolApprovalRequested, EventToolApprovalDecided:
 			if tc := ev.ToolCall; tc != nil {
 				c.ToolCalls = upsertRow(c.ToolCalls, calls, tc.ID, tc)
 			}

@@ -80,14 +80,62 @@ func (s RunStatus) Final() bool {
 	return false
 }
 
-// ToolCallStatus is where a tool call is in its life.
+// ToolCallStatus is where a tool call is in its life. AWAITING_APPROVAL waits for the
+// user's decision (see ToolApproval); RUNNING runs; the others are final: REJECTED never
+// ran (the user rejected it, or the tool policy denies it).
 type ToolCallStatus string
 
 const (
-	ToolRunning   ToolCallStatus = "RUNNING"
-	ToolCompleted ToolCallStatus = "COMPLETED"
-	ToolFailed    ToolCallStatus = "FAILED"
-	ToolCancelled ToolCallStatus = "CANCELLED"
+	ToolAwaitingApproval ToolCallStatus = "AWAITING_APPROVAL"
+	ToolRunning          ToolCallStatus = "RUNNING"
+	ToolCompleted        ToolCallStatus = "COMPLETED"
+	ToolFailed           ToolCallStatus = "FAILED"
+	ToolCancelled        ToolCallStatus = "CANCELLED"
+	ToolRejected         ToolCallStatus = "REJECTED"
+)
+
+// ToolDecision is what the user decided about a call that waited for approval.
+type ToolDecision string
+
+const (
+	DecisionApprove ToolDecision = "APPROVE"
+	DecisionReject  ToolDecision = "REJECT"
+)
+
+// ToolPolicy says what becomes of a tool's calls: ALLOW runs them, ASK waits for the
+// user's approval first, DENY never runs them (and keeps the tool from a model).
+type ToolPolicy string
+
+const (
+	PolicyAllow ToolPolicy = "ALLOW"
+	PolicyAsk   ToolPolicy = "ASK"
+	PolicyDeny  ToolPolicy = "DENY"
+)
+
+// Valid reports whether p is one of the known policies.
+func (p ToolPolicy) Valid() bool { return p == PolicyAllow || p == PolicyAsk || p == PolicyDeny }
+
+// ToolApproval is the approval a tool call needed: what the agent asked to run it with,
+// and the user's decision (nil while it waits, and for a call withdrawn without one:
+// Reason then says why, e.g. "expired").
+type ToolApproval struct {
+	RequestedArguments string        `json:"requestedArguments"`
+	Decision           *ToolDecision `json:"decision,omitempty"`
+	Reason             string        `json:"reason,omitempty"`
+	DecidedAt          *time.Time    `json:"decidedAt,omitempty"`
+	// DecidedBy is the user who decided.
+	DecidedBy string    `json:"decidedBy,omitempty"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// Why an input stopped waiting without an answer or a decision (Question.WithdrawnReason,
+// ToolApproval.Reason of a withdrawn call).
+const (
+	ReasonExpired     = "expired"
+	ReasonStopped     = "stopped"
+	ReasonInterrupted = "interrupted"
+	ReasonFailed      = "the run failed"
+	ReasonAgentDone   = "the agent stopped waiting"
 )
 
 // Settings are a session's agent settings. Empty strings and nil mean "the agent's default".
@@ -97,6 +145,9 @@ type Settings struct {
 	SystemPrompt *string    `json:"systemPrompt,omitempty"`
 	Temperature  *float64   `json:"temperature,omitempty"`
 	BusyPolicy   BusyPolicy `json:"busyPolicy"`
+	// ToolPolicies are the session's own policies by tool name, over the server's
+	// defaults (see Service.EffectivePolicies).
+	ToolPolicies map[string]ToolPolicy `json:"toolPolicies,omitempty"`
 }
 
 // Size is what a session's own fields weigh against its user's storage quota: its title
@@ -108,6 +159,9 @@ func (s *TalkSession) Size() int64 {
 	}
 	if s.Settings.SystemPrompt != nil {
 		n += len(*s.Settings.SystemPrompt)
+	}
+	for name, p := range s.Settings.ToolPolicies {
+		n += len(name) + len(p)
 	}
 	return int64(n)
 }
@@ -177,16 +231,28 @@ type Usage struct {
 
 // Question is the agent asking the user, and waiting.
 type Question struct {
-	ID         string
-	RunID      string
-	SessionID  string
-	Prompt     string
-	Choices    []string
-	Answer     *string
-	AskedAt    time.Time
-	AnsweredAt *time.Time
-	// Withdrawn is set when the run ended before the question was answered.
-	Withdrawn bool
+	ID        string
+	RunID     string
+	SessionID string
+	Prompt    string
+	Choices   []string
+	// Multiple lets several of Choices be picked: the answer is a JSON array of them.
+	Multiple bool
+	// AnswerSchema, when set, is a JSON Schema (as JSON text) the answer must satisfy,
+	// the answer being JSON.
+	AnswerSchema string
+	Answer       *string
+	AskedAt      time.Time
+	AnsweredAt   *time.Time
+	// ExpiresAt is when the question stops waiting (nil for questions of older releases).
+	ExpiresAt *time.Time
+	// Withdrawn is set when the question stopped waiting before it was answered: its run
+	// ended, it expired, or the agent stopped waiting; WithdrawnReason says which.
+	Withdrawn       bool
+	WithdrawnReason string
+	// ToolCallID is the tool call this question answers (an agent's ask_user tool), if
+	// any: the answer is that call's result.
+	ToolCallID string
 }
 
 // ToolCall is a tool an agent called while writing a message.
@@ -206,6 +272,8 @@ type ToolCall struct {
 	Status     ToolCallStatus
 	StartedAt  time.Time
 	FinishedAt *time.Time
+	// Approval is the approval the call needed; nil when it needed none.
+	Approval *ToolApproval
 }
 
 // EventType names a kind of session event.
@@ -222,6 +290,12 @@ const (
 	EventToolCallOutput   EventType = "ToolCallOutput"
 	EventToolCallFinished EventType = "ToolCallFinished"
 	EventSessionUpdated   EventType = "SessionUpdated"
+	// EventToolApprovalRequested: a call waits for the user's decision (ToolCall set);
+	// EventToolApprovalDecided: the user approved it (it runs now) or rejected it.
+	EventToolApprovalRequested EventType = "ToolApprovalRequested"
+	EventToolApprovalDecided   EventType = "ToolApprovalDecided"
+	// EventQuestionWithdrawn: a question stopped waiting without an answer (Question set).
+	EventQuestionWithdrawn EventType = "QuestionWithdrawn"
 )
 
 // Chunky reports whether events of type t stream text (a delta at an offset) that the log

@@ -59,7 +59,7 @@ func TestAgents(t *testing.T) {
 			t.Error("zeta was not replaced")
 		}
 		list := a.List()
-		if len(list) != 2 || list[0] != (service.AgentInfo{Name: "alpha", Description: "a"}) || list[1] != (service.AgentInfo{Name: "zeta", Description: "z2"}) {
+		if len(list) != 2 || list[0].Name != "alpha" || list[0].Description != "a" || list[1].Name != "zeta" || list[1].Description != "z2" {
 			t.Errorf("List = %+v", list)
 		}
 	})

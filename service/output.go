@@ -56,104 +56,29 @@ func (o *output) Text(delta string) error {
 }
 
 func (o *output) Ask(ctx context.Context, prompt string, choices []string) (string, error) {
-	s, ar := o.s, o.ar
-	if strings.TrimSpace(prompt) == "" {
-		return "", Errorf(EINVALID, "the agent asked an empty question")
-	}
-	prompt = truncateBytes(strings.ToValidUTF8(prompt, "\uFFFD"), s.cfg.MaxMessageBytes)
-	st := ar.st
-	st.mu.Lock()
-	if ar.sealed || ar.writeErr != nil {
-		st.mu.Unlock()
-		return "", o.ended()
-	}
-	t := s.begin(st)
-	s.writeText(t, ar)
-	if ar.msg != nil {
-		s.completeMessage(t, ar, MessageComplete, "")
-	}
-	now := s.now()
-	q := &Question{ID: newID(), RunID: ar.run.ID, SessionID: st.id, Prompt: prompt, Choices: append([]string(nil), choices...), AskedAt: now}
-	qm := &Message{ID: newID(), SessionID: st.id, Role: RoleAssistant, Kind: KindQuestion, Content: prompt, Status: MessageComplete, RunID: ar.run.ID, QuestionID: q.ID, CreatedAt: now}
-	snap := *ar.run
-	snap.Status = RunWaitingForInput
-	asked, withMsg := *q, *q
-	s.add(t, &Event{Type: EventMessageAdded, Message: qm, Question: &withMsg}, &Event{Type: EventQuestionAsked, Question: &asked}, runEvent(&snap))
-	t.onCommit(func() {
-		ar.question = q
-		ar.run.setState(&snap)
-	})
-	if err := s.commitLocked(ar.ctx, t); err != nil {
-		st.mu.Unlock()
+	p, err := o.Pose(QuestionSpec{Prompt: prompt, Choices: choices})
+	if err != nil {
 		return "", err
 	}
-	st.mu.Unlock()
-
-	// Waiting for a person takes no slot.
-	if ar.holdsSlot.Swap(false) {
-		s.sched.release(ar.run.UserID)
-	}
-	var answer string
-	select {
-	case answer = <-ar.answer:
-	case <-ar.ctx.Done():
-		return "", o.ended()
-	case <-ctx.Done():
-		// The agent gave up waiting (its own deadline): the question is withdrawn and the
-		// run works again, unless an answer came first.
-		var err error
-		if answer, err = o.stopWaiting(q); err != nil {
-			return "", err
-		}
-		if answer == "" {
-			if err := s.sched.acquire(ar.ctx, ar.run.UserID, true); err != nil {
-				return "", err
-			}
-			ar.holdsSlot.Store(true)
-			return "", ctx.Err()
-		}
-	}
-	if err := s.sched.acquire(ar.ctx, ar.run.UserID, true); err != nil {
-		return "", err
-	}
-	ar.holdsSlot.Store(true)
-	return answer, nil
+	return p.Wait(ctx)
 }
 
-// stopWaiting withdraws q, which the run no longer waits for, and puts the run back to
-// work; it returns the answer instead when one was written first.
-func (o *output) stopWaiting(q *Question) (string, error) {
-	s, ar := o.s, o.ar
-	st := ar.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if ar.question != q || ar.run.Status != RunWaitingForInput || ar.sealed {
-		select {
-		case answer := <-ar.answer: // answered meanwhile
-			return answer, nil
-		default:
-			return "", o.ended()
-		}
+func (o *output) Pose(spec QuestionSpec) (Pending, error) {
+	w, err := o.pose(spec)
+	if err != nil {
+		return nil, err
 	}
-	t := s.begin(st)
-	withdrawn := *q
-	withdrawn.Withdrawn = true
-	snap := *ar.run
-	snap.Status = RunRunning
-	ev := runEvent(&snap)
-	ev.Question = &withdrawn // Derive: the question's row says it is withdrawn
-	s.add(t, ev)
-	t.onCommit(func() {
-		ar.question = nil
-		ar.run.setState(&snap)
-	})
-	if err := s.commitLocked(ar.ctx, t); err != nil {
-		return "", err
-	}
-	return "", nil
+	return &pending{o: o, w: w}, nil
 }
 
-func (o *output) StartTool(id, name, arguments string) (ToolHandle, error) {
+// deniedReason is what a call the tool policy denies is told.
+const deniedReason = "the session's tool policy denies this tool"
+
+func (o *output) StartTool(id, name, arguments string, opts ...ToolOption) (ToolHandle, error) {
+	var opt toolOptions
+	for _, f := range opts {
+		f(&opt)
+	}
 	s, ar := o.s, o.ar
 	st := ar.st
 	st.mu.Lock()
@@ -161,17 +86,48 @@ func (o *output) StartTool(id, name, arguments string) (ToolHandle, error) {
 	if ar.sealed || ar.writeErr != nil {
 		return nil, o.ended()
 	}
+	if id != "" {
+		for _, tool := range ar.tools { // a call of this run, started before it resumed
+			if tool.call.CallID == id && tool.call.Name == name {
+				return &toolHandle{o: o, tool: tool}, nil
+			}
+		}
+	}
+	policy := PolicyAllow
+	if info, ok := ar.toolInfo(name); !ok || !info.NoPolicy {
+		policy = s.policyOf(name, info.Policy, ar.settings)
+		if opt.alwaysAsk && policy == PolicyAllow {
+			policy = PolicyAsk
+		}
+	}
 	if ar.msg == nil {
 		s.newMessageLocked(ar)
 	}
 	t := s.begin(st)
 	s.announce(t, ar) // the call belongs to the message
 	s.writeText(t, ar)
+	now := s.now()
 	call := &ToolCall{ID: newID(), CallID: truncate(id, 200), RunID: ar.run.ID, SessionID: st.id, MessageID: ar.msg.ID,
-		Name: truncate(name, 100), Arguments: arguments, Status: ToolRunning, StartedAt: s.now()}
+		Name: truncate(name, 100), Arguments: arguments, Status: ToolRunning, StartedAt: now}
+	var w *waiting
+	switch policy {
+	case PolicyDeny:
+		reason := deniedReason
+		call.Status, call.Error, call.FinishedAt = ToolRejected, &reason, &now
+	case PolicyAsk:
+		expires := s.expiryFor(now, opt.expiresIn)
+		call.Status = ToolAwaitingApproval
+		call.Approval = &ToolApproval{RequestedArguments: arguments, ExpiresAt: expires}
+	}
 	cp := *call
 	s.add(t, &Event{Type: EventToolCallStarted, ToolCall: &cp})
 	tool := &toolState{call: call, fromSeq: t.next}
+	if policy == PolicyAsk {
+		requested := *call
+		s.add(t, &Event{Type: EventToolApprovalRequested, ToolCall: &requested})
+		w = &waiting{id: call.ID, tool: tool, expiresAt: call.Approval.ExpiresAt, done: make(chan inputEnd, 1)}
+		s.openLocked(t, ar, w)
+	}
 	t.onCommit(func() { ar.tools[call.ID] = tool })
 	if err := s.commitLocked(ar.ctx, t); err != nil {
 		return nil, err
@@ -231,6 +187,50 @@ type toolHandle struct {
 
 func (h *toolHandle) ID() string { return h.tool.call.ID }
 
+func (h *toolHandle) AwaitsApproval() bool {
+	h.o.ar.st.mu.Lock()
+	defer h.o.ar.st.mu.Unlock()
+	return h.tool.call.Status == ToolAwaitingApproval
+}
+
+func (h *toolHandle) Approval(ctx context.Context) (string, error) {
+	o, ar, tool := h.o, h.o.ar, h.tool
+	ar.st.mu.Lock()
+	call := *tool.call
+	w := ar.inputs[call.ID]
+	ar.st.mu.Unlock()
+	if w == nil {
+		return approvalOf(&call)
+	}
+	end, err := o.wait(ctx, w)
+	switch {
+	case err != nil:
+		return "", err
+	case end.rejected != nil:
+		return "", end.rejected
+	}
+	return end.arguments, nil
+}
+
+// approvalOf is Approval's answer for a call that waits no more.
+func approvalOf(call *ToolCall) (string, error) {
+	switch call.Status {
+	case ToolAwaitingApproval:
+		return "", Errorf(ECONFLICT, "the call is not waiting here") // its run ended
+	case ToolRejected:
+		if a := call.Approval; a != nil && a.Decision != nil {
+			return "", &Rejected{Reason: a.Reason, ByUser: true}
+		}
+		return "", &Rejected{Reason: deniedReason}
+	case ToolCancelled:
+		if a := call.Approval; a != nil && a.Reason != "" {
+			return "", &Rejected{Reason: a.Reason}
+		}
+		return "", &Rejected{Reason: "it was cancelled"}
+	}
+	return call.Arguments, nil
+}
+
 func (h *toolHandle) Output(delta string) error {
 	if delta == "" {
 		return nil
@@ -242,8 +242,8 @@ func (h *toolHandle) Output(delta string) error {
 	if ar.sealed || ar.writeErr != nil {
 		return h.o.ended()
 	}
-	if h.tool.call.Status != ToolRunning {
-		return Errorf(ECONFLICT, "the tool call has finished")
+	if err := h.tool.runningErr(); err != nil {
+		return err
 	}
 	if h.tool.out.bytes+len(delta) > s.cfg.MaxReplyBytes {
 		return Errorf(EINVALID, "the tool's output is longer than this server allows")
@@ -260,8 +260,8 @@ func (h *toolHandle) Finish(result string, err error) error {
 	if ar.sealed || ar.writeErr != nil {
 		return h.o.ended()
 	}
-	if tool.call.Status != ToolRunning {
-		return Errorf(ECONFLICT, "the tool call has finished")
+	if err := tool.runningErr(); err != nil {
+		return err
 	}
 	t := s.begin(ar.st)
 	if err != nil {
@@ -275,4 +275,16 @@ func (h *toolHandle) Finish(result string, err error) error {
 		s.finishTool(t, tool, ToolCompleted, &r, nil)
 	}
 	return s.commitLocked(ar.ctx, t)
+}
+
+// runningErr is ECONFLICT when the call is not running: it waits for approval, or it is
+// over (finished, rejected, cancelled).
+func (tool *toolState) runningErr() error {
+	switch tool.call.Status {
+	case ToolRunning:
+		return nil
+	case ToolAwaitingApproval:
+		return Errorf(ECONFLICT, "the tool call waits for the user's approval")
+	}
+	return Errorf(ECONFLICT, "the tool call has finished")
 }

@@ -340,7 +340,7 @@ func TestOutputStartTool(t *testing.T) {
 func TestToolHandle(t *testing.T) {
 	t.Run("Output streams what the tool prints", func(t *testing.T) {
 		svc, sess, _, tn, f := puppetRun(t, setup{})
-		tool, _ := tn.out.StartTool("", "shell", "ls")
+		tool, _ := tn.out.StartTool("", "files", "ls")
 		tool.Output("a.txt\n")
 		evs := f.until(is(service.EventToolCallOutput))
 		tool.Output("b.txt\n")
@@ -361,7 +361,7 @@ func TestToolHandle(t *testing.T) {
 
 	t.Run("Finish ends the call with a result", func(t *testing.T) {
 		_, _, run, tn, f := puppetRun(t, setup{})
-		tool, _ := tn.out.StartTool("", "shell", "ls")
+		tool, _ := tn.out.StartTool("", "files", "ls")
 		tool.Output("a.txt\n")
 		if err := tool.Finish("1 file", nil); err != nil {
 			t.Fatal(err)
@@ -375,9 +375,9 @@ func TestToolHandle(t *testing.T) {
 
 	t.Run("Finish ends the call with an error when err is non-nil", func(t *testing.T) {
 		_, _, run, tn, f := puppetRun(t, setup{})
-		t1, _ := tn.out.StartTool("", "shell", "rm")
+		t1, _ := tn.out.StartTool("", "files", "rm")
 		t1.Finish("ignored", service.Errorf(service.EINVALID, "permission denied"))
-		t2, _ := tn.out.StartTool("", "shell", "cat")
+		t2, _ := tn.out.StartTool("", "files", "cat")
 		t2.Finish("", errors.New("no such file"))
 		tn.finish(nil)
 		evs := f.until(runEnds(run.ID))

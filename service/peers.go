@@ -1,7 +1,9 @@
 package service
 
 import (
+	"cmp"
 	"context"
+	"slices"
 )
 
 // peers is everything that differs between a process that has its store to itself and
@@ -160,20 +162,47 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 		return err
 	}
 	cctx, cancel := context.WithCancel(context.Background())
-	ar := &activeRun{st: st, run: run, ctx: cctx, cancel: cancel, answer: make(chan string, 1), tools: map[string]*toolState{}}
-	for _, c := range running {
+	ar := newActiveRun(st, run, cctx, cancel)
+	for _, c := range calls {
 		ar.tools[c.ID] = &toolState{call: c, out: restored(texts[c.ID]), fromSeq: from + 1}
 	}
 
 	if run.Status == RunWaitingForInput {
-		// No agent waits in this process: the run is parked until its question is answered
-		// (it then starts again on the history) or it ends.
+		// No agent waits in this process: the run is parked until nothing is left to wait
+		// on (it then starts again on the history) or it ends. What waits is armed to
+		// expire; a call that was running (approved, or running beside what waits) may
+		// have run, and ends FAILED: it is never run again behind the user's back.
 		qs, err := s.runQuestions(ctx, msgs)
 		if err != nil {
 			return err
 		}
-		ar.question = pendingOf(qs)
 		s.adoptLocked(st, ar, true)
+		t := s.begin(st)
+		for _, c := range running {
+			if asksFor(qs, c) {
+				continue // an ask_user call: the answer will be its result
+			}
+			why := "the server stopped while this call ran; it was not run again"
+			s.finishTool(t, ar.tools[c.ID], ToolFailed, nil, &why)
+		}
+		var ws []*waiting
+		for _, q := range pendingOf(qs) {
+			expires := s.expiryFor(q.AskedAt, 0)
+			if q.ExpiresAt != nil {
+				expires = *q.ExpiresAt
+			}
+			ws = append(ws, &waiting{id: q.ID, question: q, expiresAt: expires, done: make(chan inputEnd, 1)})
+		}
+		for _, c := range awaitingOf(calls) {
+			ws = append(ws, &waiting{id: c.ID, tool: ar.tools[c.ID], expiresAt: c.Approval.ExpiresAt, done: make(chan inputEnd, 1)})
+		}
+		s.openLocked(t, ar, ws...)
+		if err := s.commitLocked(ctx, t); err != nil {
+			return err
+		}
+		if len(ws) == 0 { // everything was answered before the process died: go on
+			s.resumeLocked(ar, nil)
+		}
 		return nil
 	}
 
@@ -191,6 +220,7 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 		t.onCommit(func() { s.compactSoon(st, m.ID, m.Seq+1) })
 	}
 	s.adoptLocked(st, ar, false)
+	ar.crashed = true
 	s.planFinish(t, ar, RunInterrupted, "")
 	t.onAbort(func() { s.dropActiveLocked(st) })
 	return s.commitLocked(ctx, t)
@@ -262,13 +292,37 @@ func (s *Service) runQuestions(ctx context.Context, msgs []*Message) ([]*Questio
 	return s.store.Questions(ctx, qids)
 }
 
-// pendingOf returns the latest of qs still waiting for an answer, nil when none.
-func pendingOf(qs []*Question) *Question {
-	var pending *Question
+// pendingOf returns the questions of qs still waiting for an answer, oldest first.
+func pendingOf(qs []*Question) []*Question {
+	var out []*Question
 	for _, q := range qs {
-		if q.Answer == nil && !q.Withdrawn && (pending == nil || q.AskedAt.After(pending.AskedAt)) {
-			pending = q
+		if q.Answer == nil && !q.Withdrawn {
+			out = append(out, q)
 		}
 	}
-	return pending
+	slices.SortFunc(out, func(a, b *Question) int { return cmp.Or(a.AskedAt.Compare(b.AskedAt), cmp.Compare(a.ID, b.ID)) })
+	return out
+}
+
+// asksFor reports whether a question of qs is asked by the tool call c (an ask_user
+// call): one names it, or, for questions of an older release that name none, was asked
+// while c ran.
+func asksFor(qs []*Question, c *ToolCall) bool {
+	for _, q := range qs {
+		if q.ToolCallID == c.ID || (q.ToolCallID == "" && !c.StartedAt.After(q.AskedAt)) {
+			return true
+		}
+	}
+	return false
+}
+
+// awaitingOf returns the calls of calls awaiting approval, oldest first.
+func awaitingOf(calls []*ToolCall) []*ToolCall {
+	var out []*ToolCall
+	for _, c := range calls {
+		if c.Status == ToolAwaitingApproval && c.Approval != nil {
+			out = append(out, c)
+		}
+	}
+	return out // ToolCalls come by StartedAt
 }

@@ -5,11 +5,12 @@ import (
 )
 
 // Respond answers a question of the caller's: the answer is stored, shown in the history,
-// and the waiting run goes on (started again on the history when the server restarted
-// meanwhile). ENOTFOUND when the question is missing or not the caller's; ECONFLICT when
-// it was already answered or is no longer waited for; EINVALID for a malformed ID or an
-// empty or oversized answer; EUNAVAILABLE when it cannot be written, and then the question
-// stays waiting.
+// and the waiting run goes on once nothing else waits (started again on the history when
+// the server restarted meanwhile). It is RespondToInputs with one answer. ENOTFOUND when
+// the question is missing or not the caller's; ECONFLICT when it was already answered or
+// is no longer waited for; EINVALID for a malformed ID or an empty, oversized or (see
+// RespondToInputs) unfit answer; EUNAVAILABLE when it cannot be written, and then the
+// question stays waiting.
 func (s *Service) Respond(ctx context.Context, questionID, answer string) (*Question, *Run, error) {
 	if _, err := user(ctx); err != nil {
 		return nil, nil, err
@@ -20,81 +21,48 @@ func (s *Service) Respond(ctx context.Context, questionID, answer string) (*Ques
 	if err := s.checkText("answer", answer); err != nil {
 		return nil, nil, err
 	}
-	if err := s.checkOpen(); err != nil {
-		return nil, nil, err
-	}
 	q, err := s.Question(ctx, questionID)
 	if err != nil {
 		return nil, nil, err
 	}
-	u := UserFrom(ctx)
-	r, err := s.peers.route(ctx, &Command{Op: opRespond, UserID: u, SessionID: q.SessionID, QuestionID: questionID, Answer: answer}, func(ctx context.Context) (*Reply, error) {
-		q, run, err := s.respond(ctx, q, answer)
-		return &Reply{Question: q, Run: run}, err
-	})
+	res, err := s.RespondToInputs(ctx, q.SessionID, []Answer{{QuestionID: questionID, Answer: answer}}, nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, unwrapInputErr(err)
 	}
-	s.annotate(ctx, q.SessionID, q.RunID)
-	return r.Question, r.Run, nil
+	return res.Questions[0], res.Run, nil
 }
 
-// respond is Respond where the session's agent runs.
-func (s *Service) respond(ctx context.Context, q *Question, answer string) (*Question, *Run, error) {
-	questionID := q.ID
-	_, st, unlock, err := s.lockSession(ctx, q.SessionID)
-	if ErrorCode(err) == ENOTFOUND {
-		return nil, nil, Errorf(ENOTFOUND, "question not found")
-	} else if err != nil {
+// DecideToolCall approves or rejects a call of the caller's awaiting approval: it is
+// RespondToInputs with one decision, and answers the call as decided and its run.
+// ENOTFOUND when the call is missing or not the caller's; the rest as RespondToInputs.
+func (s *Service) DecideToolCall(ctx context.Context, d Decision) (*ToolCall, *Run, error) {
+	if _, err := user(ctx); err != nil {
 		return nil, nil, err
 	}
-	defer unlock()
-	q, err = s.store.Question(ctx, questionID)
+	if err := checkID("tool call ID", d.ToolCallID); err != nil {
+		return nil, nil, err
+	}
+	tc, err := s.ToolCall(ctx, d.ToolCallID)
 	if err != nil {
 		return nil, nil, err
 	}
-	if q.Answer != nil {
-		return nil, nil, Errorf(ECONFLICT, "this question was already answered")
+	res, err := s.RespondToInputs(ctx, tc.SessionID, nil, []Decision{d})
+	if err != nil {
+		return nil, nil, unwrapInputErr(err)
 	}
-	ar := st.active
-	if q.Withdrawn || ar == nil || ar.run.ID != q.RunID || ar.run.Status != RunWaitingForInput {
-		return nil, nil, Errorf(ECONFLICT, "the agent is no longer waiting for this answer")
-	}
+	return res.ToolCalls[0], res.Run, nil
+}
 
-	t := s.begin(st)
-	now := s.now()
-	answered := *q
-	answered.Answer, answered.AnsweredAt = &answer, &now
-	am := &Message{ID: newID(), SessionID: st.id, Role: RoleUser, Kind: KindAnswer, Content: answer, Status: MessageComplete, RunID: q.RunID, QuestionID: q.ID, CreatedAt: now}
-	snap := *ar.run
-	snap.Status = RunRunning
-	qa, qm := answered, answered
-	s.add(t, &Event{Type: EventMessageAdded, Message: am, Question: &qm}, &Event{Type: EventQuestionAnswered, Question: &qa}, runEvent(&snap))
-	if ar.parked {
-		// No agent waits in this process (it was restarted): the run starts again on the
-		// history, which now holds the question and its answer. A tool call that was
-		// running when the question was asked (an agent's "ask the user" tool) is that
-		// question's call: the answer is its result.
-		for _, tool := range ar.tools {
-			if tool.call.Status == ToolRunning && !tool.call.StartedAt.After(q.AskedAt) {
-				s.finishTool(t, tool, ToolCompleted, &answer, nil)
-			}
+// unwrapInputErr drops the "answers[0]: " RespondToInputs puts before the error of a
+// request of one input, which names no list.
+func unwrapInputErr(err error) error {
+	msg := ErrorMessage(err)
+	for _, prefix := range []string{"answers[0]: ", "decisions[0]: "} {
+		if len(msg) > len(prefix) && msg[:len(prefix)] == prefix {
+			return Errorf(ErrorCode(err), "%s", msg[len(prefix):])
 		}
 	}
-	t.onCommit(func() {
-		ar.question = nil
-		ar.run.setState(&snap)
-		if !ar.parked {
-			ar.answer <- answer // the agent's goroutine waits in Ask
-			return
-		}
-		s.resumeLocked(ar, ctx)
-	})
-	if err := s.commitLocked(ctx, t); err != nil {
-		return nil, nil, err
-	}
-	r := snap
-	return &answered, &r, nil
+	return err
 }
 
 // Question returns a question of the caller's; ENOTFOUND when missing or another user's.
@@ -118,4 +86,27 @@ func (s *Service) Question(ctx context.Context, id string) (*Question, error) {
 		return nil, notFound
 	}
 	return q, nil
+}
+
+// ToolCall returns a tool call of the caller's; ENOTFOUND when missing or another user's,
+// at the same cost.
+func (s *Service) ToolCall(ctx context.Context, id string) (*ToolCall, error) {
+	if err := checkID("tool call ID", id); err != nil {
+		return nil, err
+	}
+	notFound := Errorf(ENOTFOUND, "tool call not found")
+	tc, err := s.store.ToolCall(ctx, id)
+	sessionID := id
+	if err == nil {
+		sessionID = tc.SessionID
+	} else if ErrorCode(err) != ENOTFOUND {
+		return nil, err
+	}
+	if _, serr := s.session(ctx, sessionID); serr != nil || err != nil {
+		if serr != nil && ErrorCode(serr) != ENOTFOUND {
+			return nil, serr
+		}
+		return nil, notFound
+	}
+	return tc, nil
 }

@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -179,7 +180,7 @@ func TestRecoveryAfterACrash(t *testing.T) {
 		}
 	})
 
-	t.Run("a RUNNING run's running tool call ends CANCELLED with its durable output", func(t *testing.T) {
+	t.Run("a RUNNING run's running tool call ends FAILED, never run again, with its durable output", func(t *testing.T) {
 		store := inmem.New()
 		l := newCrashLog(t, store, "demo")
 		_, run := l.userMessage("go")
@@ -193,8 +194,9 @@ func TestRecoveryAfterACrash(t *testing.T) {
 		if err != nil || len(calls) != 1 {
 			t.Fatalf("tool calls %v, %v", calls, err)
 		}
-		if c := calls[0]; c.Status != service.ToolCancelled || c.Output != "line 1\nline 2\n" || c.FinishedAt == nil {
-			t.Errorf("tool call %s with output %q", c.Status, c.Output)
+		if c := calls[0]; c.Status != service.ToolFailed || c.Output != "line 1\nline 2\n" || c.FinishedAt == nil ||
+			c.Error == nil || !strings.Contains(*c.Error, "not run again") {
+			t.Errorf("tool call %s with output %q, error %v", c.Status, c.Output, c.Error)
 		}
 		if h := history(t, svc, alice, l.sess.ID); h[1].Content != "Running: " || h[1].Status != service.MessageInterrupted {
 			t.Errorf("reply %s %q", h[1].Status, h[1].Content)

@@ -342,9 +342,15 @@ func (r *replicas) handle(ctx context.Context, cmd *Command) *Reply {
 	case opCancel:
 		run, err := s.CancelRun(ctx, cmd.SessionID)
 		return replyOf(&Reply{Run: run}, err)
-	case opRespond:
+	case opRespond: // from a replica of an earlier release
 		q, run, err := s.Respond(ctx, cmd.QuestionID, cmd.Answer)
 		return replyOf(&Reply{Question: q, Run: run}, err)
+	case opInputs:
+		res, err := s.RespondToInputs(ctx, cmd.SessionID, cmd.Answers, cmd.Decisions)
+		if err != nil {
+			return replyOf(nil, err)
+		}
+		return &Reply{Questions: res.Questions, ToolCalls: res.ToolCalls, Run: res.Run}
 	case opDelete:
 		return replyOf(nil, s.DeleteTalkSession(ctx, cmd.SessionID))
 	case opRename:
@@ -538,12 +544,15 @@ func (r *replicas) elsewhere(ctx context.Context, v *SessionView) {
 		return
 	}
 	v.Status = SessionWaitingForInput
-	msgs, _, err := s.runWork(ctx, v.ID, run.ID)
+	msgs, calls, err := s.runWork(ctx, v.ID, run.ID)
 	if err != nil {
 		return
 	}
 	qs, _ := s.runQuestions(ctx, msgs)
-	v.PendingQuestion = pendingOf(qs)
+	v.PendingQuestions, v.PendingApprovals = pendingOf(qs), awaitingOf(calls)
+	if len(v.PendingQuestions) > 0 {
+		v.PendingQuestion = v.PendingQuestions[0]
+	}
 }
 
 // admission admits a run to RUNNING across every replica: ERATELIMIT while the user's
@@ -576,5 +585,8 @@ func (r *replicas) stats(st *Stats) {
 	st.Takeovers = r.takeovers.Load()
 	if c, ok := r.cluster.(ReconnectCounter); ok {
 		st.BrokerReconnects = c.Reconnects()
+	}
+	if c, ok := r.cluster.(DropCounter); ok {
+		st.BusDropped = c.Dropped()
 	}
 }

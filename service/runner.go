@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"time"
 )
 
 // Runner is an agent: Go code that reads a session's history and writes the reply. The
@@ -23,8 +24,18 @@ import (
 //     assistant message; subscribers see it within the flush window.
 //   - Ask with out.Ask: it blocks until the user answers (and returns the answer) or the
 //     run ends (and returns ctx's error). Text written after the answer starts a new
-//     assistant message.
-//   - Report tool calls with out.StartTool; the service shows them live.
+//     assistant message. out.Pose asks without waiting, so that several questions (and
+//     tool approvals) wait at once; out.Ask is out.Pose and Pending.Wait.
+//   - Report tool calls with out.StartTool; the service shows them live. Before running a
+//     call, ask its handle for its Approval: under the session's tool policy it may run at
+//     once (ALLOW), only once the user approves it (ASK: Approval waits, and gives the
+//     arguments as the user may have edited them), or never (DENY, or the user rejected
+//     it: Approval returns a *Rejected whose Reason the model should get as the call's
+//     result). Run the call only after Approval returned nil; a call approved and not yet
+//     finished when the server stopped is never run again (it ends FAILED), so an
+//     approved side effect happens at most once. List your tools (ToolLister) so that
+//     users see them and their policies, and leave out of a model's tools those
+//     req.Denied names.
 //   - Report what each call of a model cost with out.ReportUsage: it adds up on the run
 //     (Run.usage in the API) and in the server's per-model counters.
 //   - When the server traces, ctx carries the run's span: spans started from
@@ -61,6 +72,34 @@ type RunRequest struct {
 	Settings  Settings
 	// History is the session's messages, oldest first, each with its tool calls.
 	History []HistoryMessage
+	// Policies are the effective policies of the tools the agent lists (ToolLister) for
+	// this run's settings.
+	Policies map[string]ToolPolicy
+}
+
+// Denied reports whether the session's policy denies the tool name: a model should not be
+// offered it (its calls would be refused unasked).
+func (r RunRequest) Denied(name string) bool { return r.Policies[name] == PolicyDeny }
+
+// ToolInfo describes a tool an agent offers.
+type ToolInfo struct {
+	Name        string
+	Description string
+	// InputSchema is the JSON Schema of the call's arguments, as JSON text ("" for none):
+	// arguments a user edits before approving a call must satisfy it.
+	InputSchema string
+	// Policy is the agent's own default for the tool ("": ALLOW), which the server's
+	// defaults and the session's policies override.
+	Policy ToolPolicy
+	// NoPolicy marks the tool that is the asking itself (an ask_user tool): its calls
+	// never wait for approval, and it is listed without a policy.
+	NoPolicy bool
+}
+
+// ToolLister is implemented by agents that call tools: Tools lists those a run with the
+// given settings offers, so that the service can apply their policies and show them.
+type ToolLister interface {
+	Tools(Settings) []ToolInfo
 }
 
 // Output is how a running agent talks back. Its methods are safe to call from several
@@ -70,33 +109,126 @@ type Output interface {
 	// Text appends delta to the run's current assistant message, starting one if needed.
 	Text(delta string) error
 	// Ask stores and announces a question, marks the run WAITING_FOR_INPUT, and blocks
-	// until it is answered (returning the answer) or the run ends (returning ctx's error).
-	// choices may be nil for a free answer.
+	// until it is answered (returning the answer), withdrawn (a *Withdrawn error: it
+	// expired) or the run ends (returning ctx's error). choices may be nil for a free
+	// answer. It is Pose(QuestionSpec{Prompt: prompt, Choices: choices}) and Wait.
 	Ask(ctx context.Context, prompt string, choices []string) (string, error)
+	// Pose stores and announces a question and returns at once; the run is
+	// WAITING_FOR_INPUT while anything it asked waits. EINVALID for an empty prompt or an
+	// AnswerSchema that is not a valid JSON Schema.
+	Pose(q QuestionSpec) (Pending, error)
 	// StartTool records the start of a tool call on the current assistant message and
 	// returns its handle. The call gets an ID of its own (ToolHandle.ID), unique in the
 	// store; id, the agent's name for it (e.g. the model's tool_call_id), is kept as the
-	// call's CallID and given back with the history; it may be empty.
-	StartTool(id, name, arguments string) (ToolHandle, error)
+	// call's CallID and given back with the history; it may be empty. Under the session's
+	// policy for name the call runs (ALLOW), waits AWAITING_APPROVAL for the user's
+	// decision (ASK, or AlwaysAsk), or is refused REJECTED at once (DENY); see
+	// ToolHandle.Approval. Started again with the CallID of a call of this run (a run
+	// that resumed after an approval, on its history), it returns that call's handle.
+	StartTool(id, name, arguments string, opts ...ToolOption) (ToolHandle, error)
 	// ReportUsage adds what one call of model cost to the run's usage. EINVALID for
 	// negative counts.
 	ReportUsage(model string, u Usage) error
+}
+
+// QuestionSpec is a question an agent asks.
+type QuestionSpec struct {
+	Prompt string
+	// Choices are offered to pick from (nil for a free answer); with Multiple several may
+	// be picked, and the answer is a JSON array of them.
+	Choices  []string
+	Multiple bool
+	// AnswerSchema, when set, is a JSON Schema (as JSON text) the answer must satisfy:
+	// the answer is then JSON (a form, for the user).
+	AnswerSchema string
+	// ExpiresIn is how long the question waits at most; 0 or more than the server's
+	// limit (Config.InputExpiry) is that limit.
+	ExpiresIn time.Duration
+	// ToolCallID is the ID of the tool call (ToolHandle.ID) this question answers, for an
+	// agent whose asking is a tool (ask_user): the answer is then that call's result.
+	ToolCallID string
+}
+
+// Pending is a question that waits for its answer.
+type Pending interface {
+	// ID is the question's ID.
+	ID() string
+	// Wait blocks until the question is answered, and returns the answer. It returns a
+	// *Withdrawn error when the question stopped waiting without one (it expired), and
+	// ctx's error when the run ends. When ctx ends first (the agent's own deadline), the
+	// question is withdrawn, unless an answer came first, which is returned.
+	Wait(ctx context.Context) (string, error)
+}
+
+// Withdrawn is the error of a question that stopped waiting without an answer: Reason
+// says why (ReasonExpired, ...).
+type Withdrawn struct{ Reason string }
+
+func (w *Withdrawn) Error() string { return "the question was withdrawn: " + w.Reason }
+
+// Rejected is ToolHandle.Approval's error for a call that must not run: the user rejected
+// it (ByUser, and Reason is theirs, maybe empty), the tool policy denies it, or it was
+// withdrawn without a decision (it expired). Give the model Text() as the call's result.
+type Rejected struct {
+	Reason string
+	ByUser bool
+}
+
+func (r *Rejected) Error() string { return r.Text() }
+
+// Text says, for a model, why the call did not run.
+func (r *Rejected) Text() string {
+	switch {
+	case r.ByUser && r.Reason != "":
+		return "the user rejected this call: " + r.Reason
+	case r.ByUser:
+		return "the user rejected this call"
+	}
+	return "this call was not run: " + r.Reason
+}
+
+// ToolOption changes how StartTool treats a call.
+type ToolOption func(*toolOptions)
+
+type toolOptions struct {
+	alwaysAsk bool
+	expiresIn time.Duration
+}
+
+// AlwaysAsk has the call wait for the user's approval even where its policy is ALLOW (a
+// DENY still refuses it unasked).
+func AlwaysAsk() ToolOption { return func(o *toolOptions) { o.alwaysAsk = true } }
+
+// ApprovalExpiresIn bounds how long the call waits for approval, as QuestionSpec.ExpiresIn.
+func ApprovalExpiresIn(d time.Duration) ToolOption {
+	return func(o *toolOptions) { o.expiresIn = d }
 }
 
 // ToolHandle reports on one tool call.
 type ToolHandle interface {
 	// ID is the tool call's ID.
 	ID() string
+	// Approval returns the arguments to run the call with, once it may run: at once when
+	// no approval is needed; when the user approved it, with the arguments as they may
+	// have edited them. It returns a *Rejected error when the call must not run, and
+	// ctx's error when the run ends. When ctx ends first (the agent's own deadline), the
+	// call is withdrawn and ends CANCELLED, unless a decision came first.
+	Approval(ctx context.Context) (arguments string, err error)
+	// AwaitsApproval reports whether the call waits for the user's decision now (so that
+	// Approval would block).
+	AwaitsApproval() bool
 	// Output streams what the tool prints.
 	Output(delta string) error
 	// Finish ends the call with a result, or with an error when err is non-nil.
 	Finish(result string, err error) error
 }
 
-// AgentInfo describes a registered agent.
+// AgentInfo describes a registered agent, with the tools it offers (for the server's
+// default settings, with the server's default policies).
 type AgentInfo struct {
 	Name        string
 	Description string
+	Tools       []ToolInfo
 }
 
 // Agents is a registry of runners by name. The zero value is empty and ready.

@@ -45,8 +45,15 @@ type activeRun struct {
 	announced bool
 	text      textStream
 
-	question *Question
-	answer   chan string // buffered(1): the answer to question
+	// inputs are what the run waits on (see inputs.go), by question or tool call ID.
+	inputs map[string]*waiting
+	// settings are the session's settings the run works with, and offered the tools its
+	// agent offers with them (see ToolLister).
+	settings Settings
+	offered  []ToolInfo
+	// crashed is set for a run found RUNNING at start-up: its process died while it ran,
+	// so a call that was running may have run, and ends FAILED.
+	crashed bool
 
 	tools map[string]*toolState
 	// writeErr is set when the run's streamed text could not be written for too long: the
@@ -69,6 +76,25 @@ func (r *Run) setState(src *Run) {
 func runEvent(r *Run) *Event {
 	cp := *r
 	return &Event{Type: EventRunStatusChanged, Run: &cp}
+}
+
+// newActiveRun makes the in-memory side of run, which stops when cancel is called.
+func newActiveRun(st *sessionState, run *Run, ctx context.Context, cancel context.CancelFunc) *activeRun {
+	ar := &activeRun{st: st, run: run, ctx: ctx, cancel: cancel, tools: map[string]*toolState{}, inputs: map[string]*waiting{}}
+	if st.sess != nil {
+		ar.settings = st.sess.Settings
+	}
+	return ar
+}
+
+// toolInfo returns the tool name as ar's agent offers it.
+func (ar *activeRun) toolInfo(name string) (ToolInfo, bool) {
+	for _, t := range ar.offered {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return ToolInfo{}, false
 }
 
 // A session's runs change hands only in the functions from here to execute: st.active and
@@ -94,7 +120,8 @@ func (s *Service) startLocked(st *sessionState, run *Run, resumed, holding bool,
 		}
 		ctx, span = s.startRunSpan(ctx, st, run, cause)
 	}
-	ar := &activeRun{st: st, run: run, ctx: ctx, cancel: cancel, span: span, answer: make(chan string, 1), tools: map[string]*toolState{}}
+	ar := newActiveRun(st, run, ctx, cancel)
+	ar.span = span
 	ar.holdsSlot.Store(holding)
 	ar.done, ar.prev = make(chan struct{}), st.agentDone
 	st.agentDone = ar.done
@@ -150,14 +177,16 @@ func (s *Service) endedLocked(ar *activeRun) {
 	s.unparkLocked(ar)
 }
 
-// resumeLocked starts the agent of ar, a parked run whose answer is durable, on the
-// history that now holds it: a new activeRun of the same run takes its place. from is the
-// context of the operation that answered.
+// resumeLocked starts the agent of ar, a parked run with nothing left to wait on, on the
+// history that now holds the answers and decisions: a new activeRun of the same run takes
+// its place, with its tool calls (an approved call is run by the agent that resumes, see
+// Output.StartTool). from is the context of the operation that answered.
 func (s *Service) resumeLocked(ar *activeRun, from context.Context) {
 	st := ar.st
 	ar.seal()
 	st.active = nil
-	s.startLocked(st, ar.run, true, false, from)
+	next := s.startLocked(st, ar.run, true, false, from)
+	next.tools = ar.tools
 	s.unparkLocked(ar)
 }
 
@@ -339,6 +368,8 @@ func (s *Service) startRunLocked(ar *activeRun) (RunRequest, error) {
 		}
 		st.sess = sess
 	}
+	ar.settings = sess.Settings
+	ar.offered = s.toolsOf(ar.run.Agent, sess.Settings)
 	// Unless the store is a SoleWriter, another process may have written to the log; the
 	// write below proves that none has.
 	current := s.sole
@@ -408,7 +439,8 @@ func (s *Service) request(ctx context.Context, sess *TalkSession, run *Run) (Run
 
 // requestOf is what the agent of run gets, with the session's whole history.
 func (s *Service) requestOf(sess *TalkSession, run *Run, hist []*HistoryMessage) RunRequest {
-	req := RunRequest{SessionID: sess.ID, RunID: run.ID, UserID: sess.UserID, Settings: sess.Settings}
+	req := RunRequest{SessionID: sess.ID, RunID: run.ID, UserID: sess.UserID, Settings: sess.Settings,
+		Policies: s.policies(run.Agent, sess.Settings)}
 	req.History = make([]HistoryMessage, len(hist))
 	for i, h := range hist {
 		req.History[i] = *h
@@ -496,15 +528,31 @@ func (s *Service) planFinish(t *txn, ar *activeRun, status RunStatus, errMsg str
 	case RunCancelled, RunInterrupted:
 		msgStatus = MessageInterrupted
 	}
+	reason := ReasonStopped
+	switch status {
+	case RunInterrupted:
+		reason = ReasonInterrupted
+	case RunFailed:
+		reason = ReasonFailed
+	case RunCompleted:
+		reason = ReasonAgentDone
+	}
+	s.withdrawAllLocked(t, ar, reason)
 	for _, tool := range ar.tools {
 		if tool.call.Status != ToolRunning {
 			continue
 		}
-		toolStatus := ToolCancelled
-		if status == RunFailed {
-			toolStatus = ToolFailed
+		switch {
+		case ar.crashed:
+			// Its process died while it ran: it may have run, and is never run again
+			// behind the user's back.
+			why := "the server stopped while this call ran; it was not run again"
+			s.finishTool(t, tool, ToolFailed, nil, &why)
+		case status == RunFailed:
+			s.finishTool(t, tool, ToolFailed, nil, nil)
+		default:
+			s.finishTool(t, tool, ToolCancelled, nil, nil)
 		}
-		s.finishTool(t, tool, toolStatus, nil, nil)
 	}
 	if ar.msg != nil {
 		s.completeMessage(t, ar, msgStatus, errMsg)
@@ -523,7 +571,6 @@ func (s *Service) planFinish(t *txn, ar *activeRun, status RunStatus, errMsg str
 	t.onCommit(func() {
 		ar.run.setState(&snap)
 		s.countRun(status)
-		ar.question = nil
 		s.endedLocked(ar)
 	})
 }

@@ -49,6 +49,11 @@ type Config struct {
 	// CompactAfter is how long the replies that finish are gathered before their chunk
 	// events are folded, all in one go (see Store.Compact).
 	CompactAfter time.Duration
+	// InputExpiry is how long a question or a call awaiting approval waits at most; an
+	// agent may ask for less.
+	InputExpiry time.Duration
+	// ToolPolicies are the server's default policies by tool name (see policies.go).
+	ToolPolicies map[string]ToolPolicy
 
 	// With a store shared by several replicas (one that implements Coordinator):
 	// ReplicaID names this replica (unique among them; default: random), RunLease is how
@@ -95,6 +100,8 @@ func DefaultConfig() Config {
 		StopTimeout:        3 * time.Second,
 		WriteRetry:         30 * time.Second,
 		CompactAfter:       500 * time.Millisecond,
+		InputExpiry:        24 * time.Hour,
+		ToolPolicies:       map[string]ToolPolicy{"shell": PolicyAsk},
 		RunLease:           15 * time.Second,
 	}
 }
@@ -134,6 +141,12 @@ func (c *Config) fill() {
 	}
 	if c.CompactAfter <= 0 {
 		c.CompactAfter = d.CompactAfter
+	}
+	if c.InputExpiry <= 0 {
+		c.InputExpiry = d.InputExpiry
+	}
+	if c.ToolPolicies == nil {
+		c.ToolPolicies = d.ToolPolicies
 	}
 	if c.RunLease <= 0 {
 		c.RunLease = d.RunLease
@@ -229,8 +242,22 @@ func New(ctx context.Context, store Store, agents *Agents, cfg Config, log *slog
 	return s, nil
 }
 
-// Agents returns the registry of agents sessions can use.
-func (s *Service) Agents() []AgentInfo { return s.agents.List() }
+// Agents returns the agents sessions can use, each with the tools it offers with the
+// server's default settings and their policies there.
+func (s *Service) Agents() []AgentInfo {
+	list := s.agents.List()
+	for i := range list {
+		set := Settings{Agent: list[i].Name, BusyPolicy: BusyInterrupt}
+		tools := s.toolsOf(list[i].Name, set)
+		for j := range tools {
+			if !tools[j].NoPolicy {
+				tools[j].Policy = s.policyOf(tools[j].Name, tools[j].Policy, set)
+			}
+		}
+		list[i].Tools = tools
+	}
+	return list
+}
 
 // Stats is a snapshot of the service's counters, for metrics.
 type Stats struct {
@@ -248,8 +275,10 @@ type Stats struct {
 	// counts runs it took over from replicas that were gone.
 	RunsOwned int
 	Takeovers int64
-	// BrokerReconnects counts the times the Cluster's connection came back after a loss.
+	// BrokerReconnects counts the times the Cluster's connection came back after a loss,
+	// and BusDropped the messages it dropped, by reason (see DropCounter).
 	BrokerReconnects int64
+	BusDropped       map[string]int64
 }
 
 // Sweep forgets what the service caches of users and sessions no longer active (their
@@ -368,6 +397,7 @@ func (s *Service) Close() {
 			if !ar.sealed {
 				ar.seal() // leave it as it is stored
 			}
+			ar.stopTimersLocked() // what waits stays waiting: the next start arms it again
 		}
 		s.dropQueueLocked(st)
 		st.mu.Unlock()

@@ -13,9 +13,13 @@ import (
 // duplicate.
 type SessionView struct {
 	*TalkSession
-	Status          SessionStatus
-	ActiveRun       *Run
-	PendingQuestion *Question
+	Status    SessionStatus
+	ActiveRun *Run
+	// PendingQuestions and PendingApprovals are what the session's run waits on, oldest
+	// first; PendingQuestion is the oldest question.
+	PendingQuestion  *Question
+	PendingQuestions []*Question
+	PendingApprovals []*ToolCall
 	// StreamCursor is the encoded position of the last event at the time of the read.
 	StreamCursor string
 
@@ -75,9 +79,9 @@ func (s *Service) viewLocked(sess *TalkSession, st *sessionState) *SessionView {
 		v.Status = SessionRunning
 		if ar.run.Status == RunWaitingForInput {
 			v.Status = SessionWaitingForInput
-			if ar.question != nil {
-				q := *ar.question
-				v.PendingQuestion = &q
+			v.PendingQuestions, v.PendingApprovals = ar.pendingLocked()
+			if len(v.PendingQuestions) > 0 {
+				v.PendingQuestion = v.PendingQuestions[0]
 			}
 		}
 		if ar.msg != nil && ar.announced {
@@ -158,6 +162,8 @@ type SettingsInput struct {
 	SystemPrompt *string
 	Temperature  *float64
 	BusyPolicy   *BusyPolicy
+	// ToolPolicies change the policies of the tools they name; the others stay.
+	ToolPolicies map[string]ToolPolicy
 }
 
 func (s *Service) applySettings(set *Settings, in SettingsInput) error {
@@ -192,7 +198,7 @@ func (s *Service) applySettings(set *Settings, in SettingsInput) error {
 		}
 		set.BusyPolicy = *in.BusyPolicy
 	}
-	return nil
+	return applyToolPolicies(set, in.ToolPolicies)
 }
 
 func emptyNil(s string) *string {

@@ -75,6 +75,8 @@ type Store interface {
 	Questions(ctx context.Context, ids []string) ([]*Question, error)
 	// ToolCalls returns the tool calls of the given messages, by StartedAt then ID.
 	ToolCalls(ctx context.Context, messageIDs []string) ([]*ToolCall, error)
+	// ToolCall returns one tool call; ENOTFOUND when missing.
+	ToolCall(ctx context.Context, id string) (*ToolCall, error)
 
 	// Events returns up to limit events of the session with Seq > afterSeq, by Seq. Empty,
 	// not an error, for a missing session.

@@ -101,7 +101,7 @@ func TestStreamedText(t *testing.T) {
 		f := follow(t, svc, alice, sess.ID, sess.StreamCursor)
 		_, run := send(t, svc, alice, sess.ID, "go")
 		tn := p.next(t)
-		tool, err := tn.out.StartTool("", "shell", "")
+		tool, err := tn.out.StartTool("", "files", "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -305,6 +305,9 @@ func (c *client) subscribe(ctx context.Context, s *session) (*wsConn, error) {
 	defer cancel()
 	conn, resp, err := c.dialer.DialContext(ctx, c.wsURL, nil)
 	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusTooManyRequests {
+			return nil, fmt.Errorf("websocket: %w (HTTP %s: every user comes from this address; raise the server's per-address limits, see docs/PERFORMANCE.md)", err, resp.Status)
+		}
 		if resp != nil {
 			return nil, fmt.Errorf("websocket: %w (HTTP %s)", err, resp.Status)
 		}

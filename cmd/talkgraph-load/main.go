@@ -29,6 +29,11 @@
 //	         and connection; reports the server's RSS and goroutines per subscription, then
 //	         closes them all and checks that the goroutines return to the baseline.
 //
+// Every user comes from this machine's address, so the server must be started with its
+// per-address limits raised (ANON_RATE_LIMIT, MAX_SOCKETS_PER_ADDRESS,
+// MAX_SUBSCRIPTIONS_PER_ADDRESS, MAX_BODY_READS_PER_ADDRESS...): docs/PERFORMANCE.md and
+// scripts/loadpair.sh give the settings.
+//
 // Server figures (CPU, RSS, goroutines, GC cycles) come from the server's Prometheus
 // /metrics, read before and after each scenario (-metrics, several URLs summed for several
 // replicas).

@@ -34,10 +34,14 @@ type ResolverRoot interface {
 	Message() MessageResolver
 	Mutation() MutationResolver
 	Query() QueryResolver
+	Question() QuestionResolver
 	Run() RunResolver
+	SessionSettings() SessionSettingsResolver
 	Subscription() SubscriptionResolver
 	TalkSession() TalkSessionResolver
+	ToolApproval() ToolApprovalResolver
 	ToolCall() ToolCallResolver
+	ToolInfo() ToolInfoResolver
 }
 
 type DirectiveRoot struct {
@@ -52,6 +56,12 @@ type ComplexityRoot struct {
 	AgentInfo struct {
 		Description func(childComplexity int) int
 		Name        func(childComplexity int) int
+		Tools       func(childComplexity int) int
+	}
+
+	DecideToolCallPayload struct {
+		Run      func(childComplexity int) int
+		ToolCall func(childComplexity int) int
 	}
 
 	Message struct {
@@ -102,8 +112,10 @@ type ComplexityRoot struct {
 		AddMessage                func(childComplexity int, input model.AddMessageInput) int
 		CancelRun                 func(childComplexity int, sessionID string) int
 		CreateTalkSession         func(childComplexity int, input *model.CreateTalkSessionInput) int
+		DecideToolCall            func(childComplexity int, input model.DecideToolCallInput) int
 		DeleteTalkSession         func(childComplexity int, id string) int
 		RenameTalkSession         func(childComplexity int, input model.RenameTalkSessionInput) int
+		RespondToInputs           func(childComplexity int, input model.RespondToInputsInput) int
 		RespondToQuestion         func(childComplexity int, input model.RespondToQuestionInput) int
 		UpdateTalkSessionSettings func(childComplexity int, input model.UpdateTalkSessionSettingsInput) int
 	}
@@ -124,15 +136,19 @@ type ComplexityRoot struct {
 	}
 
 	Question struct {
-		Answer     func(childComplexity int) int
-		AnsweredAt func(childComplexity int) int
-		AskedAt    func(childComplexity int) int
-		Choices    func(childComplexity int) int
-		ID         func(childComplexity int) int
-		Prompt     func(childComplexity int) int
-		RunID      func(childComplexity int) int
-		SessionID  func(childComplexity int) int
-		Withdrawn  func(childComplexity int) int
+		Answer          func(childComplexity int) int
+		AnswerSchema    func(childComplexity int) int
+		AnsweredAt      func(childComplexity int) int
+		AskedAt         func(childComplexity int) int
+		Choices         func(childComplexity int) int
+		ExpiresAt       func(childComplexity int) int
+		ID              func(childComplexity int) int
+		Multiple        func(childComplexity int) int
+		Prompt          func(childComplexity int) int
+		RunID           func(childComplexity int) int
+		SessionID       func(childComplexity int) int
+		Withdrawn       func(childComplexity int) int
+		WithdrawnReason func(childComplexity int) int
 	}
 
 	QuestionAnswered struct {
@@ -145,6 +161,18 @@ type ComplexityRoot struct {
 		At       func(childComplexity int) int
 		Cursor   func(childComplexity int) int
 		Question func(childComplexity int) int
+	}
+
+	QuestionWithdrawn struct {
+		At       func(childComplexity int) int
+		Cursor   func(childComplexity int) int
+		Question func(childComplexity int) int
+	}
+
+	RespondToInputsPayload struct {
+		Questions func(childComplexity int) int
+		Run       func(childComplexity int) int
+		ToolCalls func(childComplexity int) int
 	}
 
 	RespondToQuestionPayload struct {
@@ -176,6 +204,7 @@ type ComplexityRoot struct {
 		Model        func(childComplexity int) int
 		SystemPrompt func(childComplexity int) int
 		Temperature  func(childComplexity int) int
+		ToolPolicies func(childComplexity int) int
 	}
 
 	SessionUpdated struct {
@@ -189,16 +218,18 @@ type ComplexityRoot struct {
 	}
 
 	TalkSession struct {
-		ActiveRun       func(childComplexity int) int
-		CreatedAt       func(childComplexity int) int
-		ID              func(childComplexity int) int
-		Messages        func(childComplexity int, first *int, after *string, last *int, before *string) int
-		PendingQuestion func(childComplexity int) int
-		Settings        func(childComplexity int) int
-		Status          func(childComplexity int) int
-		StreamCursor    func(childComplexity int) int
-		Title           func(childComplexity int) int
-		UpdatedAt       func(childComplexity int) int
+		ActiveRun        func(childComplexity int) int
+		CreatedAt        func(childComplexity int) int
+		ID               func(childComplexity int) int
+		Messages         func(childComplexity int, first *int, after *string, last *int, before *string) int
+		PendingApprovals func(childComplexity int) int
+		PendingQuestion  func(childComplexity int) int
+		PendingQuestions func(childComplexity int) int
+		Settings         func(childComplexity int) int
+		Status           func(childComplexity int) int
+		StreamCursor     func(childComplexity int) int
+		Title            func(childComplexity int) int
+		UpdatedAt        func(childComplexity int) int
 	}
 
 	TalkSessionConnection struct {
@@ -211,7 +242,28 @@ type ComplexityRoot struct {
 		Node   func(childComplexity int) int
 	}
 
+	ToolApproval struct {
+		DecidedAt          func(childComplexity int) int
+		Decision           func(childComplexity int) int
+		ExpiresAt          func(childComplexity int) int
+		Reason             func(childComplexity int) int
+		RequestedArguments func(childComplexity int) int
+	}
+
+	ToolApprovalDecided struct {
+		At       func(childComplexity int) int
+		Cursor   func(childComplexity int) int
+		ToolCall func(childComplexity int) int
+	}
+
+	ToolApprovalRequested struct {
+		At       func(childComplexity int) int
+		Cursor   func(childComplexity int) int
+		ToolCall func(childComplexity int) int
+	}
+
 	ToolCall struct {
+		Approval   func(childComplexity int) int
 		Arguments  func(childComplexity int) int
 		CallID     func(childComplexity int) int
 		Error      func(childComplexity int) int
@@ -247,6 +299,18 @@ type ComplexityRoot struct {
 		ToolCall func(childComplexity int) int
 	}
 
+	ToolInfo struct {
+		Description func(childComplexity int) int
+		InputSchema func(childComplexity int) int
+		Name        func(childComplexity int) int
+		Policy      func(childComplexity int) int
+	}
+
+	ToolPolicy struct {
+		Policy func(childComplexity int) int
+		Tool   func(childComplexity int) int
+	}
+
 	Usage struct {
 		CachedInputTokens func(childComplexity int) int
 		InputTokens       func(childComplexity int) int
@@ -274,6 +338,8 @@ type MutationResolver interface {
 	DeleteTalkSession(ctx context.Context, id string) (string, error)
 	AddMessage(ctx context.Context, input model.AddMessageInput) (*model.AddMessagePayload, error)
 	RespondToQuestion(ctx context.Context, input model.RespondToQuestionInput) (*model.RespondToQuestionPayload, error)
+	DecideToolCall(ctx context.Context, input model.DecideToolCallInput) (*model.DecideToolCallPayload, error)
+	RespondToInputs(ctx context.Context, input model.RespondToInputsInput) (*model.RespondToInputsPayload, error)
 	CancelRun(ctx context.Context, sessionID string) (*service.Run, error)
 }
 type QueryResolver interface {
@@ -283,8 +349,16 @@ type QueryResolver interface {
 	Run(ctx context.Context, id string) (*service.Run, error)
 	Agents(ctx context.Context) ([]*service.AgentInfo, error)
 }
+type QuestionResolver interface {
+	AnswerSchema(ctx context.Context, obj *service.Question) (*string, error)
+
+	WithdrawnReason(ctx context.Context, obj *service.Question) (*string, error)
+}
 type RunResolver interface {
 	Error(ctx context.Context, obj *service.Run) (*string, error)
+}
+type SessionSettingsResolver interface {
+	ToolPolicies(ctx context.Context, obj *service.Settings) ([]*service.ToolPolicyEntry, error)
 }
 type SubscriptionResolver interface {
 	MessageStream(ctx context.Context, sessionID string, after *string) (<-chan model.SessionEvent, error)
@@ -292,8 +366,15 @@ type SubscriptionResolver interface {
 type TalkSessionResolver interface {
 	Messages(ctx context.Context, obj *service.SessionView, first *int, after *string, last *int, before *string) (*model.MessageConnection, error)
 }
+type ToolApprovalResolver interface {
+	Reason(ctx context.Context, obj *service.ToolApproval) (*string, error)
+}
 type ToolCallResolver interface {
 	CallID(ctx context.Context, obj *service.ToolCall) (*string, error)
+}
+type ToolInfoResolver interface {
+	InputSchema(ctx context.Context, obj *service.ToolInfo) (*string, error)
+	Policy(ctx context.Context, obj *service.ToolInfo) (*service.ToolPolicy, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -339,6 +420,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.AgentInfo.Name(childComplexity), true
+	case "AgentInfo.tools":
+		if e.ComplexityRoot.AgentInfo.Tools == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AgentInfo.Tools(childComplexity), true
+
+	case "DecideToolCallPayload.run":
+		if e.ComplexityRoot.DecideToolCallPayload.Run == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DecideToolCallPayload.Run(childComplexity), true
+	case "DecideToolCallPayload.toolCall":
+		if e.ComplexityRoot.DecideToolCallPayload.ToolCall == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DecideToolCallPayload.ToolCall(childComplexity), true
 
 	case "Message.content":
 		if e.ComplexityRoot.Message.Content == nil {
@@ -535,6 +635,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateTalkSession(childComplexity, args["input"].(*model.CreateTalkSessionInput)), true
+	case "Mutation.decideToolCall":
+		if e.ComplexityRoot.Mutation.DecideToolCall == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_decideToolCall_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DecideToolCall(childComplexity, args["input"].(model.DecideToolCallInput)), true
 	case "Mutation.deleteTalkSession":
 		if e.ComplexityRoot.Mutation.DeleteTalkSession == nil {
 			break
@@ -557,6 +668,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RenameTalkSession(childComplexity, args["input"].(model.RenameTalkSessionInput)), true
+	case "Mutation.respondToInputs":
+		if e.ComplexityRoot.Mutation.RespondToInputs == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_respondToInputs_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RespondToInputs(childComplexity, args["input"].(model.RespondToInputsInput)), true
 	case "Mutation.respondToQuestion":
 		if e.ComplexityRoot.Mutation.RespondToQuestion == nil {
 			break
@@ -658,6 +780,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Question.Answer(childComplexity), true
+	case "Question.answerSchema":
+		if e.ComplexityRoot.Question.AnswerSchema == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Question.AnswerSchema(childComplexity), true
 	case "Question.answeredAt":
 		if e.ComplexityRoot.Question.AnsweredAt == nil {
 			break
@@ -676,12 +804,24 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Question.Choices(childComplexity), true
+	case "Question.expiresAt":
+		if e.ComplexityRoot.Question.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Question.ExpiresAt(childComplexity), true
 	case "Question.id":
 		if e.ComplexityRoot.Question.ID == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Question.ID(childComplexity), true
+	case "Question.multiple":
+		if e.ComplexityRoot.Question.Multiple == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Question.Multiple(childComplexity), true
 	case "Question.prompt":
 		if e.ComplexityRoot.Question.Prompt == nil {
 			break
@@ -706,6 +846,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Question.Withdrawn(childComplexity), true
+	case "Question.withdrawnReason":
+		if e.ComplexityRoot.Question.WithdrawnReason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Question.WithdrawnReason(childComplexity), true
 
 	case "QuestionAnswered.at":
 		if e.ComplexityRoot.QuestionAnswered.At == nil {
@@ -744,6 +890,44 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.QuestionAsked.Question(childComplexity), true
+
+	case "QuestionWithdrawn.at":
+		if e.ComplexityRoot.QuestionWithdrawn.At == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QuestionWithdrawn.At(childComplexity), true
+	case "QuestionWithdrawn.cursor":
+		if e.ComplexityRoot.QuestionWithdrawn.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QuestionWithdrawn.Cursor(childComplexity), true
+	case "QuestionWithdrawn.question":
+		if e.ComplexityRoot.QuestionWithdrawn.Question == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QuestionWithdrawn.Question(childComplexity), true
+
+	case "RespondToInputsPayload.questions":
+		if e.ComplexityRoot.RespondToInputsPayload.Questions == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RespondToInputsPayload.Questions(childComplexity), true
+	case "RespondToInputsPayload.run":
+		if e.ComplexityRoot.RespondToInputsPayload.Run == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RespondToInputsPayload.Run(childComplexity), true
+	case "RespondToInputsPayload.toolCalls":
+		if e.ComplexityRoot.RespondToInputsPayload.ToolCalls == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RespondToInputsPayload.ToolCalls(childComplexity), true
 
 	case "RespondToQuestionPayload.question":
 		if e.ComplexityRoot.RespondToQuestionPayload.Question == nil {
@@ -862,6 +1046,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.SessionSettings.Temperature(childComplexity), true
+	case "SessionSettings.toolPolicies":
+		if e.ComplexityRoot.SessionSettings.ToolPolicies == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SessionSettings.ToolPolicies(childComplexity), true
 
 	case "SessionUpdated.at":
 		if e.ComplexityRoot.SessionUpdated.At == nil {
@@ -923,12 +1113,24 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TalkSession.Messages(childComplexity, args["first"].(*int), args["after"].(*string), args["last"].(*int), args["before"].(*string)), true
+	case "TalkSession.pendingApprovals":
+		if e.ComplexityRoot.TalkSession.PendingApprovals == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TalkSession.PendingApprovals(childComplexity), true
 	case "TalkSession.pendingQuestion":
 		if e.ComplexityRoot.TalkSession.PendingQuestion == nil {
 			break
 		}
 
 		return e.ComplexityRoot.TalkSession.PendingQuestion(childComplexity), true
+	case "TalkSession.pendingQuestions":
+		if e.ComplexityRoot.TalkSession.PendingQuestions == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TalkSession.PendingQuestions(childComplexity), true
 	case "TalkSession.settings":
 		if e.ComplexityRoot.TalkSession.Settings == nil {
 			break
@@ -986,6 +1188,81 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.TalkSessionEdge.Node(childComplexity), true
 
+	case "ToolApproval.decidedAt":
+		if e.ComplexityRoot.ToolApproval.DecidedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolApproval.DecidedAt(childComplexity), true
+	case "ToolApproval.decision":
+		if e.ComplexityRoot.ToolApproval.Decision == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolApproval.Decision(childComplexity), true
+	case "ToolApproval.expiresAt":
+		if e.ComplexityRoot.ToolApproval.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolApproval.ExpiresAt(childComplexity), true
+	case "ToolApproval.reason":
+		if e.ComplexityRoot.ToolApproval.Reason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolApproval.Reason(childComplexity), true
+	case "ToolApproval.requestedArguments":
+		if e.ComplexityRoot.ToolApproval.RequestedArguments == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolApproval.RequestedArguments(childComplexity), true
+
+	case "ToolApprovalDecided.at":
+		if e.ComplexityRoot.ToolApprovalDecided.At == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolApprovalDecided.At(childComplexity), true
+	case "ToolApprovalDecided.cursor":
+		if e.ComplexityRoot.ToolApprovalDecided.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolApprovalDecided.Cursor(childComplexity), true
+	case "ToolApprovalDecided.toolCall":
+		if e.ComplexityRoot.ToolApprovalDecided.ToolCall == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolApprovalDecided.ToolCall(childComplexity), true
+
+	case "ToolApprovalRequested.at":
+		if e.ComplexityRoot.ToolApprovalRequested.At == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolApprovalRequested.At(childComplexity), true
+	case "ToolApprovalRequested.cursor":
+		if e.ComplexityRoot.ToolApprovalRequested.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolApprovalRequested.Cursor(childComplexity), true
+	case "ToolApprovalRequested.toolCall":
+		if e.ComplexityRoot.ToolApprovalRequested.ToolCall == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolApprovalRequested.ToolCall(childComplexity), true
+
+	case "ToolCall.approval":
+		if e.ComplexityRoot.ToolCall.Approval == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolCall.Approval(childComplexity), true
 	case "ToolCall.arguments":
 		if e.ComplexityRoot.ToolCall.Arguments == nil {
 			break
@@ -1134,6 +1411,44 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.ToolCallStarted.ToolCall(childComplexity), true
 
+	case "ToolInfo.description":
+		if e.ComplexityRoot.ToolInfo.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolInfo.Description(childComplexity), true
+	case "ToolInfo.inputSchema":
+		if e.ComplexityRoot.ToolInfo.InputSchema == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolInfo.InputSchema(childComplexity), true
+	case "ToolInfo.name":
+		if e.ComplexityRoot.ToolInfo.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolInfo.Name(childComplexity), true
+	case "ToolInfo.policy":
+		if e.ComplexityRoot.ToolInfo.Policy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolInfo.Policy(childComplexity), true
+
+	case "ToolPolicy.policy":
+		if e.ComplexityRoot.ToolPolicy.Policy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolPolicy.Policy(childComplexity), true
+	case "ToolPolicy.tool":
+		if e.ComplexityRoot.ToolPolicy.Tool == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolPolicy.Tool(childComplexity), true
+
 	case "Usage.cachedInputTokens":
 		if e.ComplexityRoot.Usage.CachedInputTokens == nil {
 			break
@@ -1170,9 +1485,12 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	inputUnmarshalMap := graphql.BuildUnmarshalerMap(
 		ec.unmarshalInputAddMessageInput,
 		ec.unmarshalInputCreateTalkSessionInput,
+		ec.unmarshalInputDecideToolCallInput,
 		ec.unmarshalInputRenameTalkSessionInput,
+		ec.unmarshalInputRespondToInputsInput,
 		ec.unmarshalInputRespondToQuestionInput,
 		ec.unmarshalInputSessionSettingsInput,
+		ec.unmarshalInputToolPolicyInput,
 		ec.unmarshalInputUpdateTalkSessionSettingsInput,
 	)
 	first := true
@@ -1302,8 +1620,12 @@ type Mutation {
   deleteTalkSession(id: ID!): ID!
   "Sends a user message and starts (or queues) a run of the session's agent."
   addMessage(input: AddMessageInput!): AddMessagePayload!
-  "Answers the question the agent is waiting on; the waiting run goes on."
+  "Answers the question the agent is waiting on; the waiting run goes on once nothing else waits."
   respondToQuestion(input: RespondToQuestionInput!): RespondToQuestionPayload!
+  "Approves (maybe with edited arguments) or rejects a tool call awaiting approval."
+  decideToolCall(input: DecideToolCallInput!): DecideToolCallPayload!
+  "Answers several questions and decides several tool calls of one session at once: all of them, or none and an error naming the first that failed."
+  respondToInputs(input: RespondToInputsInput!): RespondToInputsPayload!
   "The stop button: ends the active run, keeping its partial reply. Null when nothing was running."
   cancelRun(sessionId: ID!): Run
 }
@@ -1323,6 +1645,45 @@ type Viewer {
 type AgentInfo {
   name: String!
   description: String!
+  "The tools the agent offers, with the server's default policy for each."
+  tools: [ToolInfo!]!
+}
+
+"A tool an agent offers."
+type ToolInfo {
+  name: String!
+  description: String!
+  "The JSON Schema of its arguments, as JSON text; null when it gives none."
+  inputSchema: String
+  "The server's policy for it; null for the tool that is the asking itself (ask_user)."
+  policy: ToolPolicyKind
+}
+
+"What becomes of a tool's calls."
+enum ToolPolicyKind {
+  "The calls run."
+  ALLOW
+  "Each call waits for the user's approval (decideToolCall) before it runs."
+  ASK
+  "The calls never run, and the tool is kept from a model."
+  DENY
+}
+
+"A user's decision on a tool call awaiting approval."
+enum ToolDecision {
+  APPROVE
+  REJECT
+}
+
+"A tool's effective policy in a session."
+type ToolPolicy {
+  tool: String!
+  policy: ToolPolicyKind!
+}
+
+input ToolPolicyInput {
+  tool: String!
+  policy: ToolPolicyKind!
 }
 
 enum BusyPolicy {
@@ -1373,10 +1734,15 @@ enum RunStatus {
 }
 
 enum ToolCallStatus {
+  "Waits for the user's approval (see approval)."
+  AWAITING_APPROVAL
   RUNNING
   COMPLETED
   FAILED
+  "Stopped, or withdrawn without a decision (approval.reason says why)."
   CANCELLED
+  "Never ran: the user rejected it, or the tool policy denies it."
+  REJECTED
 }
 
 type SessionSettings {
@@ -1385,6 +1751,8 @@ type SessionSettings {
   systemPrompt: String
   temperature: Float
   busyPolicy: BusyPolicy!
+  "The effective policy of every tool the session's agent offers (ask_user has none)."
+  toolPolicies: [ToolPolicy!]!
 }
 
 input SessionSettingsInput {
@@ -1395,6 +1763,8 @@ input SessionSettingsInput {
   temperature: Float
   "Default: INTERRUPT."
   busyPolicy: BusyPolicy
+  "Changes the policies of the tools it names; the others stay as they were."
+  toolPolicies: [ToolPolicyInput!]
 }
 
 input CreateTalkSessionInput {
@@ -1434,6 +1804,32 @@ type RespondToQuestionPayload {
   run: Run!
 }
 
+input DecideToolCallInput {
+  toolCallId: ID!
+  decision: ToolDecision!
+  "APPROVE only, optional: the arguments as the user edited them (JSON text); they must fit the tool's input schema."
+  arguments: String
+  "REJECT only, optional: told to the agent."
+  reason: String
+}
+
+type DecideToolCallPayload {
+  toolCall: ToolCall!
+  run: Run!
+}
+
+input RespondToInputsInput {
+  sessionId: ID!
+  answers: [RespondToQuestionInput!]
+  decisions: [DecideToolCallInput!]
+}
+
+type RespondToInputsPayload {
+  questions: [Question!]!
+  toolCalls: [ToolCall!]!
+  run: Run!
+}
+
 type TalkSession {
   id: ID!
   title: String!
@@ -1442,7 +1838,12 @@ type TalkSession {
   settings: SessionSettings!
   status: SessionStatus!
   activeRun: Run
+  "The oldest of pendingQuestions."
   pendingQuestion: Question
+  "The questions the session's run waits on, oldest first."
+  pendingQuestions: [Question!]!
+  "The tool calls the session's run waits on for approval, oldest first."
+  pendingApprovals: [ToolCall!]!
   "Oldest first."
   messages(first: Int, after: String, last: Int, before: String): MessageConnection!
   "Subscribe with after: this cursor to follow on from the history just loaded."
@@ -1497,11 +1898,19 @@ type Question {
   sessionId: ID!
   prompt: String!
   choices: [String!]
+  "With choices: several may be picked, and the answer is a JSON array of them."
+  multiple: Boolean!
+  "A JSON Schema (as JSON text): the answer must be JSON that satisfies it."
+  answerSchema: String
   answer: String
   askedAt: Time!
   answeredAt: Time
-  "True once the question can no longer be answered: its run ended, or the agent stopped waiting, before an answer came."
+  "When the question stops waiting."
+  expiresAt: Time
+  "True once the question can no longer be answered: it expired, its run ended, or the agent stopped waiting, before an answer came."
   withdrawn: Boolean!
+  "Why a withdrawn question was withdrawn: expired, stopped, interrupted, ..."
+  withdrawnReason: String
 }
 
 type ToolCall {
@@ -1520,6 +1929,20 @@ type ToolCall {
   status: ToolCallStatus!
   startedAt: Time!
   finishedAt: Time
+  "The approval the call needed; null when it needed none."
+  approval: ToolApproval
+}
+
+"The approval a tool call needed, and the user's decision."
+type ToolApproval {
+  "The arguments as the agent asked for them (the call's arguments are what it ran with)."
+  requestedArguments: String!
+  "Null while it waits, and for a call withdrawn without a decision."
+  decision: ToolDecision
+  "A rejection's reason, or why the call was withdrawn without a decision (expired, stopped, ...)."
+  reason: String
+  decidedAt: Time
+  expiresAt: Time!
 }
 
 type PageInfo {
@@ -1623,6 +2046,27 @@ type ToolCallFinished implements SessionEvent {
   toolCall: ToolCall!
 }
 
+"A tool call waits for the user's decision (decideToolCall)."
+type ToolApprovalRequested implements SessionEvent {
+  cursor: String!
+  at: Time!
+  toolCall: ToolCall!
+}
+
+"The user approved a tool call (it runs now) or rejected it."
+type ToolApprovalDecided implements SessionEvent {
+  cursor: String!
+  at: Time!
+  toolCall: ToolCall!
+}
+
+"A question stopped waiting without an answer (see withdrawnReason)."
+type QuestionWithdrawn implements SessionEvent {
+  cursor: String!
+  at: Time!
+  question: Question!
+}
+
 "The session was renamed or its settings changed."
 type SessionUpdated implements SessionEvent {
   cursor: String!
@@ -1653,8 +2097,20 @@ func (ec *executionContext) childFields_AgentInfo(ctx context.Context, field gra
 		return ec.fieldContext_AgentInfo_name(ctx, field)
 	case "description":
 		return ec.fieldContext_AgentInfo_description(ctx, field)
+	case "tools":
+		return ec.fieldContext_AgentInfo_tools(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type AgentInfo", field.Name)
+}
+
+func (ec *executionContext) childFields_DecideToolCallPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "toolCall":
+		return ec.fieldContext_DecideToolCallPayload_toolCall(ctx, field)
+	case "run":
+		return ec.fieldContext_DecideToolCallPayload_run(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DecideToolCallPayload", field.Name)
 }
 
 func (ec *executionContext) childFields_Message(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1731,16 +2187,36 @@ func (ec *executionContext) childFields_Question(ctx context.Context, field grap
 		return ec.fieldContext_Question_prompt(ctx, field)
 	case "choices":
 		return ec.fieldContext_Question_choices(ctx, field)
+	case "multiple":
+		return ec.fieldContext_Question_multiple(ctx, field)
+	case "answerSchema":
+		return ec.fieldContext_Question_answerSchema(ctx, field)
 	case "answer":
 		return ec.fieldContext_Question_answer(ctx, field)
 	case "askedAt":
 		return ec.fieldContext_Question_askedAt(ctx, field)
 	case "answeredAt":
 		return ec.fieldContext_Question_answeredAt(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_Question_expiresAt(ctx, field)
 	case "withdrawn":
 		return ec.fieldContext_Question_withdrawn(ctx, field)
+	case "withdrawnReason":
+		return ec.fieldContext_Question_withdrawnReason(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Question", field.Name)
+}
+
+func (ec *executionContext) childFields_RespondToInputsPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "questions":
+		return ec.fieldContext_RespondToInputsPayload_questions(ctx, field)
+	case "toolCalls":
+		return ec.fieldContext_RespondToInputsPayload_toolCalls(ctx, field)
+	case "run":
+		return ec.fieldContext_RespondToInputsPayload_run(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RespondToInputsPayload", field.Name)
 }
 
 func (ec *executionContext) childFields_RespondToQuestionPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1789,6 +2265,8 @@ func (ec *executionContext) childFields_SessionSettings(ctx context.Context, fie
 		return ec.fieldContext_SessionSettings_temperature(ctx, field)
 	case "busyPolicy":
 		return ec.fieldContext_SessionSettings_busyPolicy(ctx, field)
+	case "toolPolicies":
+		return ec.fieldContext_SessionSettings_toolPolicies(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type SessionSettings", field.Name)
 }
@@ -1811,6 +2289,10 @@ func (ec *executionContext) childFields_TalkSession(ctx context.Context, field g
 		return ec.fieldContext_TalkSession_activeRun(ctx, field)
 	case "pendingQuestion":
 		return ec.fieldContext_TalkSession_pendingQuestion(ctx, field)
+	case "pendingQuestions":
+		return ec.fieldContext_TalkSession_pendingQuestions(ctx, field)
+	case "pendingApprovals":
+		return ec.fieldContext_TalkSession_pendingApprovals(ctx, field)
 	case "messages":
 		return ec.fieldContext_TalkSession_messages(ctx, field)
 	case "streamCursor":
@@ -1839,6 +2321,22 @@ func (ec *executionContext) childFields_TalkSessionEdge(ctx context.Context, fie
 	return nil, fmt.Errorf("no field named %q was found under type TalkSessionEdge", field.Name)
 }
 
+func (ec *executionContext) childFields_ToolApproval(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "requestedArguments":
+		return ec.fieldContext_ToolApproval_requestedArguments(ctx, field)
+	case "decision":
+		return ec.fieldContext_ToolApproval_decision(ctx, field)
+	case "reason":
+		return ec.fieldContext_ToolApproval_reason(ctx, field)
+	case "decidedAt":
+		return ec.fieldContext_ToolApproval_decidedAt(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_ToolApproval_expiresAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ToolApproval", field.Name)
+}
+
 func (ec *executionContext) childFields_ToolCall(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -1865,8 +2363,34 @@ func (ec *executionContext) childFields_ToolCall(ctx context.Context, field grap
 		return ec.fieldContext_ToolCall_startedAt(ctx, field)
 	case "finishedAt":
 		return ec.fieldContext_ToolCall_finishedAt(ctx, field)
+	case "approval":
+		return ec.fieldContext_ToolCall_approval(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ToolCall", field.Name)
+}
+
+func (ec *executionContext) childFields_ToolInfo(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_ToolInfo_name(ctx, field)
+	case "description":
+		return ec.fieldContext_ToolInfo_description(ctx, field)
+	case "inputSchema":
+		return ec.fieldContext_ToolInfo_inputSchema(ctx, field)
+	case "policy":
+		return ec.fieldContext_ToolInfo_policy(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ToolInfo", field.Name)
+}
+
+func (ec *executionContext) childFields_ToolPolicy(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "tool":
+		return ec.fieldContext_ToolPolicy_tool(ctx, field)
+	case "policy":
+		return ec.fieldContext_ToolPolicy_policy(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ToolPolicy", field.Name)
 }
 
 func (ec *executionContext) childFields_Usage(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2047,6 +2571,20 @@ func (ec *executionContext) field_Mutation_createTalkSession_args(ctx context.Co
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_decideToolCall_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.DecideToolCallInput, error) {
+			return ec.unmarshalNDecideToolCallInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐDecideToolCallInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_deleteTalkSession_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -2067,6 +2605,20 @@ func (ec *executionContext) field_Mutation_renameTalkSession_args(ctx context.Co
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.RenameTalkSessionInput, error) {
 			return ec.unmarshalNRenameTalkSessionInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐRenameTalkSessionInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_respondToInputs_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.RespondToInputsInput, error) {
+			return ec.unmarshalNRespondToInputsInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐRespondToInputsInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -2395,6 +2947,102 @@ func (ec *executionContext) _AgentInfo_description(ctx context.Context, field gr
 }
 func (ec *executionContext) fieldContext_AgentInfo_description(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("AgentInfo", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _AgentInfo_tools(ctx context.Context, field graphql.CollectedField, obj *service.AgentInfo) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AgentInfo_tools(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Tools, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []service.ToolInfo) graphql.Marshaler {
+			return ec.marshalNToolInfo2ᚕgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolInfoᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AgentInfo_tools(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "AgentInfo",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ToolInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _DecideToolCallPayload_toolCall(ctx context.Context, field graphql.CollectedField, obj *model.DecideToolCallPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DecideToolCallPayload_toolCall(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ToolCall, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.ToolCall) graphql.Marshaler {
+			return ec.marshalNToolCall2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolCall(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DecideToolCallPayload_toolCall(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "DecideToolCallPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ToolCall(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _DecideToolCallPayload_run(ctx context.Context, field graphql.CollectedField, obj *model.DecideToolCallPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DecideToolCallPayload_run(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Run, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.Run) graphql.Marshaler {
+			return ec.marshalNRun2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐRun(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DecideToolCallPayload_run(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "DecideToolCallPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Run(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _Message_id(ctx context.Context, field graphql.CollectedField, obj *service.HistoryMessage) (ret graphql.Marshaler) {
@@ -3322,6 +3970,94 @@ func (ec *executionContext) fieldContext_Mutation_respondToQuestion(ctx context.
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_decideToolCall(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_decideToolCall(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DecideToolCall(ctx, fc.Args["input"].(model.DecideToolCallInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.DecideToolCallPayload) graphql.Marshaler {
+			return ec.marshalNDecideToolCallPayload2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐDecideToolCallPayload(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_decideToolCall(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_DecideToolCallPayload(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_decideToolCall_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_respondToInputs(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_respondToInputs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RespondToInputs(ctx, fc.Args["input"].(model.RespondToInputsInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.RespondToInputsPayload) graphql.Marshaler {
+			return ec.marshalNRespondToInputsPayload2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐRespondToInputsPayload(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_respondToInputs(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_RespondToInputsPayload(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_respondToInputs_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Mutation_cancelRun(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3845,6 +4581,52 @@ func (ec *executionContext) fieldContext_Question_choices(_ context.Context, fie
 	return graphql.NewScalarFieldContext("Question", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
+func (ec *executionContext) _Question_multiple(ctx context.Context, field graphql.CollectedField, obj *service.Question) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Question_multiple(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Multiple, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Question_multiple(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Question", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _Question_answerSchema(ctx context.Context, field graphql.CollectedField, obj *service.Question) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Question_answerSchema(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Question().AnswerSchema(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Question_answerSchema(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Question", field, true, true, errors.New("field of type String does not have child fields"))
+}
+
 func (ec *executionContext) _Question_answer(ctx context.Context, field graphql.CollectedField, obj *service.Question) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3914,6 +4696,29 @@ func (ec *executionContext) fieldContext_Question_answeredAt(_ context.Context, 
 	return graphql.NewScalarFieldContext("Question", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
+func (ec *executionContext) _Question_expiresAt(ctx context.Context, field graphql.CollectedField, obj *service.Question) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Question_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Question_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Question", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
 func (ec *executionContext) _Question_withdrawn(ctx context.Context, field graphql.CollectedField, obj *service.Question) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3935,6 +4740,29 @@ func (ec *executionContext) _Question_withdrawn(ctx context.Context, field graph
 }
 func (ec *executionContext) fieldContext_Question_withdrawn(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Question", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _Question_withdrawnReason(ctx context.Context, field graphql.CollectedField, obj *service.Question) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Question_withdrawnReason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Question().WithdrawnReason(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Question_withdrawnReason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Question", field, true, true, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) _QuestionAnswered_cursor(ctx context.Context, field graphql.CollectedField, obj *model.QuestionAnswered) (ret graphql.Marshaler) {
@@ -4088,6 +4916,180 @@ func (ec *executionContext) fieldContext_QuestionAsked_question(_ context.Contex
 		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Question(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _QuestionWithdrawn_cursor(ctx context.Context, field graphql.CollectedField, obj *model.QuestionWithdrawn) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QuestionWithdrawn_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_QuestionWithdrawn_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QuestionWithdrawn", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _QuestionWithdrawn_at(ctx context.Context, field graphql.CollectedField, obj *model.QuestionWithdrawn) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QuestionWithdrawn_at(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.At, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_QuestionWithdrawn_at(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QuestionWithdrawn", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _QuestionWithdrawn_question(ctx context.Context, field graphql.CollectedField, obj *model.QuestionWithdrawn) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QuestionWithdrawn_question(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Question, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.Question) graphql.Marshaler {
+			return ec.marshalNQuestion2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐQuestion(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_QuestionWithdrawn_question(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "QuestionWithdrawn",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Question(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _RespondToInputsPayload_questions(ctx context.Context, field graphql.CollectedField, obj *model.RespondToInputsPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RespondToInputsPayload_questions(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Questions, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*service.Question) graphql.Marshaler {
+			return ec.marshalNQuestion2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐQuestionᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RespondToInputsPayload_questions(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "RespondToInputsPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Question(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _RespondToInputsPayload_toolCalls(ctx context.Context, field graphql.CollectedField, obj *model.RespondToInputsPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RespondToInputsPayload_toolCalls(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ToolCalls, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*service.ToolCall) graphql.Marshaler {
+			return ec.marshalNToolCall2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolCallᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RespondToInputsPayload_toolCalls(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "RespondToInputsPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ToolCall(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _RespondToInputsPayload_run(ctx context.Context, field graphql.CollectedField, obj *model.RespondToInputsPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RespondToInputsPayload_run(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Run, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.Run) graphql.Marshaler {
+			return ec.marshalNRun2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐRun(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RespondToInputsPayload_run(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "RespondToInputsPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Run(ctx, field)
 		},
 	}
 	return fc, nil
@@ -4566,6 +5568,38 @@ func (ec *executionContext) fieldContext_SessionSettings_busyPolicy(_ context.Co
 	return graphql.NewScalarFieldContext("SessionSettings", field, false, false, errors.New("field of type BusyPolicy does not have child fields"))
 }
 
+func (ec *executionContext) _SessionSettings_toolPolicies(ctx context.Context, field graphql.CollectedField, obj *service.Settings) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SessionSettings_toolPolicies(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.SessionSettings().ToolPolicies(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*service.ToolPolicyEntry) graphql.Marshaler {
+			return ec.marshalNToolPolicy2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolPolicyEntryᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SessionSettings_toolPolicies(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "SessionSettings",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ToolPolicy(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _SessionUpdated_cursor(ctx context.Context, field graphql.CollectedField, obj *model.SessionUpdated) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4899,6 +5933,70 @@ func (ec *executionContext) fieldContext_TalkSession_pendingQuestion(_ context.C
 	return fc, nil
 }
 
+func (ec *executionContext) _TalkSession_pendingQuestions(ctx context.Context, field graphql.CollectedField, obj *service.SessionView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TalkSession_pendingQuestions(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PendingQuestions, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*service.Question) graphql.Marshaler {
+			return ec.marshalNQuestion2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐQuestionᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TalkSession_pendingQuestions(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "TalkSession",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Question(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _TalkSession_pendingApprovals(ctx context.Context, field graphql.CollectedField, obj *service.SessionView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TalkSession_pendingApprovals(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PendingApprovals, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*service.ToolCall) graphql.Marshaler {
+			return ec.marshalNToolCall2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolCallᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TalkSession_pendingApprovals(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "TalkSession",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ToolCall(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _TalkSession_messages(ctx context.Context, field graphql.CollectedField, obj *service.SessionView) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5080,6 +6178,277 @@ func (ec *executionContext) fieldContext_TalkSessionEdge_node(_ context.Context,
 		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_TalkSession(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ToolApproval_requestedArguments(ctx context.Context, field graphql.CollectedField, obj *service.ToolApproval) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolApproval_requestedArguments(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RequestedArguments, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ToolApproval_requestedArguments(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ToolApproval", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ToolApproval_decision(ctx context.Context, field graphql.CollectedField, obj *service.ToolApproval) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolApproval_decision(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Decision, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.ToolDecision) graphql.Marshaler {
+			return ec.marshalOToolDecision2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolDecision(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ToolApproval_decision(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ToolApproval", field, false, false, errors.New("field of type ToolDecision does not have child fields"))
+}
+
+func (ec *executionContext) _ToolApproval_reason(ctx context.Context, field graphql.CollectedField, obj *service.ToolApproval) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolApproval_reason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.ToolApproval().Reason(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ToolApproval_reason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ToolApproval", field, true, true, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ToolApproval_decidedAt(ctx context.Context, field graphql.CollectedField, obj *service.ToolApproval) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolApproval_decidedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DecidedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ToolApproval_decidedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ToolApproval", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _ToolApproval_expiresAt(ctx context.Context, field graphql.CollectedField, obj *service.ToolApproval) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolApproval_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ToolApproval_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ToolApproval", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _ToolApprovalDecided_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ToolApprovalDecided) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolApprovalDecided_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ToolApprovalDecided_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ToolApprovalDecided", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ToolApprovalDecided_at(ctx context.Context, field graphql.CollectedField, obj *model.ToolApprovalDecided) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolApprovalDecided_at(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.At, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ToolApprovalDecided_at(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ToolApprovalDecided", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _ToolApprovalDecided_toolCall(ctx context.Context, field graphql.CollectedField, obj *model.ToolApprovalDecided) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolApprovalDecided_toolCall(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ToolCall, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.ToolCall) graphql.Marshaler {
+			return ec.marshalNToolCall2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolCall(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ToolApprovalDecided_toolCall(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ToolApprovalDecided",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ToolCall(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ToolApprovalRequested_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ToolApprovalRequested) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolApprovalRequested_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ToolApprovalRequested_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ToolApprovalRequested", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ToolApprovalRequested_at(ctx context.Context, field graphql.CollectedField, obj *model.ToolApprovalRequested) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolApprovalRequested_at(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.At, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ToolApprovalRequested_at(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ToolApprovalRequested", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _ToolApprovalRequested_toolCall(ctx context.Context, field graphql.CollectedField, obj *model.ToolApprovalRequested) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolApprovalRequested_toolCall(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ToolCall, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.ToolCall) graphql.Marshaler {
+			return ec.marshalNToolCall2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolCall(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ToolApprovalRequested_toolCall(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ToolApprovalRequested",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ToolCall(ctx, field)
 		},
 	}
 	return fc, nil
@@ -5359,6 +6728,38 @@ func (ec *executionContext) _ToolCall_finishedAt(ctx context.Context, field grap
 }
 func (ec *executionContext) fieldContext_ToolCall_finishedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("ToolCall", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _ToolCall_approval(ctx context.Context, field graphql.CollectedField, obj *service.ToolCall) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolCall_approval(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Approval, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.ToolApproval) graphql.Marshaler {
+			return ec.marshalOToolApproval2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolApproval(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ToolCall_approval(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ToolCall",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ToolApproval(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _ToolCallFinished_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ToolCallFinished) (ret graphql.Marshaler) {
@@ -5653,6 +7054,144 @@ func (ec *executionContext) fieldContext_ToolCallStarted_toolCall(_ context.Cont
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _ToolInfo_name(ctx context.Context, field graphql.CollectedField, obj *service.ToolInfo) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolInfo_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ToolInfo_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ToolInfo", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ToolInfo_description(ctx context.Context, field graphql.CollectedField, obj *service.ToolInfo) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolInfo_description(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Description, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ToolInfo_description(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ToolInfo", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ToolInfo_inputSchema(ctx context.Context, field graphql.CollectedField, obj *service.ToolInfo) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolInfo_inputSchema(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.ToolInfo().InputSchema(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ToolInfo_inputSchema(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ToolInfo", field, true, true, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ToolInfo_policy(ctx context.Context, field graphql.CollectedField, obj *service.ToolInfo) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolInfo_policy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.ToolInfo().Policy(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.ToolPolicy) graphql.Marshaler {
+			return ec.marshalOToolPolicyKind2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolPolicy(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ToolInfo_policy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ToolInfo", field, true, true, errors.New("field of type ToolPolicyKind does not have child fields"))
+}
+
+func (ec *executionContext) _ToolPolicy_tool(ctx context.Context, field graphql.CollectedField, obj *service.ToolPolicyEntry) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolPolicy_tool(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Tool, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ToolPolicy_tool(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ToolPolicy", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ToolPolicy_policy(ctx context.Context, field graphql.CollectedField, obj *service.ToolPolicyEntry) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolPolicy_policy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Policy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v service.ToolPolicy) graphql.Marshaler {
+			return ec.marshalNToolPolicyKind2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolPolicy(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ToolPolicy_policy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ToolPolicy", field, false, false, errors.New("field of type ToolPolicyKind does not have child fields"))
 }
 
 func (ec *executionContext) _Usage_inputTokens(ctx context.Context, field graphql.CollectedField, obj *service.Usage) (ret graphql.Marshaler) {
@@ -6887,6 +8426,57 @@ func (ec *executionContext) unmarshalInputCreateTalkSessionInput(ctx context.Con
 	return it, nil
 }
 
+func (ec *executionContext) unmarshalInputDecideToolCallInput(ctx context.Context, obj any) (model.DecideToolCallInput, error) {
+	var it model.DecideToolCallInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"toolCallId", "decision", "arguments", "reason"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "toolCallId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("toolCallId"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ToolCallID = data
+		case "decision":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("decision"))
+			data, err := ec.unmarshalNToolDecision2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolDecision(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Decision = data
+		case "arguments":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("arguments"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Arguments = data
+		case "reason":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("reason"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Reason = data
+		}
+	}
+	return it, nil
+}
+
 func (ec *executionContext) unmarshalInputRenameTalkSessionInput(ctx context.Context, obj any) (model.RenameTalkSessionInput, error) {
 	var it model.RenameTalkSessionInput
 	if obj == nil {
@@ -6919,6 +8509,50 @@ func (ec *executionContext) unmarshalInputRenameTalkSessionInput(ctx context.Con
 				return it, err
 			}
 			it.Title = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputRespondToInputsInput(ctx context.Context, obj any) (model.RespondToInputsInput, error) {
+	var it model.RespondToInputsInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"sessionId", "answers", "decisions"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "sessionId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sessionId"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SessionID = data
+		case "answers":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("answers"))
+			data, err := ec.unmarshalORespondToQuestionInput2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐRespondToQuestionInputᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Answers = data
+		case "decisions":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("decisions"))
+			data, err := ec.unmarshalODecideToolCallInput2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐDecideToolCallInputᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Decisions = data
 		}
 	}
 	return it, nil
@@ -6972,7 +8606,7 @@ func (ec *executionContext) unmarshalInputSessionSettingsInput(ctx context.Conte
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"agent", "model", "systemPrompt", "temperature", "busyPolicy"}
+	fieldsInOrder := [...]string{"agent", "model", "systemPrompt", "temperature", "busyPolicy", "toolPolicies"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -7014,6 +8648,50 @@ func (ec *executionContext) unmarshalInputSessionSettingsInput(ctx context.Conte
 				return it, err
 			}
 			it.BusyPolicy = data
+		case "toolPolicies":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("toolPolicies"))
+			data, err := ec.unmarshalOToolPolicyInput2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐToolPolicyInputᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ToolPolicies = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputToolPolicyInput(ctx context.Context, obj any) (model.ToolPolicyInput, error) {
+	var it model.ToolPolicyInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"tool", "policy"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "tool":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tool"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Tool = data
+		case "policy":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("policy"))
+			data, err := ec.unmarshalNToolPolicyKind2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolPolicy(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Policy = data
 		}
 	}
 	return it, nil
@@ -7085,6 +8763,20 @@ func (ec *executionContext) _SessionEvent(ctx context.Context, sel ast.Selection
 			return graphql.Null
 		}
 		return ec._ToolCallFinished(ctx, sel, obj)
+	case model.ToolApprovalRequested:
+		return ec._ToolApprovalRequested(ctx, sel, &obj)
+	case *model.ToolApprovalRequested:
+		if obj == nil {
+			return graphql.Null
+		}
+		return ec._ToolApprovalRequested(ctx, sel, obj)
+	case model.ToolApprovalDecided:
+		return ec._ToolApprovalDecided(ctx, sel, &obj)
+	case *model.ToolApprovalDecided:
+		if obj == nil {
+			return graphql.Null
+		}
+		return ec._ToolApprovalDecided(ctx, sel, obj)
 	case model.SessionUpdated:
 		return ec._SessionUpdated(ctx, sel, &obj)
 	case *model.SessionUpdated:
@@ -7099,6 +8791,13 @@ func (ec *executionContext) _SessionEvent(ctx context.Context, sel ast.Selection
 			return graphql.Null
 		}
 		return ec._RunStatusChanged(ctx, sel, obj)
+	case model.QuestionWithdrawn:
+		return ec._QuestionWithdrawn(ctx, sel, &obj)
+	case *model.QuestionWithdrawn:
+		if obj == nil {
+			return graphql.Null
+		}
+		return ec._QuestionWithdrawn(ctx, sel, obj)
 	case model.QuestionAsked:
 		return ec._QuestionAsked(ctx, sel, &obj)
 	case *model.QuestionAsked:
@@ -7209,6 +8908,54 @@ func (ec *executionContext) _AgentInfo(ctx context.Context, sel ast.SelectionSet
 			}
 		case "description":
 			out.Values[i] = ec._AgentInfo_description(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "tools":
+			out.Values[i] = ec._AgentInfo_tools(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var decideToolCallPayloadImplementors = []string{"DecideToolCallPayload"}
+
+func (ec *executionContext) _DecideToolCallPayload(ctx context.Context, sel ast.SelectionSet, obj *model.DecideToolCallPayload) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, decideToolCallPayloadImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("DecideToolCallPayload")
+		case "toolCall":
+			out.Values[i] = ec._DecideToolCallPayload_toolCall(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "run":
+			out.Values[i] = ec._DecideToolCallPayload_run(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -7689,6 +9436,20 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "decideToolCall":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_decideToolCall(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "respondToInputs":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_respondToInputs(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "cancelRun":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_cancelRun(ctx, field)
@@ -7950,48 +9711,134 @@ func (ec *executionContext) _Question(ctx context.Context, sel ast.SelectionSet,
 		case "id":
 			out.Values[i] = ec._Question_id(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "runId":
 			out.Values[i] = ec._Question_runId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "sessionId":
 			out.Values[i] = ec._Question_sessionId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "prompt":
 			out.Values[i] = ec._Question_prompt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "choices":
 			out.Values[i] = ec._Question_choices(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "multiple":
+			out.Values[i] = ec._Question_multiple(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "answerSchema":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Question_answerSchema(ctx, field, obj)
+				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		case "answer":
 			out.Values[i] = ec._Question_answer(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "askedAt":
 			out.Values[i] = ec._Question_askedAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "answeredAt":
 			out.Values[i] = ec._Question_answeredAt(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "expiresAt":
+			out.Values[i] = ec._Question_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "withdrawn":
 			out.Values[i] = ec._Question_withdrawn(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "withdrawnReason":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Question_withdrawnReason(ctx, field, obj)
+				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -8085,6 +9932,102 @@ func (ec *executionContext) _QuestionAsked(ctx context.Context, sel ast.Selectio
 			}
 		case "question":
 			out.Values[i] = ec._QuestionAsked_question(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var questionWithdrawnImplementors = []string{"QuestionWithdrawn", "SessionEvent"}
+
+func (ec *executionContext) _QuestionWithdrawn(ctx context.Context, sel ast.SelectionSet, obj *model.QuestionWithdrawn) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, questionWithdrawnImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("QuestionWithdrawn")
+		case "cursor":
+			out.Values[i] = ec._QuestionWithdrawn_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "at":
+			out.Values[i] = ec._QuestionWithdrawn_at(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "question":
+			out.Values[i] = ec._QuestionWithdrawn_question(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var respondToInputsPayloadImplementors = []string{"RespondToInputsPayload"}
+
+func (ec *executionContext) _RespondToInputsPayload(ctx context.Context, sel ast.SelectionSet, obj *model.RespondToInputsPayload) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, respondToInputsPayloadImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RespondToInputsPayload")
+		case "questions":
+			out.Values[i] = ec._RespondToInputsPayload_questions(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "toolCalls":
+			out.Values[i] = ec._RespondToInputsPayload_toolCalls(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "run":
+			out.Values[i] = ec._RespondToInputsPayload_run(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -8326,28 +10269,66 @@ func (ec *executionContext) _SessionSettings(ctx context.Context, sel ast.Select
 		case "agent":
 			out.Values[i] = ec._SessionSettings_agent(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "model":
 			out.Values[i] = ec._SessionSettings_model(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "systemPrompt":
 			out.Values[i] = ec._SessionSettings_systemPrompt(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "temperature":
 			out.Values[i] = ec._SessionSettings_temperature(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "busyPolicy":
 			out.Values[i] = ec._SessionSettings_busyPolicy(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "toolPolicies":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._SessionSettings_toolPolicies(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -8487,6 +10468,16 @@ func (ec *executionContext) _TalkSession(ctx context.Context, sel ast.SelectionS
 		case "pendingQuestion":
 			out.Values[i] = ec._TalkSession_pendingQuestion(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "pendingQuestions":
+			out.Values[i] = ec._TalkSession_pendingQuestions(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "pendingApprovals":
+			out.Values[i] = ec._TalkSession_pendingApprovals(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "messages":
@@ -8639,6 +10630,193 @@ func (ec *executionContext) _TalkSessionEdge(ctx context.Context, sel ast.Select
 	return out
 }
 
+var toolApprovalImplementors = []string{"ToolApproval"}
+
+func (ec *executionContext) _ToolApproval(ctx context.Context, sel ast.SelectionSet, obj *service.ToolApproval) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, toolApprovalImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ToolApproval")
+		case "requestedArguments":
+			out.Values[i] = ec._ToolApproval_requestedArguments(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "decision":
+			out.Values[i] = ec._ToolApproval_decision(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "reason":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._ToolApproval_reason(ctx, field, obj)
+				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "decidedAt":
+			out.Values[i] = ec._ToolApproval_decidedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "expiresAt":
+			out.Values[i] = ec._ToolApproval_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var toolApprovalDecidedImplementors = []string{"ToolApprovalDecided", "SessionEvent"}
+
+func (ec *executionContext) _ToolApprovalDecided(ctx context.Context, sel ast.SelectionSet, obj *model.ToolApprovalDecided) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, toolApprovalDecidedImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ToolApprovalDecided")
+		case "cursor":
+			out.Values[i] = ec._ToolApprovalDecided_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "at":
+			out.Values[i] = ec._ToolApprovalDecided_at(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "toolCall":
+			out.Values[i] = ec._ToolApprovalDecided_toolCall(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var toolApprovalRequestedImplementors = []string{"ToolApprovalRequested", "SessionEvent"}
+
+func (ec *executionContext) _ToolApprovalRequested(ctx context.Context, sel ast.SelectionSet, obj *model.ToolApprovalRequested) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, toolApprovalRequestedImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ToolApprovalRequested")
+		case "cursor":
+			out.Values[i] = ec._ToolApprovalRequested_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "at":
+			out.Values[i] = ec._ToolApprovalRequested_at(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "toolCall":
+			out.Values[i] = ec._ToolApprovalRequested_toolCall(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
 var toolCallImplementors = []string{"ToolCall"}
 
 func (ec *executionContext) _ToolCall(ctx context.Context, sel ast.SelectionSet, obj *service.ToolCall) graphql.Marshaler {
@@ -8741,6 +10919,11 @@ func (ec *executionContext) _ToolCall(ctx context.Context, sel ast.SelectionSet,
 			}
 		case "finishedAt":
 			out.Values[i] = ec._ToolCall_finishedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "approval":
+			out.Values[i] = ec._ToolCall_approval(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
@@ -8900,6 +11083,168 @@ func (ec *executionContext) _ToolCallStarted(ctx context.Context, sel ast.Select
 			}
 		case "toolCall":
 			out.Values[i] = ec._ToolCallStarted_toolCall(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var toolInfoImplementors = []string{"ToolInfo"}
+
+func (ec *executionContext) _ToolInfo(ctx context.Context, sel ast.SelectionSet, obj *service.ToolInfo) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, toolInfoImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ToolInfo")
+		case "name":
+			out.Values[i] = ec._ToolInfo_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "description":
+			out.Values[i] = ec._ToolInfo_description(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "inputSchema":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._ToolInfo_inputSchema(ctx, field, obj)
+				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "policy":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._ToolInfo_policy(ctx, field, obj)
+				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var toolPolicyImplementors = []string{"ToolPolicy"}
+
+func (ec *executionContext) _ToolPolicy(ctx context.Context, sel ast.SelectionSet, obj *service.ToolPolicyEntry) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, toolPolicyImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ToolPolicy")
+		case "tool":
+			out.Values[i] = ec._ToolPolicy_tool(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "policy":
+			out.Values[i] = ec._ToolPolicy_policy(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -9476,6 +11821,26 @@ func (ec *executionContext) marshalNBusyPolicy2githubᚗcomᚋtalkgraphᚋtalkgr
 	return res
 }
 
+func (ec *executionContext) unmarshalNDecideToolCallInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐDecideToolCallInput(ctx context.Context, v any) (model.DecideToolCallInput, error) {
+	res, err := ec.unmarshalInputDecideToolCallInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNDecideToolCallInput2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐDecideToolCallInput(ctx context.Context, v any) (*model.DecideToolCallInput, error) {
+	res, err := ec.unmarshalInputDecideToolCallInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNDecideToolCallPayload2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐDecideToolCallPayload(ctx context.Context, sel ast.SelectionSet, v *model.DecideToolCallPayload) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._DecideToolCallPayload(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNID2string(ctx context.Context, v any) (string, error) {
 	res, err := graphql.UnmarshalID(v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -9598,6 +11963,22 @@ func (ec *executionContext) marshalNPageInfo2ᚖgithubᚗcomᚋtalkgraphᚋtalkg
 	return ec._PageInfo(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNQuestion2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐQuestionᚄ(ctx context.Context, sel ast.SelectionSet, v []*service.Question) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNQuestion2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐQuestion(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
 func (ec *executionContext) marshalNQuestion2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐQuestion(ctx context.Context, sel ast.SelectionSet, v *service.Question) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
@@ -9613,9 +11994,29 @@ func (ec *executionContext) unmarshalNRenameTalkSessionInput2githubᚗcomᚋtalk
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
+func (ec *executionContext) unmarshalNRespondToInputsInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐRespondToInputsInput(ctx context.Context, v any) (model.RespondToInputsInput, error) {
+	res, err := ec.unmarshalInputRespondToInputsInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNRespondToInputsPayload2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐRespondToInputsPayload(ctx context.Context, sel ast.SelectionSet, v *model.RespondToInputsPayload) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._RespondToInputsPayload(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNRespondToQuestionInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐRespondToQuestionInput(ctx context.Context, v any) (model.RespondToQuestionInput, error) {
 	res, err := ec.unmarshalInputRespondToQuestionInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNRespondToQuestionInput2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐRespondToQuestionInput(ctx context.Context, v any) (*model.RespondToQuestionInput, error) {
+	res, err := ec.unmarshalInputRespondToQuestionInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalNRespondToQuestionPayload2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐRespondToQuestionPayload(ctx context.Context, sel ast.SelectionSet, v *model.RespondToQuestionPayload) graphql.Marshaler {
@@ -9819,6 +12220,91 @@ func (ec *executionContext) unmarshalNToolCallStatus2githubᚗcomᚋtalkgraphᚋ
 }
 
 func (ec *executionContext) marshalNToolCallStatus2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolCallStatus(ctx context.Context, sel ast.SelectionSet, v service.ToolCallStatus) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(string(v))
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
+}
+
+func (ec *executionContext) unmarshalNToolDecision2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolDecision(ctx context.Context, v any) (service.ToolDecision, error) {
+	tmp, err := graphql.UnmarshalString(v)
+	res := service.ToolDecision(tmp)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNToolDecision2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolDecision(ctx context.Context, sel ast.SelectionSet, v service.ToolDecision) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(string(v))
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
+}
+
+func (ec *executionContext) marshalNToolInfo2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolInfo(ctx context.Context, sel ast.SelectionSet, v service.ToolInfo) graphql.Marshaler {
+	return ec._ToolInfo(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNToolInfo2ᚕgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolInfoᚄ(ctx context.Context, sel ast.SelectionSet, v []service.ToolInfo) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNToolInfo2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolInfo(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNToolPolicy2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolPolicyEntryᚄ(ctx context.Context, sel ast.SelectionSet, v []*service.ToolPolicyEntry) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNToolPolicy2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolPolicyEntry(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNToolPolicy2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolPolicyEntry(ctx context.Context, sel ast.SelectionSet, v *service.ToolPolicyEntry) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._ToolPolicy(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNToolPolicyInput2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐToolPolicyInput(ctx context.Context, v any) (*model.ToolPolicyInput, error) {
+	res, err := ec.unmarshalInputToolPolicyInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNToolPolicyKind2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolPolicy(ctx context.Context, v any) (service.ToolPolicy, error) {
+	tmp, err := graphql.UnmarshalString(v)
+	res := service.ToolPolicy(tmp)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNToolPolicyKind2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolPolicy(ctx context.Context, sel ast.SelectionSet, v service.ToolPolicy) graphql.Marshaler {
 	_ = sel
 	res := graphql.MarshalString(string(v))
 	if res == graphql.Null {
@@ -10041,6 +12527,23 @@ func (ec *executionContext) unmarshalOCreateTalkSessionInput2ᚖgithubᚗcomᚋt
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
+func (ec *executionContext) unmarshalODecideToolCallInput2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐDecideToolCallInputᚄ(ctx context.Context, v any) ([]*model.DecideToolCallInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]*model.DecideToolCallInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNDecideToolCallInput2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐDecideToolCallInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
 func (ec *executionContext) unmarshalOFloat2ᚖfloat64(ctx context.Context, v any) (*float64, error) {
 	if v == nil {
 		return nil, nil
@@ -10093,6 +12596,23 @@ func (ec *executionContext) marshalOQuestion2ᚖgithubᚗcomᚋtalkgraphᚋtalkg
 		return graphql.Null
 	}
 	return ec._Question(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalORespondToQuestionInput2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐRespondToQuestionInputᚄ(ctx context.Context, v any) ([]*model.RespondToQuestionInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]*model.RespondToQuestionInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNRespondToQuestionInput2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐRespondToQuestionInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
 }
 
 func (ec *executionContext) marshalORun2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐRun(ctx context.Context, sel ast.SelectionSet, v *service.Run) graphql.Marshaler {
@@ -10185,6 +12705,68 @@ func (ec *executionContext) marshalOTime2ᚖtimeᚐTime(ctx context.Context, sel
 	_ = sel
 	_ = ctx
 	res := graphql.MarshalTime(*v)
+	return res
+}
+
+func (ec *executionContext) marshalOToolApproval2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolApproval(ctx context.Context, sel ast.SelectionSet, v *service.ToolApproval) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._ToolApproval(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOToolDecision2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolDecision(ctx context.Context, v any) (*service.ToolDecision, error) {
+	if v == nil {
+		return nil, nil
+	}
+	tmp, err := graphql.UnmarshalString(v)
+	res := service.ToolDecision(tmp)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOToolDecision2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolDecision(ctx context.Context, sel ast.SelectionSet, v *service.ToolDecision) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalString(string(*v))
+	return res
+}
+
+func (ec *executionContext) unmarshalOToolPolicyInput2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐToolPolicyInputᚄ(ctx context.Context, v any) ([]*model.ToolPolicyInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]*model.ToolPolicyInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNToolPolicyInput2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐToolPolicyInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) unmarshalOToolPolicyKind2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolPolicy(ctx context.Context, v any) (*service.ToolPolicy, error) {
+	if v == nil {
+		return nil, nil
+	}
+	tmp, err := graphql.UnmarshalString(v)
+	res := service.ToolPolicy(tmp)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOToolPolicyKind2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolPolicy(ctx context.Context, sel ast.SelectionSet, v *service.ToolPolicy) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalString(string(*v))
 	return res
 }
 

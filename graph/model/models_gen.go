@@ -33,6 +33,20 @@ type CreateTalkSessionInput struct {
 	Settings *SessionSettingsInput `json:"settings,omitempty"`
 }
 
+type DecideToolCallInput struct {
+	ToolCallID string               `json:"toolCallId"`
+	Decision   service.ToolDecision `json:"decision"`
+	// APPROVE only, optional: the arguments as the user edited them (JSON text); they must fit the tool's input schema.
+	Arguments *string `json:"arguments,omitempty"`
+	// REJECT only, optional: told to the agent.
+	Reason *string `json:"reason,omitempty"`
+}
+
+type DecideToolCallPayload struct {
+	ToolCall *service.ToolCall `json:"toolCall"`
+	Run      *service.Run      `json:"run"`
+}
+
 // A user message was accepted, or an assistant message began.
 type MessageAdded struct {
 	Cursor  string                  `json:"cursor"`
@@ -123,9 +137,34 @@ func (QuestionAsked) IsSessionEvent() {}
 func (this QuestionAsked) GetCursor() string { return this.Cursor }
 func (this QuestionAsked) GetAt() time.Time  { return this.At }
 
+// A question stopped waiting without an answer (see withdrawnReason).
+type QuestionWithdrawn struct {
+	Cursor   string            `json:"cursor"`
+	At       time.Time         `json:"at"`
+	Question *service.Question `json:"question"`
+}
+
+func (QuestionWithdrawn) IsSessionEvent() {}
+
+// Resume after this event with messageStream(after: cursor).
+func (this QuestionWithdrawn) GetCursor() string { return this.Cursor }
+func (this QuestionWithdrawn) GetAt() time.Time  { return this.At }
+
 type RenameTalkSessionInput struct {
 	ID    string `json:"id"`
 	Title string `json:"title"`
+}
+
+type RespondToInputsInput struct {
+	SessionID string                    `json:"sessionId"`
+	Answers   []*RespondToQuestionInput `json:"answers,omitempty"`
+	Decisions []*DecideToolCallInput    `json:"decisions,omitempty"`
+}
+
+type RespondToInputsPayload struct {
+	Questions []*service.Question `json:"questions"`
+	ToolCalls []*service.ToolCall `json:"toolCalls"`
+	Run       *service.Run        `json:"run"`
 }
 
 type RespondToQuestionInput struct {
@@ -158,6 +197,8 @@ type SessionSettingsInput struct {
 	Temperature  *float64 `json:"temperature,omitempty"`
 	// Default: INTERRUPT.
 	BusyPolicy *service.BusyPolicy `json:"busyPolicy,omitempty"`
+	// Changes the policies of the tools it names; the others stay as they were.
+	ToolPolicies []*ToolPolicyInput `json:"toolPolicies,omitempty"`
 }
 
 // The session was renamed or its settings changed.
@@ -185,6 +226,32 @@ type TalkSessionEdge struct {
 	Cursor string               `json:"cursor"`
 	Node   *service.SessionView `json:"node"`
 }
+
+// The user approved a tool call (it runs now) or rejected it.
+type ToolApprovalDecided struct {
+	Cursor   string            `json:"cursor"`
+	At       time.Time         `json:"at"`
+	ToolCall *service.ToolCall `json:"toolCall"`
+}
+
+func (ToolApprovalDecided) IsSessionEvent() {}
+
+// Resume after this event with messageStream(after: cursor).
+func (this ToolApprovalDecided) GetCursor() string { return this.Cursor }
+func (this ToolApprovalDecided) GetAt() time.Time  { return this.At }
+
+// A tool call waits for the user's decision (decideToolCall).
+type ToolApprovalRequested struct {
+	Cursor   string            `json:"cursor"`
+	At       time.Time         `json:"at"`
+	ToolCall *service.ToolCall `json:"toolCall"`
+}
+
+func (ToolApprovalRequested) IsSessionEvent() {}
+
+// Resume after this event with messageStream(after: cursor).
+func (this ToolApprovalRequested) GetCursor() string { return this.Cursor }
+func (this ToolApprovalRequested) GetAt() time.Time  { return this.At }
 
 // A tool call finished with a result or an error, or was cancelled.
 type ToolCallFinished struct {
@@ -227,6 +294,11 @@ func (ToolCallStarted) IsSessionEvent() {}
 // Resume after this event with messageStream(after: cursor).
 func (this ToolCallStarted) GetCursor() string { return this.Cursor }
 func (this ToolCallStarted) GetAt() time.Time  { return this.At }
+
+type ToolPolicyInput struct {
+	Tool   string             `json:"tool"`
+	Policy service.ToolPolicy `json:"policy"`
+}
 
 type UpdateTalkSessionSettingsInput struct {
 	ID       string                `json:"id"`

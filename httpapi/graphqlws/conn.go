@@ -30,8 +30,9 @@ type conn struct {
 	inited     bool
 	closed     bool
 	subs       subSet
-	ready      []*sub // subscriptions with something to deliver
-	delivering bool   // a goroutine delivers ready
+	ready      []*sub   // subscriptions with something to deliver
+	delivering bool     // a goroutine delivers ready
+	releases   []func() // what Admit and AdmitUser gave the connection, given back when it closes
 	// One timer per connection serves its deadlines: connection_init's (initBy), the next
 	// keep-alive (keepBy) and the token's expiry (expires, zero for none).
 	timer                   *time.Timer

@@ -37,6 +37,23 @@ func (c *conn) init(raw json.RawMessage) bool {
 		c.closeWith(CloseUnauthorized, msg)
 		return false
 	}
+	if c.t.AdmitUser != nil {
+		release, err := c.t.AdmitUser(ctx)
+		if err != nil {
+			c.closeWith(CloseTryAgainLater, service.ErrorMessage(err))
+			return false
+		}
+		c.mu.Lock()
+		closed := c.closed
+		if !closed {
+			c.releases = append(c.releases, release)
+		}
+		c.mu.Unlock()
+		if closed {
+			release()
+			return false
+		}
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -125,8 +142,8 @@ func (c *conn) closeWith(code int, reason string) {
 		return
 	}
 	c.closed = true
-	subs := c.subs
-	c.subs, c.ready = nil, nil
+	subs, releases := c.subs, c.releases
+	c.subs, c.ready, c.releases = nil, nil, nil
 	if c.timer != nil {
 		c.timer.Stop()
 	}
@@ -139,5 +156,8 @@ func (c *conn) closeWith(code int, reason string) {
 		s.end()
 	}
 	c.cancel()
-	c.t.remove(c)
+	for _, release := range releases {
+		release()
+	}
+	c.t.remove(c) // last: once Count no longer counts c, nothing of it is held
 }

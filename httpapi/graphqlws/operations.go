@@ -29,7 +29,8 @@ type sub struct {
 	ctx    context.Context // the connection's operation context
 	cancel context.CancelFunc
 	stream *graph.Stream
-	queued bool // in c.ready
+	queued bool   // in c.ready
+	leave  func() // gives back what AdmitSubscription gave a subscription; nil once done
 }
 
 // subSet is a connection's operations by ID. Most connections hold one or two (and at
@@ -154,17 +155,29 @@ func (c *conn) start(s *sub, opCtx context.Context, raw json.RawMessage, start t
 		c.once(s, ctx, rc)
 		return
 	}
+	leave := func() {}
+	if c.t.AdmitSubscription != nil {
+		var err error
+		if leave, err = c.t.AdmitSubscription(ctx); err != nil {
+			c.fail(s, gqlerror.List{graph.Error(err)})
+			return
+		}
+	}
 	st, refused := graph.Subscribe(ctx, c.exec, rc, s.notify, c.t.Log)
 	if st == nil {
+		leave()
 		c.fail(s, refused.Errors)
 		return
 	}
 	c.mu.Lock()
-	s.ctx, s.stream = opCtx, st
 	stale := c.closed || c.subs.get(s.id) != s
+	if !stale {
+		s.ctx, s.stream, s.leave = opCtx, st, leave
+	}
 	c.mu.Unlock()
-	if stale { // stopped or closed while it started
+	if stale { // stopped or closed while it started: whoever ended it found no stream
 		st.Close()
+		leave()
 		return
 	}
 	s.notify() // deliver what the cursor left behind, if anything
@@ -243,14 +256,19 @@ func (c *conn) release(s *sub) {
 }
 
 // end releases what an operation that is no longer in c.subs holds: a query's or
-// mutation's context, a subscription's stream (see graph.Stream.Close).
+// mutation's context, a subscription's stream (see graph.Stream.Close) and its place in
+// the caps AdmitSubscription keeps.
 func (s *sub) end() {
 	s.c.mu.Lock()
-	st, cancel := s.stream, s.cancel
+	st, cancel, leave := s.stream, s.cancel, s.leave
+	s.leave = nil
 	s.c.mu.Unlock()
 	cancel()
 	if st != nil {
 		st.Close()
+	}
+	if leave != nil {
+		leave()
 	}
 }
 

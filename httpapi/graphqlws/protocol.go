@@ -12,6 +12,7 @@ import (
 const (
 	CloseGoingAway      = websocket.CloseGoingAway     // 1001: shutdown, dead or stuck connection
 	CloseTooBig         = websocket.CloseMessageTooBig // 1009
+	CloseTryAgainLater  = websocket.CloseTryAgainLater // 1013: the user holds too many sockets
 	CloseBadRequest     = 4400                         // a message the protocol does not allow
 	CloseUnauthorized   = 4401                         // no or bad token, or it expired
 	CloseInitTimeout    = 4408                         // no connection_init in time

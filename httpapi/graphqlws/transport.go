@@ -21,7 +21,8 @@
 // graphql-transport-ws codes: 4400 (a bad message), 4401 (not authorised), 4408 (no
 // connection_init in time), 4409 (a subscription ID in use; the legacy protocol, which
 // has no such code, replaces the operation under that ID, as its reference server does),
-// 4429 (a second connection_init), 1009 (a message over ReadLimit). Once the reader has
+// 4429 (a second connection_init), 1009 (a message over ReadLimit); 1013 (try again
+// later) closes a connection AdmitUser refuses. Once the reader has
 // taken a client's stop in, and once the server has ended an operation, nothing more is
 // written for its ID, which is free again.
 package graphqlws
@@ -65,7 +66,22 @@ type Transport struct {
 	ReadLimit int64
 	// MaxSubscriptions is how many subscriptions one connection may hold; default 100.
 	MaxSubscriptions int
-	Log              *slog.Logger
+	// Admit, when set, is asked before each upgrade whether the request may open a
+	// websocket (a cap on the sockets of one client address, say), so that a refusal costs
+	// no upgrade. When it refuses, it has answered the request; when it admits, release is
+	// called once the connection ends.
+	Admit func(w http.ResponseWriter, r *http.Request) (release func(), ok bool)
+	// AdmitUser, when set, is asked once connection_init is authorised, with the context
+	// Authenticate returned, whether the connection may go on (a cap on one user's
+	// sockets). An error closes the socket with CloseTryAgainLater and the error's message;
+	// otherwise release is called once the connection ends.
+	AdmitUser func(ctx context.Context) (release func(), err error)
+	// AdmitSubscription, when set, is asked before a subscription starts, with the
+	// connection's operation context, whether it may (caps on the subscriptions of a user
+	// or an address). An error refuses the subscription with an error message for its ID,
+	// and the connection stays; otherwise release is called once the subscription ends.
+	AdmitSubscription func(ctx context.Context) (release func(), err error)
+	Log               *slog.Logger
 
 	once     sync.Once
 	upgrader websocket.Upgrader
@@ -130,8 +146,18 @@ func (t *Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Grap
 		http.Error(w, "the server is shutting down", http.StatusServiceUnavailable)
 		return
 	}
+	var release func()
+	if t.Admit != nil {
+		var ok bool
+		if release, ok = t.Admit(w, r); !ok {
+			return
+		}
+	}
 	ws, err := t.upgrader.Upgrade(w, r, nil)
 	if err != nil {
+		if release != nil {
+			release()
+		}
 		return // the upgrader answered
 	}
 	proto := legacyWS // clients that name no subprotocol speak the legacy one
@@ -151,6 +177,9 @@ func (t *Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Grap
 	// The request is not kept: it holds on to the HTTP server's buffers for the connection
 	// (through its body's reader), which would stay for as long as the websocket.
 	c := &conn{t: t, ws: ws, proto: proto, exec: exec, ctx: ctx, cancel: cancel}
+	if release != nil {
+		c.releases = append(c.releases, release)
+	}
 	t.mu.Lock()
 	t.conns[c] = struct{}{}
 	t.peak = max(t.peak, len(t.conns))

@@ -142,6 +142,8 @@ type NATSServer struct {
 	Port int
 	URL  string
 
+	change func(*natsserver.Options)
+
 	mu  sync.Mutex
 	srv *natsserver.Server
 }
@@ -150,13 +152,20 @@ type NATSServer struct {
 // test ends.
 func StartNATS(t testing.TB) *NATSServer {
 	t.Helper()
+	return StartNATSWith(t, nil)
+}
+
+// StartNATSWith is StartNATS with the server's options changed by change (its security,
+// say); URL keeps the nats:// scheme.
+func StartNATSWith(t testing.TB, change func(*natsserver.Options)) *NATSServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	n := &NATSServer{t: t, Port: port, URL: "nats://127.0.0.1:" + strconv.Itoa(port)}
+	n := &NATSServer{t: t, Port: port, URL: "nats://127.0.0.1:" + strconv.Itoa(port), change: change}
 	n.Start()
 	t.Cleanup(n.Stop)
 	return n
@@ -171,6 +180,9 @@ func (n *NATSServer) Start() {
 		return
 	}
 	opts := &natsserver.Options{Host: "127.0.0.1", Port: n.Port, NoLog: true, NoSigs: true, MaxControlLine: 4096}
+	if n.change != nil {
+		n.change(opts)
+	}
 	var srv *natsserver.Server
 	var err error
 	// The port was just freed (by a listener here, or by the server's last life): binding

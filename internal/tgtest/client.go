@@ -193,11 +193,14 @@ const StreamQuery = `subscription($s: ID!, $a: String){ messageStream(sessionId:
   ... on MessageChunk { messageId delta offset }
   ... on MessageCompleted { message { id role kind content status runId error } }
   ... on RunStatusChanged { run { id status error } }
-  ... on QuestionAsked { question { id prompt runId } }
+  ... on QuestionAsked { question { id prompt runId choices multiple answerSchema expiresAt } }
   ... on QuestionAnswered { question { id answer } }
+  ... on QuestionWithdrawn { question { id withdrawn withdrawnReason } }
   ... on ToolCallStarted { toolCall { id name arguments status } }
   ... on ToolCallOutput { toolCallId delta offset }
-  ... on ToolCallFinished { toolCall { id status output result } }
+  ... on ToolCallFinished { toolCall { id status output result error approval { decision reason } } }
+  ... on ToolApprovalRequested { toolCall { id name arguments status approval { requestedArguments expiresAt } } }
+  ... on ToolApprovalDecided { toolCall { id name arguments status approval { requestedArguments decision reason decidedAt } } }
 } }`
 
 // Event is one messageStream event, flattened.
@@ -210,8 +213,23 @@ type Event struct {
 	ToolCallID string
 	Message    *Message
 	Run        *struct{ ID, Status, Error string }
-	Question   *struct{ ID, Prompt, RunID, Answer string }
-	ToolCall   *struct{ ID, Name, Arguments, Status, Output, Result string }
+	Question   *Question
+	ToolCall   *ToolCall
+}
+
+// Question is a question as the stream shows it.
+type Question struct {
+	ID, Prompt, RunID, Answer, AnswerSchema, ExpiresAt, WithdrawnReason string
+	Choices                                                             []string
+	Multiple, Withdrawn                                                 bool
+}
+
+// ToolCall is a tool call as the stream shows it.
+type ToolCall struct {
+	ID, Name, Arguments, Status, Output, Result, Error string
+	Approval                                           *struct {
+		RequestedArguments, Decision, Reason, DecidedAt, ExpiresAt string
+	}
 }
 
 // Socket is a websocket connection speaking graphql-transport-ws or the legacy

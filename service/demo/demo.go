@@ -5,12 +5,25 @@
 //	/ask <question>  asks the user, then replies using the answer
 //	/slow <n>        streams n chunks 100 ms apart (at most 10000)
 //	/fail            fails the run
-//	/tool <text>     calls a pretend "echo" tool that prints text, then replies
+//	/tool <text>     calls its "echo" tool, which prints text, under the tool's policy,
+//	                 then replies
+//	/approve <text>  calls echo and waits for the user's decision even where echo is
+//	                 ALLOW (under DENY it is refused unasked), then replies with the
+//	                 tool's result or the rejection's reason
+//	/ask-many <n>    asks n questions at once (at most 10), waits for all, and replies
+//	                 with every answer
+//	/form            asks for a name and an age (a JSON Schema form), then replies with
+//	                 the answer
 //	/panic           panics (the run fails; the server goes on)
+//
+// Its runs resume on their history after a restart: a question answered, a call decided
+// meanwhile is found there.
 package demo
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -32,7 +45,26 @@ type Agent struct {
 const DefaultChunkDelay = 40 * time.Millisecond
 
 // Description is shown in the list of agents.
-const Description = "Built-in demo: echoes you word by word; try /ask, /slow 50, /tool, /fail."
+const Description = "Built-in demo: echoes you word by word; try /ask, /slow 50, /tool, /approve, /ask-many 2, /form, /fail."
+
+// The echo tool: its name, description and input schema.
+const (
+	echoName        = "echo"
+	echoDescription = "Prints the text it is given, word by word, and returns it."
+	echoSchema      = `{"type":"object","properties":{"text":{"type":"string"}},"required":["text"],"additionalProperties":false}`
+	// approveCallID names /approve's call of echo, so that a run that resumes on its
+	// history after the decision gets the same call back (Output.StartTool).
+	approveCallID = "demo-approve"
+)
+
+// FormSchema is the form /form asks for: a name and an age.
+const FormSchema = `{"type":"object","properties":{"name":{"type":"string","minLength":1},"age":{"type":"integer","minimum":0}},"required":["name","age"]}`
+
+// Tools implements service.ToolLister: the echo tool (ALLOW unless a policy says
+// otherwise).
+func (a *Agent) Tools(service.Settings) []service.ToolInfo {
+	return []service.ToolInfo{{Name: echoName, Description: echoDescription, InputSchema: echoSchema}}
+}
 
 // Run implements service.Runner.
 func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Output) error {
@@ -130,28 +162,138 @@ func (a *Agent) run(ctx context.Context, req service.RunRequest, out service.Out
 		return service.Errorf(service.EINTERNAL, "The demo agent failed, as you asked.")
 	case "/panic":
 		panic("the demo agent panicked, as asked")
-	case "/tool":
+	case "/tool", "/approve":
 		if arg == "" {
 			arg = "hello"
 		}
-		tool, err := out.StartTool("", "echo", fmt.Sprintf("{%q:%q}", "text", arg))
+		args, _ := json.Marshal(map[string]string{"text": arg})
+		var tool service.ToolHandle
+		var err error
+		if cmd == "/approve" {
+			tool, err = out.StartTool(approveCallID, echoName, string(args), service.AlwaysAsk())
+		} else {
+			tool, err = out.StartTool("", echoName, string(args))
+		}
 		if err != nil {
 			return err
 		}
-		for _, w := range strings.SplitAfter(arg, " ") {
-			if err := pause(ctx, a.ChunkDelay); err != nil {
-				return err
-			}
-			if err := tool.Output(w); err != nil {
-				return err
-			}
-		}
-		if err := tool.Finish(arg, nil); err != nil {
+		result, err := a.echo(ctx, tool)
+		var rejected *service.Rejected
+		switch {
+		case errors.As(err, &rejected):
+			return a.say(ctx, out, "The echo tool did not run: "+rejected.Text())
+		case err != nil:
 			return err
 		}
-		return a.say(ctx, out, "The echo tool printed: "+arg)
+		return a.say(ctx, out, "The echo tool printed: "+result)
+	case "/ask-many":
+		n, err := strconv.Atoi(arg)
+		if err != nil || n < 1 || n > 10 {
+			return service.Errorf(service.EINVALID, "/ask-many needs a number of questions from 1 to 10")
+		}
+		return a.askMany(ctx, out, n, req.History[last+1:])
+	case "/form":
+		answer, ok := answered(req.History[last+1:])
+		if !ok {
+			var err error
+			if answer, err = ask(ctx, out, service.QuestionSpec{Prompt: "Who are you? Give your name and your age.", AnswerSchema: FormSchema}); err != nil {
+				return err
+			}
+		}
+		var form struct {
+			Name string `json:"name"`
+			Age  int    `json:"age"`
+		}
+		_ = json.Unmarshal([]byte(answer), &form)
+		return a.say(ctx, out, fmt.Sprintf("Hello %s, aged %d. Your answer was %s", form.Name, form.Age, answer))
 	}
 	return a.say(ctx, out, "You said: "+text)
+}
+
+// echo runs a call of the echo tool once it may run, printing its text word by word, and
+// returns the text; a *service.Rejected error when it must not run.
+func (a *Agent) echo(ctx context.Context, tool service.ToolHandle) (string, error) {
+	args, err := tool.Approval(ctx)
+	if err != nil {
+		return "", err
+	}
+	var in struct {
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal([]byte(args), &in); err != nil {
+		_ = tool.Finish("", fmt.Errorf("the arguments are not an object with a text: %v", err))
+		return "", service.Errorf(service.EINVALID, "the echo tool got arguments it cannot read")
+	}
+	for _, w := range strings.SplitAfter(in.Text, " ") {
+		if err := pause(ctx, a.ChunkDelay); err != nil {
+			return "", err
+		}
+		if err := tool.Output(w); err != nil {
+			return "", err
+		}
+	}
+	return in.Text, tool.Finish(in.Text, nil)
+}
+
+// askMany asks n questions at once and waits for every answer; after a restart the
+// questions answered meanwhile are in the history after the message.
+func (a *Agent) askMany(ctx context.Context, out service.Output, n int, after []service.HistoryMessage) error {
+	answers := make([]string, n)
+	var waiting []int
+	var pending []service.Pending
+	for i := range n {
+		prompt := fmt.Sprintf("Question %d of %d", i+1, n)
+		if answer, ok := answerTo(after, prompt); ok {
+			answers[i] = answer
+			continue
+		}
+		p, err := out.Pose(service.QuestionSpec{Prompt: prompt})
+		if err != nil {
+			return err
+		}
+		waiting, pending = append(waiting, i), append(pending, p)
+	}
+	for j, p := range pending {
+		answer, err := p.Wait(ctx)
+		var withdrawn *service.Withdrawn
+		switch {
+		case errors.As(err, &withdrawn):
+			answer = "(no answer: " + withdrawn.Reason + ")"
+		case err != nil:
+			return err
+		}
+		answers[waiting[j]] = answer
+	}
+	var b strings.Builder
+	b.WriteString("Your answers:")
+	for i, answer := range answers {
+		fmt.Fprintf(&b, " %d. %s", i+1, answer)
+	}
+	return a.say(ctx, out, b.String())
+}
+
+// ask asks one question and waits for its answer; a question that expired gets the
+// answer "(no answer)".
+func ask(ctx context.Context, out service.Output, q service.QuestionSpec) (string, error) {
+	p, err := out.Pose(q)
+	if err != nil {
+		return "", err
+	}
+	answer, err := p.Wait(ctx)
+	if w := (*service.Withdrawn)(nil); errors.As(err, &w) {
+		return "(no answer: " + w.Reason + ")", nil
+	}
+	return answer, err
+}
+
+// answerTo finds the answer to the question prompt among the messages after the user's.
+func answerTo(after []service.HistoryMessage, prompt string) (string, bool) {
+	for _, m := range after {
+		if m.Kind == service.KindAnswer && m.Question != nil && m.Question.Prompt == prompt {
+			return m.Content, true
+		}
+	}
+	return "", false
 }
 
 // answered finds the answer to this run's question in the history after the message.

@@ -1,6 +1,7 @@
 package inmem
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -37,6 +38,7 @@ func cloneSession(s *service.TalkSession) *service.TalkSession {
 	c.Settings.Model = clonePtr(s.Settings.Model)
 	c.Settings.SystemPrompt = clonePtr(s.Settings.SystemPrompt)
 	c.Settings.Temperature = clonePtr(s.Settings.Temperature)
+	c.Settings.ToolPolicies = maps.Clone(s.Settings.ToolPolicies)
 	c.CreatedAt = cloneTime(s.CreatedAt)
 	c.UpdatedAt = cloneTime(s.UpdatedAt)
 	return &c
@@ -76,6 +78,7 @@ func cloneQuestion(q *service.Question) *service.Question {
 	c.Answer = clonePtr(q.Answer)
 	c.AskedAt = cloneTime(q.AskedAt)
 	c.AnsweredAt = cloneTimePtr(q.AnsweredAt)
+	c.ExpiresAt = cloneTimePtr(q.ExpiresAt)
 	return &c
 }
 
@@ -88,6 +91,13 @@ func cloneToolCall(tc *service.ToolCall) *service.ToolCall {
 	c.Error = clonePtr(tc.Error)
 	c.StartedAt = cloneTime(tc.StartedAt)
 	c.FinishedAt = cloneTimePtr(tc.FinishedAt)
+	if a := tc.Approval; a != nil {
+		ca := *a
+		ca.Decision = clonePtr(a.Decision)
+		ca.DecidedAt = cloneTimePtr(a.DecidedAt)
+		ca.ExpiresAt = cloneTime(a.ExpiresAt)
+		c.Approval = &ca
+	}
 	return &c
 }
 

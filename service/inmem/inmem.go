@@ -502,6 +502,19 @@ func (s *Store) Question(ctx context.Context, id string) (*service.Question, err
 	return cloneQuestion(q), nil
 }
 
+// ToolCall implements service.Store.
+func (s *Store) ToolCall(ctx context.Context, id string) (*service.ToolCall, error) {
+	if err := s.rlock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	tc := s.toolCalls[id]
+	if tc == nil {
+		return nil, service.Errorf(service.ENOTFOUND, "tool call %s not found", id)
+	}
+	return cloneToolCall(tc), nil
+}
+
 // Questions implements service.Store.
 func (s *Store) Questions(ctx context.Context, ids []string) ([]*service.Question, error) {
 	if err := s.rlock(ctx); err != nil {

@@ -5,10 +5,17 @@
 // no answer is answered UNAVAILABLE. So there is no JetStream stream to provision, and a
 // NATS server restart costs clients a moment, not data.
 //
-// Subjects, under a prefix (default "talkgraph"):
+// Replicas trust nothing on NATS but each other: every message is sealed with a key
+// derived from the bus secret they share (see sealer), so that a client of the same NATS
+// server reads nothing a user wrote, and nothing it forges, alters or replays takes
+// effect. NATS's own security (credentials, nkeys, user and password, tokens, TLS) is the
+// operator's to turn on besides (Options); the bus belongs on a private network even so.
+//
+// Subjects, under a prefix (default "talkgraph"), each message sealed for its subject:
 //
 //	<prefix>.ev.<session>   a session's new events, JSON (null: the session was deleted)
-//	<prefix>.cmd.<replica>  commands for a replica (its name in base64url; request/reply)
+//	<prefix>.cmd.<replica>  commands for a replica (its name in base64url; request/reply,
+//	                        the reply sealed for its request)
 //	<prefix>.left           the ID of a replica that shuts down
 //
 // A replica subscribes to a session's events only while it has subscribers of that
@@ -21,10 +28,12 @@ package nats
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,22 +44,45 @@ import (
 	"github.com/talkgraph/talkgraph/service"
 )
 
-// Options tune a Cluster. The zero value is a good default.
+// Options tune a Cluster. Secret is required; the zero value of the rest is a good
+// default.
 type Options struct {
+	// Secret is the bus secret every replica of the deployment shares and nothing else
+	// has (at least 16 bytes): the key everything the Cluster sends is sealed with is
+	// derived from it (see sealer).
+	Secret []byte
+	// MaxAge is how old a message may be when it arrives (and how far ahead of this
+	// replica's clock); older ones are dropped as stale. The replicas' clocks must agree
+	// within it. Default 1 minute.
+	MaxAge time.Duration
 	// Prefix starts every subject; default "talkgraph".
 	Prefix string
-	// Name names the connection in the NATS server's monitoring (the replica's ID).
+	// Name names the connection in the NATS server's monitoring (the replica's ID), and
+	// the sender of what it sends.
 	Name string
 	// RequestTimeout bounds a command sent to another replica when its context has no
 	// deadline; default 10s.
 	RequestTimeout time.Duration
-	Log            *slog.Logger
+	// The NATS server's own security, each optional: a credentials file (JWT and seed),
+	// an nkey seed file, the CA that signs a TLS server's certificate (for tls:// URLs;
+	// default: the system's), and a client certificate and key for TLS. A user and
+	// password or a token go in the URL.
+	CredsFile, NKeyFile, CAFile, CertFile, KeyFile string
+	Log                                            *slog.Logger
 }
 
-// Cluster is a service.Cluster over a NATS connection.
+// Cluster is a service.Cluster over a NATS connection. Everything it sends is sealed,
+// and everything it receives that does not open with the bus key, is stale, or was seen
+// before is dropped and counted (see Dropped).
 type Cluster struct {
 	nc   *nats.Conn
 	opts Options
+	seal *sealer
+	seen *seenSet // the IDs of commands and announcements taken
+
+	dropped  sync.Map // reason → *atomic.Int64
+	warnedMu sync.Mutex
+	warnedAt map[string]time.Time
 
 	events   chan *nats.Msg // every followed session's events, in one delivery goroutine
 	commands chan *nats.Msg // the commands sent to this replica
@@ -68,11 +100,16 @@ type Cluster struct {
 type follow struct {
 	sub     *nats.Subscription
 	deliver func([]*service.Event)
+	// last is, by sender, the send time of the last batch taken: a replica stamps what it
+	// sends with times that only grow, and publishes a session's events in order, so a
+	// batch that is not newer was seen before.
+	last map[string]time.Time
 }
 
 var (
 	_ service.Cluster          = (*Cluster)(nil)
 	_ service.ReconnectCounter = (*Cluster)(nil)
+	_ service.DropCounter      = (*Cluster)(nil)
 )
 
 // Connect connects to the NATS server at url (reconnecting by itself for as long as the
@@ -84,19 +121,36 @@ func Connect(url string, opts Options) (*Cluster, error) {
 	if opts.RequestTimeout <= 0 {
 		opts.RequestTimeout = 10 * time.Second
 	}
+	if opts.MaxAge <= 0 {
+		opts.MaxAge = time.Minute
+	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
+	seal, err := newSealer(opts.Secret, opts.MaxAge)
+	if err != nil {
+		return nil, service.Errorf(service.EINVALID, "the bus: %v", err)
+	}
+	security, err := securityOptions(opts)
+	if err != nil {
+		return nil, err
+	}
 	c := &Cluster{
 		opts:      opts,
+		seal:      seal,
+		seen:      newSeenSet(opts.MaxAge),
+		warnedAt:  map[string]time.Time{},
 		events:    make(chan *nats.Msg, 65536),
 		commands:  make(chan *nats.Msg, 4096),
 		done:      make(chan struct{}),
 		followers: map[string]*follow{},
 		servers:   map[string]*server{},
 	}
-	nc, err := nats.Connect(url,
+	nc, err := nats.Connect(url, append(security,
 		nats.Name(opts.Name),
+		// A replica has no use for what it sends itself (its own events, its own
+		// announcement): the server keeps them from it.
+		nats.NoEcho(),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
 		nats.RetryOnFailedConnect(true),
@@ -116,17 +170,21 @@ func Connect(url string, opts Options) (*Cluster, error) {
 			}
 			opts.Log.Warn("NATS", "err", err)
 		}),
-	)
+	)...)
 	if err != nil {
 		return nil, service.Errorf(service.EUNAVAILABLE, "cannot connect to NATS at %s: %v", redactURL(url), err)
 	}
 	c.nc = nc
-	if _, err := nc.Subscribe(opts.Prefix+".left", func(m *nats.Msg) {
+	if _, err := nc.Subscribe(c.leftSubject(), func(m *nats.Msg) {
+		o, ok := c.openOnce(m.Subject, m.Data)
+		if !ok {
+			return
+		}
 		c.mu.Lock()
 		fns := append([]func(string){}, c.left...)
 		c.mu.Unlock()
 		for _, fn := range fns {
-			fn(string(m.Data))
+			fn(string(o.body))
 		}
 	}); err != nil {
 		nc.Close()
@@ -177,14 +235,16 @@ func (c *Cluster) subject(kind, session string) string {
 	return c.opts.Prefix + "." + kind + "." + session
 }
 
-// Publish implements service.Cluster.
+// Publish implements service.Cluster: the events go sealed for their session's subject.
 func (c *Cluster) Publish(sessionID string, events []*service.Event) {
 	data, err := json.Marshal(events)
 	if err != nil {
 		c.opts.Log.Error("encoding events for NATS", "session", sessionID, "err", err)
 		return
 	}
-	if err := c.nc.Publish(c.subject("ev", sessionID), data); err != nil {
+	subject := c.subject("ev", sessionID)
+	env, _ := c.seal.seal([]byte(subject), c.opts.Name, data)
+	if err := c.nc.Publish(subject, env); err != nil {
 		c.opts.Log.Debug("publishing events", "session", sessionID, "err", err)
 	}
 }
@@ -195,7 +255,7 @@ func (c *Cluster) Follow(sessionID string, deliver func([]*service.Event)) (func
 	if err != nil {
 		return nil, service.Errorf(service.EUNAVAILABLE, "cannot follow a session on NATS: %v", err)
 	}
-	f := &follow{sub: sub, deliver: deliver}
+	f := &follow{sub: sub, deliver: deliver, last: map[string]time.Time{}}
 	c.mu.Lock()
 	c.followers[sub.Subject] = f
 	c.mu.Unlock()
@@ -220,8 +280,19 @@ func (c *Cluster) deliverEvents() {
 			if f == nil {
 				continue
 			}
+			o, err := c.seal.open([]byte(m.Subject), m.Data, time.Now())
+			if err != nil {
+				c.drop(m.Subject, err)
+				continue
+			}
+			// Only this goroutine touches f.last.
+			if last, ok := f.last[o.sender]; ok && !o.sentAt.After(last) {
+				c.dropFor(m.Subject, dropReplayed)
+				continue
+			}
+			f.last[o.sender] = o.sentAt
 			var evs []*service.Event
-			if err := json.Unmarshal(m.Data, &evs); err != nil {
+			if err := json.Unmarshal(o.body, &evs); err != nil {
 				c.opts.Log.Warn("undecodable events from NATS", "subject", m.Subject, "err", err)
 				continue
 			}
@@ -295,9 +366,16 @@ func (c *Cluster) serveCommands() {
 	}
 }
 
+// answer does one command sent to this replica and sends the reply, sealed for that
+// request alone. A command that does not open, is stale or was taken before is dropped
+// unanswered: its sender (if a replica) gets no reply and answers UNAVAILABLE.
 func (c *Cluster) answer(m *nats.Msg, handle func(context.Context, *service.Command) *service.Reply) {
+	o, ok := c.openOnce(m.Subject, m.Data)
+	if !ok {
+		return
+	}
 	var reply *service.Reply
-	cmd, err := service.DecodeCommand(m.Data)
+	cmd, err := service.DecodeCommand(o.body)
 	switch {
 	case err != nil:
 		reply = &service.Reply{Code: service.EINVALID, Error: "undecodable command"}
@@ -310,19 +388,25 @@ func (c *Cluster) answer(m *nats.Msg, handle func(context.Context, *service.Comm
 	}
 	data, err := reply.Encode()
 	if err == nil {
-		err = m.Respond(data)
+		env, _ := c.seal.seal(replyAD(o.id), c.opts.Name, data)
+		err = m.Respond(env)
 	}
 	if err != nil {
 		c.opts.Log.Warn("answering a command over NATS", "subject", m.Subject, "err", err)
 	}
 }
 
-// Send implements service.Cluster.
+// Send implements service.Cluster. The command goes sealed for the replica's subject, and
+// only a reply sealed for this request is taken: anything else (a member of NATS answering
+// in the replica's place, a reply replayed from another request) makes the command fail
+// with EUNAVAILABLE, never succeed.
 func (c *Cluster) Send(ctx context.Context, replicaID string, cmd *service.Command) (*service.Reply, error) {
 	data, err := cmd.Encode()
 	if err != nil {
 		return nil, err
 	}
+	subject := c.commandSubject(replicaID)
+	env, id := c.seal.seal([]byte(subject), c.opts.Name, data)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.opts.RequestTimeout)
@@ -333,7 +417,7 @@ func (c *Cluster) Send(ctx context.Context, replicaID string, cmd *service.Comma
 		// would wait out its deadline: the command cannot reach anyone now.
 		return nil, err
 	}
-	m, err := c.nc.RequestWithContext(ctx, c.commandSubject(replicaID), data)
+	m, err := c.nc.RequestWithContext(ctx, subject, env)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, service.ErrNoServer
@@ -342,7 +426,12 @@ func (c *Cluster) Send(ctx context.Context, replicaID string, cmd *service.Comma
 	case err != nil:
 		return nil, service.Errorf(service.EUNAVAILABLE, "the other replicas cannot be reached: %v", err)
 	}
-	reply, err := service.DecodeReply(m.Data)
+	o, err := c.seal.open(replyAD(id), m.Data, time.Now())
+	if err != nil {
+		c.drop(m.Subject, err)
+		return nil, service.Errorf(service.EUNAVAILABLE, "the answer of the replica running this session's agent could not be verified; try again")
+	}
+	reply, err := service.DecodeReply(o.body)
 	if err != nil {
 		return nil, err
 	}
@@ -354,8 +443,74 @@ func (c *Cluster) Send(ctx context.Context, replicaID string, cmd *service.Comma
 
 // Announce implements service.Cluster.
 func (c *Cluster) Announce(replicaID string) {
-	_ = c.nc.Publish(c.opts.Prefix+".left", []byte(replicaID))
+	subject := c.leftSubject()
+	env, _ := c.seal.seal([]byte(subject), c.opts.Name, []byte(replicaID))
+	_ = c.nc.Publish(subject, env)
 	_ = c.nc.FlushTimeout(time.Second)
+}
+
+func (c *Cluster) leftSubject() string { return c.opts.Prefix + ".left" }
+
+// replyAD is what a reply to the request with the given ID is sealed for: that request
+// and no other.
+func replyAD(request [idSize]byte) []byte {
+	return append([]byte("reply:"), request[:]...)
+}
+
+// openOnce opens a command or an announcement sent on subject, dropping it (and counting
+// why) when it does not open, is stale or was taken before.
+func (c *Cluster) openOnce(subject string, env []byte) (opened, bool) {
+	now := time.Now()
+	o, err := c.seal.open([]byte(subject), env, now)
+	if err != nil {
+		c.drop(subject, err)
+		return o, false
+	}
+	if !c.seen.first(o.id, now) {
+		c.dropFor(subject, dropReplayed)
+		return o, false
+	}
+	return o, true
+}
+
+// drop counts a message that open refused.
+func (c *Cluster) drop(subject string, err error) {
+	if errors.Is(err, errStale) {
+		c.dropFor(subject, dropStale)
+	} else {
+		c.dropFor(subject, dropUnopenable)
+	}
+}
+
+// dropFor counts a dropped message and, at most once a minute for each reason, says so
+// in the log: something on this NATS server sends what the replicas did not.
+func (c *Cluster) dropFor(subject, reason string) {
+	n, _ := c.dropped.LoadOrStore(reason, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
+	c.warnedMu.Lock()
+	warn := time.Since(c.warnedAt[reason]) > time.Minute
+	if warn {
+		c.warnedAt[reason] = time.Now()
+	}
+	c.warnedMu.Unlock()
+	if warn {
+		c.opts.Log.Warn("dropped a message on the bus: another deployment or an intruder shares this NATS server, a replica has another bus secret, or the replicas' clocks disagree",
+			"reason", reason, "subject", subject)
+	}
+}
+
+// Dropped implements service.DropCounter: the messages received and dropped, by reason
+// ("unopenable", "stale", "replayed").
+func (c *Cluster) Dropped() map[string]int64 {
+	out := map[string]int64{}
+	for _, r := range []string{dropUnopenable, dropStale, dropReplayed} {
+		out[r] = 0
+	}
+	c.dropped.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return out
 }
 
 // OnLeft implements service.Cluster.
@@ -388,4 +543,39 @@ func redactURL(u string) string {
 		}
 	}
 	return u
+}
+
+// securityOptions are nats.go's options for the NATS server's own security that opts
+// names; an error names the setting whose file cannot be used.
+func securityOptions(opts Options) ([]nats.Option, error) {
+	var out []nats.Option
+	if opts.CredsFile != "" {
+		if _, err := os.Stat(opts.CredsFile); err != nil {
+			return nil, service.Errorf(service.EINVALID, "the NATS credentials file: %v", err)
+		}
+		out = append(out, nats.UserCredentials(opts.CredsFile))
+	}
+	if opts.NKeyFile != "" {
+		o, err := nats.NkeyOptionFromSeed(opts.NKeyFile)
+		if err != nil {
+			return nil, service.Errorf(service.EINVALID, "the NATS nkey seed file: %v", err)
+		}
+		out = append(out, o)
+	}
+	if opts.CAFile != "" {
+		if _, err := os.Stat(opts.CAFile); err != nil {
+			return nil, service.Errorf(service.EINVALID, "the NATS CA file: %v", err)
+		}
+		out = append(out, nats.RootCAs(opts.CAFile))
+	}
+	if (opts.CertFile == "") != (opts.KeyFile == "") {
+		return nil, service.Errorf(service.EINVALID, "a NATS client certificate needs both its certificate and its key")
+	}
+	if opts.CertFile != "" {
+		if _, err := tls.LoadX509KeyPair(opts.CertFile, opts.KeyFile); err != nil {
+			return nil, service.Errorf(service.EINVALID, "the NATS client certificate: %v", err)
+		}
+		out = append(out, nats.ClientCert(opts.CertFile, opts.KeyFile))
+	}
+	return out, nil
 }

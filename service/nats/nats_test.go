@@ -24,10 +24,13 @@ func prefix() string {
 	return fmt.Sprintf("tgtest%d_%d", time.Now().UnixNano(), prefixes.Add(1))
 }
 
+// busSecret is the bus secret of the tests' replicas.
+var busSecret = []byte("the tests' bus secret, shared")
+
 // connect connects a Cluster to url under prefix, closed when the test ends.
 func connect(t *testing.T, url, prefix string) *tgnats.Cluster {
 	t.Helper()
-	c, err := tgnats.Connect(url, tgnats.Options{Prefix: prefix, Name: t.Name(), RequestTimeout: 5 * time.Second})
+	c, err := tgnats.Connect(url, tgnats.Options{Secret: busSecret, Prefix: prefix, Name: t.Name(), RequestTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatalf("Connect: %v", err)
 	}
@@ -240,7 +243,7 @@ func TestCommandsInFlightWhenServingStops(t *testing.T) {
 	t.Parallel()
 	url, p := testsvc.NATS(t), prefix()
 	a := connect(t, url, p)
-	b, err := tgnats.Connect(url, tgnats.Options{Prefix: p, Name: t.Name(), RequestTimeout: 2 * time.Second})
+	b, err := tgnats.Connect(url, tgnats.Options{Secret: busSecret, Prefix: p, Name: t.Name(), RequestTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +412,7 @@ func TestConnectWhileBrokerAway(t *testing.T) {
 	t.Parallel()
 	srv := testsvc.StartNATS(t)
 	srv.Stop()
-	c, err := tgnats.Connect(srv.URL, tgnats.Options{Prefix: prefix()})
+	c, err := tgnats.Connect(srv.URL, tgnats.Options{Secret: busSecret, Prefix: prefix()})
 	if err != nil {
 		t.Fatalf("Connect while the server is away: %v", err)
 	}

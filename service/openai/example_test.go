@@ -88,17 +88,24 @@ func (printOutput) Ask(ctx context.Context, prompt string, choices []string) (st
 	return "", fmt.Errorf("not in this example")
 }
 
-func (printOutput) StartTool(id, name, arguments string) (service.ToolHandle, error) {
+func (printOutput) Pose(service.QuestionSpec) (service.Pending, error) {
+	return nil, fmt.Errorf("not in this example")
+}
+
+func (printOutput) StartTool(id, name, arguments string, _ ...service.ToolOption) (service.ToolHandle, error) {
 	fmt.Printf("[%s %s]\n", name, arguments)
-	return printHandle(id), nil
+	return printHandle{id, arguments}, nil
 }
 
 func (printOutput) ReportUsage(model string, u service.Usage) error { return nil }
 
-type printHandle string
+// printHandle is a call that needs no approval: it runs with the arguments asked for.
+type printHandle struct{ id, args string }
 
-func (h printHandle) ID() string              { return string(h) }
-func (printHandle) Output(delta string) error { fmt.Print("| ", delta); return nil }
+func (h printHandle) ID() string                               { return h.id }
+func (h printHandle) Approval(context.Context) (string, error) { return h.args, nil }
+func (printHandle) AwaitsApproval() bool                       { return false }
+func (printHandle) Output(delta string) error                  { fmt.Print("| ", delta); return nil }
 func (printHandle) Finish(r string, err error) error {
 	fmt.Printf("[result %s]\n", r)
 	return err

@@ -35,7 +35,9 @@ type recorder struct {
 	answer func(prompt string, choices []string) (string, error)
 	// idPrefix, when set, makes the recorder hand out IDs of its own, as a service may.
 	idPrefix string
-	usage    []usageRec
+	// decide, when set, answers the Approval of each call, as the user would.
+	decide func(ctx context.Context, name, args string) (string, error)
+	usage  []usageRec
 }
 
 type usageRec struct {
@@ -54,6 +56,7 @@ func (r *recorder) ReportUsage(model string, u service.Usage) error {
 type askRec struct {
 	prompt  string
 	choices []string
+	spec    service.QuestionSpec
 }
 
 type toolRec struct {
@@ -84,19 +87,39 @@ func (r *recorder) Text(delta string) error {
 }
 
 func (r *recorder) Ask(ctx context.Context, prompt string, choices []string) (string, error) {
+	p, err := r.Pose(service.QuestionSpec{Prompt: prompt, Choices: choices})
+	if err != nil {
+		return "", err
+	}
+	return p.Wait(ctx)
+}
+
+func (r *recorder) Pose(q service.QuestionSpec) (service.Pending, error) {
 	r.mu.Lock()
-	r.asks = append(r.asks, askRec{prompt, choices})
+	r.asks = append(r.asks, askRec{q.Prompt, q.Choices, q})
 	answer := r.answer
 	r.notify()
 	r.mu.Unlock()
-	if answer == nil {
+	return posed{q, answer}, nil
+}
+
+// posed is a question the recorder was asked: answer answers it, or it waits for ctx.
+type posed struct {
+	q      service.QuestionSpec
+	answer func(prompt string, choices []string) (string, error)
+}
+
+func (p posed) ID() string { return "q-" + p.q.Prompt }
+
+func (p posed) Wait(ctx context.Context) (string, error) {
+	if p.answer == nil {
 		<-ctx.Done()
 		return "", ctx.Err()
 	}
-	return answer(prompt, choices)
+	return p.answer(p.q.Prompt, p.q.Choices)
 }
 
-func (r *recorder) StartTool(id, name, arguments string) (service.ToolHandle, error) {
+func (r *recorder) StartTool(id, name, arguments string, opts ...service.ToolOption) (service.ToolHandle, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if id == "" || r.idPrefix != "" {
@@ -109,6 +132,24 @@ func (r *recorder) StartTool(id, name, arguments string) (service.ToolHandle, er
 }
 
 func (t *toolRec) ID() string { return t.id }
+
+// AwaitsApproval says whether the recorder's decide will be asked.
+func (t *toolRec) AwaitsApproval() bool {
+	t.r.mu.Lock()
+	defer t.r.mu.Unlock()
+	return t.r.decide != nil
+}
+
+// Approval lets every call run as asked, unless the recorder's decide says otherwise.
+func (t *toolRec) Approval(ctx context.Context) (string, error) {
+	t.r.mu.Lock()
+	decide := t.r.decide
+	t.r.mu.Unlock()
+	if decide == nil {
+		return t.args, nil
+	}
+	return decide(ctx, t.name, t.args)
+}
 
 func (t *toolRec) Output(delta string) error {
 	t.r.mu.Lock()

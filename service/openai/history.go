@@ -17,6 +17,9 @@ type wireMsg struct {
 	content string
 	calls   []wireCall // assistant only
 	callID  string     // tool only
+	// pending is, for a tool message, the call the user approved while its run waited
+	// and that has not run yet: the resumed run runs it and fills content in.
+	pending *service.ToolCall
 }
 
 type wireCall struct{ id, name, args string }
@@ -35,6 +38,9 @@ const stoppedNote = "\n[stopped before it finished]"
 //     tool message with its result, or "error: …" for a failed call.
 //   - An ask_user call without a result takes the answer of the next answered question
 //     in the history (the run was waiting when the server stopped, and is now resumed).
+//   - A call the user rejected, or withdrawn undecided (expired), has the reason as its
+//     result; one the user approved while the run waited and that has not run is marked
+//     pending, for the resumed run to run (runApproved).
 //   - A call that never finished (stopped, interrupted) is dropped, unless it printed
 //     output: then it is kept with that output, marked as stopped.
 //   - QUESTION and ANSWER messages are the service's record of ask_user and are not sent
@@ -85,11 +91,19 @@ func assistantTurn(pos int, h service.HistoryMessage, qa *answers, ids *callIDs)
 			claimed = qa.take(pos, tc.Arguments)
 		}
 		result, ok := "", true
+		var pending *service.ToolCall
 		switch {
 		case tc.Result != nil:
 			result = *tc.Result
 		case claimed != nil:
 			result = *claimed.answer
+		case tc.Status == service.ToolRejected && tc.Approval != nil && tc.Approval.Decision != nil:
+			result = (&service.Rejected{Reason: tc.Approval.Reason, ByUser: true}).Text()
+		case tc.Status == service.ToolCancelled && tc.Approval != nil && tc.Approval.Reason != "":
+			result = (&service.Rejected{Reason: tc.Approval.Reason}).Text()
+		case tc.Status == service.ToolRunning && tc.Output == "" && tc.Approval != nil &&
+			tc.Approval.Decision != nil && *tc.Approval.Decision == service.DecisionApprove:
+			pending = tc // approved while the run waited: it runs when the run resumes
 		case tc.Error != nil:
 			result = toolErrorText(*tc.Error)
 		case tc.Status == service.ToolCompleted:
@@ -106,7 +120,7 @@ func assistantTurn(pos int, h service.HistoryMessage, qa *answers, ids *callIDs)
 		}
 		id := ids.unique(tc.CallID)
 		asst.calls = append(asst.calls, wireCall{id: id, name: tc.Name, args: validArgs(tc.Arguments)})
-		results = append(results, wireMsg{role: "tool", callID: id, content: result})
+		results = append(results, wireMsg{role: "tool", callID: id, content: result, pending: pending})
 	}
 	return append([]wireMsg{asst}, results...)
 }

@@ -99,7 +99,8 @@ type Agent struct {
 	client    oai.ChatCompletionService
 	secret    *secret
 	tools     map[string]Tool
-	toolDefs  []oai.ChatCompletionToolUnionParam
+	order     []string // the tools' names, in the order they are offered
+	toolDefs  map[string]oai.ChatCompletionToolUnionParam
 	idle      time.Duration
 	retries   int
 	maxDelay  time.Duration
@@ -132,6 +133,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg:       cfg,
 		secret:    newSecret(cfg.APIKey),
 		tools:     make(map[string]Tool),
+		toolDefs:  make(map[string]oai.ChatCompletionToolUnionParam),
 		idle:      cfg.IdleTimeout,
 		retries:   cfg.MaxRetries,
 		maxDelay:  30 * time.Second,
@@ -166,7 +168,8 @@ func New(cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("openai: tool %q is registered twice (or uses a built-in name)", name)
 		}
 		a.tools[name] = t
-		a.toolDefs = append(a.toolDefs, toolDef(t))
+		a.order = append(a.order, name)
+		a.toolDefs[name] = toolDef(t)
 	}
 
 	transport := http.DefaultTransport.(*http.Transport).Clone()
@@ -182,8 +185,10 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // Run answers the last message of req.History. It streams the reply into out, runs the
-// tools the model calls (one after another, in the order the model gave them) and sends
-// their results back to the model until it answers without calling a tool.
+// tools the model calls and sends their results back to the model until it answers
+// without calling a tool. The calls of one turn wait for their approval together (see
+// runCalls), run one at a time as their approvals come, and their results go back
+// together, in the model's order.
 //
 // It returns nil when the reply is complete; ctx's error when ctx ends (stop, a newer
 // message), after closing the HTTP stream; and otherwise a failure whose
@@ -212,10 +217,22 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 			}
 		}
 	}
+	wire := rebuild(system, req.History)
+	// A run that resumes after the user decided on its calls (the server restarted while
+	// it waited) runs the calls approved meanwhile before it asks the model again.
+	if err := a.runApproved(ctx, wire, g, rt); err != nil {
+		return err
+	}
+	var offered []oai.ChatCompletionToolUnionParam
+	for _, name := range a.order {
+		if !req.Denied(name) { // a denied tool is kept from the model
+			offered = append(offered, a.toolDefs[name])
+		}
+	}
 	params := oai.ChatCompletionNewParams{
 		Model:    shared.ChatModel(model),
-		Messages: toParams(rebuild(system, req.History)),
-		Tools:    a.toolDefs,
+		Messages: toParams(wire),
+		Tools:    offered,
 		// The provider reports what each request cost in a last chunk; the run adds it up.
 		StreamOptions: oai.ChatCompletionStreamOptionsParam{IncludeUsage: oai.Bool(true)},
 	}
@@ -240,16 +257,12 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 			return nil
 		}
 		params.Messages = append(params.Messages, assistantParam(t.text.String(), t.wireCalls()))
-		for i, c := range t.calls {
-			if ctx.Err() != nil {
-				abandon(t.calls[i:], "not run: the run was stopped")
-				return ctx.Err()
-			}
-			result := a.runTool(ctx, c, g, rt)
-			params.Messages = append(params.Messages, oai.ToolMessage(result, c.id))
-		}
+		results := a.runCalls(ctx, t.calls, g, rt)
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		for i, c := range t.calls {
+			params.Messages = append(params.Messages, oai.ToolMessage(results[i], c.id))
 		}
 	}
 }

@@ -156,11 +156,26 @@ func (g *guardedOutput) Ask(ctx context.Context, prompt string, choices []string
 	return g.out.Ask(ctx, g.key.redact(prompt), cs)
 }
 
-func (g *guardedOutput) StartTool(id, name, arguments string) (service.ToolHandle, error) {
+func (g *guardedOutput) Pose(q service.QuestionSpec) (service.Pending, error) {
 	if err := g.flush(); err != nil {
 		return nil, err
 	}
-	h, err := g.out.StartTool(id, name, g.key.redact(arguments))
+	q.Prompt = g.key.redact(q.Prompt)
+	if q.Choices != nil {
+		cs := make([]string, len(q.Choices))
+		for i, c := range q.Choices {
+			cs[i] = g.key.redact(c)
+		}
+		q.Choices = cs
+	}
+	return g.out.Pose(q)
+}
+
+func (g *guardedOutput) StartTool(id, name, arguments string, opts ...service.ToolOption) (service.ToolHandle, error) {
+	if err := g.flush(); err != nil {
+		return nil, err
+	}
+	h, err := g.out.StartTool(id, name, g.key.redact(arguments), opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -180,6 +195,10 @@ type guardedHandle struct {
 }
 
 func (g *guardedHandle) ID() string { return g.h.ID() }
+
+func (g *guardedHandle) Approval(ctx context.Context) (string, error) { return g.h.Approval(ctx) }
+
+func (g *guardedHandle) AwaitsApproval() bool { return g.h.AwaitsApproval() }
 
 func (g *guardedHandle) Output(delta string) error {
 	g.mu.Lock()

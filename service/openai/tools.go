@@ -66,26 +66,114 @@ func toolDef(t Tool) oai.ChatCompletionToolUnionParam {
 	return oai.ChatCompletionFunctionTool(def)
 }
 
-// runTool runs one reported call and returns what the model should read. It finishes the
-// call's handle with the result or the error.
-func (a *Agent) runTool(ctx context.Context, c *call, out service.Output, rt *runTrace) string {
+// runCalls runs the calls of one model turn and returns what the model should read of
+// each, in their order. The calls that need no decision run first, in the model's order;
+// those that wait for the user's approval (service.ToolHandle.Approval) wait together, so
+// that the user may decide them in any order, and each runs as its decision comes. Calls
+// run one at a time. A call the user rejects (or the policy denies, or that expired or was
+// withdrawn) does not run, and the model reads why.
+func (a *Agent) runCalls(ctx context.Context, calls []*call, out service.Output, rt *runTrace) []string {
+	results := make([]string, len(calls))
+	type approved struct {
+		i    int
+		args string
+		err  error
+	}
+	run := func(a2 approved) {
+		c := calls[a2.i]
+		var rejected *service.Rejected
+		switch {
+		case errors.As(a2.err, &rejected):
+			results[a2.i] = rejected.Text()
+		case a2.err != nil || ctx.Err() != nil: // the run ended
+			results[a2.i] = toolErrorText("not run: the run was stopped")
+		default:
+			results[a2.i] = a.runTool(ctx, c, a2.args, out, rt)
+		}
+	}
+	decided := make(chan approved, len(calls))
+	waiting := 0
+	for i, c := range calls {
+		if c.handle.AwaitsApproval() {
+			waiting++
+			go func() {
+				args, err := c.handle.Approval(ctx)
+				decided <- approved{i, args, err}
+			}()
+			continue
+		}
+		args, err := c.handle.Approval(ctx)
+		run(approved{i, args, err})
+	}
+	for range waiting {
+		run(<-decided)
+	}
+	return results
+}
+
+// runTool runs one approved call with args and returns what the model should read. It
+// finishes the call's handle with the result or the error.
+func (a *Agent) runTool(ctx context.Context, c *call, args string, out service.Output, rt *runTrace) string {
 	var result string
 	var err error
 	ctx, span := rt.startTool(ctx, c)
 	defer func() { rt.endTool(span, err, a.secret) }()
 	switch tool := a.tools[c.name]; {
 	case c.name == askUserName:
-		result, err = askUser(ctx, c.args.String(), out)
+		result, err = askUser(ctx, args, c.handle.ID(), out)
 	case tool == nil:
 		err = fmt.Errorf("there is no tool named %q", c.name)
 	default:
-		result, err = safeCall(ctx, tool, c.args.String(), c.handle)
+		result, err = safeCall(ctx, tool, args, c.handle)
 	}
 	_ = c.handle.Finish(result, err) // refused only once the run has ended; Run then sees ctx
 	if err != nil {
 		return toolErrorText(err.Error())
 	}
 	return result
+}
+
+// runApproved runs, when a run resumes on its history, the calls of its last reply that
+// the user approved while it waited and that have not run (pending in wire), and puts
+// their results in their place. The service gives back each call's handle (by its
+// CallID); a call approved and then cut short by a crash is not among them: it ended
+// FAILED and is never run again.
+func (a *Agent) runApproved(ctx context.Context, wire []wireMsg, out service.Output, rt *runTrace) error {
+	for i := range wire {
+		tc := wire[i].pending
+		if tc == nil {
+			continue
+		}
+		h, err := out.StartTool(tc.CallID, tc.Name, tc.Arguments)
+		if err != nil {
+			return err
+		}
+		c := &call{modelID: tc.CallID, name: tc.Name, handle: h, id: wire[i].callID}
+		c.args.WriteString(tc.Arguments)
+		wire[i].content = a.runCalls(ctx, []*call{c}, out, rt)[0]
+		wire[i].pending = nil
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Tools lists the agent's tools for the service (service.ToolLister): their names,
+// descriptions and input schemas; ask_user is the asking itself and has no policy.
+func (a *Agent) Tools(service.Settings) []service.ToolInfo {
+	out := make([]service.ToolInfo, 0, len(a.order))
+	for _, name := range a.order {
+		t := a.tools[name]
+		info := service.ToolInfo{Name: name, Description: t.Description(), NoPolicy: name == askUserName}
+		if params := t.Parameters(); params != nil {
+			if b, err := json.Marshal(params); err == nil {
+				info.InputSchema = string(b)
+			}
+		}
+		out = append(out, info)
+	}
+	return out
 }
 
 // toolErrorText is what the model reads for a failed call, in a run and when the history
@@ -111,7 +199,10 @@ func (askUserTool) Name() string { return askUserName }
 
 func (askUserTool) Description() string {
 	return "Ask the user a question and wait for the answer. Use it when you need information " +
-		"or a decision only the user can give. Offer choices when the answer is one of a few options."
+		"or a decision only the user can give. Offer choices when the answer is one of a few options " +
+		"(with multiple when several may be picked: the answer is then a JSON array of them), or an " +
+		"answer_schema (a JSON Schema) when you need structured data: the user fills in a form and " +
+		"the answer is JSON that satisfies it."
 }
 
 func (askUserTool) Parameters() map[string]any {
@@ -127,6 +218,14 @@ func (askUserTool) Parameters() map[string]any {
 				"items":       map[string]any{"type": "string"},
 				"description": "Optional answers to offer the user.",
 			},
+			"multiple": map[string]any{
+				"type":        "boolean",
+				"description": "With choices: the user may pick several; the answer is a JSON array of them.",
+			},
+			"answer_schema": map[string]any{
+				"type":        "object",
+				"description": "Optional JSON Schema the answer must satisfy (the user fills in a form); the answer is JSON.",
+			},
 		},
 		"required": []any{"question"},
 	}
@@ -138,8 +237,10 @@ func (askUserTool) Call(context.Context, string, ToolOutput) (string, error) {
 
 // askArgs are ask_user's arguments.
 type askArgs struct {
-	Question string   `json:"question"`
-	Choices  []string `json:"choices"`
+	Question     string          `json:"question"`
+	Choices      []string        `json:"choices"`
+	Multiple     bool            `json:"multiple"`
+	AnswerSchema json.RawMessage `json:"answer_schema"`
 }
 
 func parseAskArgs(args string) (askArgs, error) {
@@ -156,11 +257,25 @@ func parseAskArgs(args string) (askArgs, error) {
 	return a, nil
 }
 
-// askUser asks through out and blocks until the user answers or ctx ends.
-func askUser(ctx context.Context, args string, out service.Output) (string, error) {
+// askUser asks through out (as the call callID's question) and blocks until the user
+// answers or ctx ends. A question that expired unanswered is answered so, for the model.
+func askUser(ctx context.Context, args, callID string, out service.Output) (string, error) {
 	a, err := parseAskArgs(args)
 	if err != nil {
 		return "", err
 	}
-	return out.Ask(ctx, a.Question, a.Choices)
+	spec := service.QuestionSpec{Prompt: a.Question, Choices: a.Choices, Multiple: a.Multiple && len(a.Choices) > 0, ToolCallID: callID}
+	if len(a.AnswerSchema) > 0 && string(a.AnswerSchema) != "null" {
+		spec.AnswerSchema = string(a.AnswerSchema)
+	}
+	p, err := out.Pose(spec)
+	if err != nil {
+		return "", err
+	}
+	answer, err := p.Wait(ctx)
+	var withdrawn *service.Withdrawn
+	if errors.As(err, &withdrawn) {
+		return "(the user did not answer: " + withdrawn.Reason + ")", nil
+	}
+	return answer, err
 }

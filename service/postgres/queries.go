@@ -294,7 +294,8 @@ func scanRun(row scanner) (*service.Run, error) {
 
 // Questions.
 
-const questionCols = `id, run_id, session_id, prompt, choices, answer, asked_at, answered_at, withdrawn`
+const questionCols = `id, run_id, session_id, prompt, choices, answer, asked_at, answered_at, withdrawn,
+	multiple, answer_schema, expires_at, withdrawn_reason, tool_call_id`
 
 const (
 	qQuestion  = `SELECT ` + questionCols + ` FROM questions WHERE id = $1`
@@ -307,13 +308,15 @@ const (
 	qUpsertQuestions = `WITH w AS (
 		INSERT INTO questions AS t (` + questionCols + `)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::bytea[], $7::bigint[],
-			$8::bigint[], $9::boolean[])
+			$8::bigint[], $9::boolean[], $10::boolean[], $11::bytea[], $12::bigint[], $13::text[], $14::text[])
 		ON CONFLICT (id) DO UPDATE SET run_id = excluded.run_id, prompt = excluded.prompt, choices = excluded.choices,
 			answer = excluded.answer, asked_at = excluded.asked_at, answered_at = excluded.answered_at,
-			withdrawn = excluded.withdrawn
+			withdrawn = excluded.withdrawn, multiple = excluded.multiple, answer_schema = excluded.answer_schema,
+			expires_at = excluded.expires_at, withdrawn_reason = excluded.withdrawn_reason,
+			tool_call_id = excluded.tool_call_id
 		WHERE t.session_id = excluded.session_id
 		RETURNING 1)
-		SELECT talkgraph_all_written((SELECT count(*) FROM w), $10)`
+		SELECT talkgraph_all_written((SELECT count(*) FROM w), $15)`
 )
 
 // questionRows are the columns of qUpsertQuestions.
@@ -325,6 +328,11 @@ type questionRows struct {
 	askedAt              []int64
 	answeredAt           []pgtype.Int8
 	withdrawn            []bool
+	multiple             []bool
+	answerSchema         [][]byte
+	expiresAt            []pgtype.Int8
+	withdrawnReason      []string
+	toolCallID           []string
 }
 
 // add adds q, with choices its Choices as JSON ("" for nil).
@@ -338,25 +346,31 @@ func (r *questionRows) add(q *service.Question, choices string) {
 	r.askedAt = append(r.askedAt, dbTime(q.AskedAt))
 	r.answeredAt = append(r.answeredAt, dbNullTime(q.AnsweredAt))
 	r.withdrawn = append(r.withdrawn, q.Withdrawn)
+	r.multiple = append(r.multiple, q.Multiple)
+	r.answerSchema = append(r.answerSchema, dbText(q.AnswerSchema))
+	r.expiresAt = append(r.expiresAt, dbNullTime(q.ExpiresAt))
+	r.withdrawnReason = append(r.withdrawnReason, q.WithdrawnReason)
+	r.toolCallID = append(r.toolCallID, q.ToolCallID)
 }
 
 func (r *questionRows) args() []any {
 	return []any{r.id, r.runID, r.sessionID, pgtype.FlatArray[[]byte](r.prompt), pgtype.FlatArray[pgtype.Text](r.choices),
 		pgtype.FlatArray[[]byte](r.answer), r.askedAt, pgtype.FlatArray[pgtype.Int8](r.answeredAt), r.withdrawn,
-		int64(len(r.id))}
+		r.multiple, pgtype.FlatArray[[]byte](r.answerSchema), pgtype.FlatArray[pgtype.Int8](r.expiresAt),
+		r.withdrawnReason, r.toolCallID, int64(len(r.id))}
 }
 
 func scanQuestion(row scanner) (*service.Question, error) {
 	var q service.Question
 	var choices []byte
 	var asked int64
-	var answered *int64
+	var answered, expires *int64
 	err := row.Scan(&q.ID, &q.RunID, &q.SessionID, textCol{&q.Prompt}, &choices, nullTextCol{&q.Answer}, &asked,
-		&answered, &q.Withdrawn)
+		&answered, &q.Withdrawn, &q.Multiple, textCol{&q.AnswerSchema}, &expires, &q.WithdrawnReason, &q.ToolCallID)
 	if err != nil {
 		return nil, err
 	}
-	q.AskedAt, q.AnsweredAt = goTime(asked), goNullTime(answered)
+	q.AskedAt, q.AnsweredAt, q.ExpiresAt = goTime(asked), goNullTime(answered), goNullTime(expires)
 	if choices != nil {
 		err = json.Unmarshal(choices, &q.Choices)
 	}
@@ -366,21 +380,22 @@ func scanQuestion(row scanner) (*service.Question, error) {
 // Tool calls.
 
 const toolCallCols = `id, run_id, session_id, message_id, name, arguments, output, result, error, status,
-	started_at, finished_at, call_id`
+	started_at, finished_at, call_id, approval`
 
 const (
 	qToolCalls       = `SELECT ` + toolCallCols + ` FROM tool_calls WHERE message_id = ANY($1::text[]) ORDER BY started_at, id`
+	qToolCall        = `SELECT ` + toolCallCols + ` FROM tool_calls WHERE id = $1`
 	qUpsertToolCalls = `WITH w AS (
 		INSERT INTO tool_calls AS t (` + toolCallCols + `)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bytea[], $7::bytea[],
-			$8::bytea[], $9::bytea[], $10::text[], $11::bigint[], $12::bigint[], $13::bytea[])
+			$8::bytea[], $9::bytea[], $10::text[], $11::bigint[], $12::bigint[], $13::bytea[], $14::text[])
 		ON CONFLICT (id) DO UPDATE SET run_id = excluded.run_id, message_id = excluded.message_id,
 			name = excluded.name, arguments = excluded.arguments, output = excluded.output, result = excluded.result,
 			error = excluded.error, status = excluded.status, started_at = excluded.started_at,
-			finished_at = excluded.finished_at, call_id = excluded.call_id
+			finished_at = excluded.finished_at, call_id = excluded.call_id, approval = excluded.approval
 		WHERE t.session_id = excluded.session_id
 		RETURNING 1)
-		SELECT talkgraph_all_written((SELECT count(*) FROM w), $14)`
+		SELECT talkgraph_all_written((SELECT count(*) FROM w), $15)`
 )
 
 // toolCallRows are the columns of qUpsertToolCalls.
@@ -392,6 +407,7 @@ type toolCallRows struct {
 	startedAt                       []int64
 	finishedAt                      []pgtype.Int8
 	callID                          [][]byte
+	approval                        []pgtype.Text // JSON; NULL when none was needed
 }
 
 func (r *toolCallRows) add(tc *service.ToolCall) {
@@ -408,22 +424,33 @@ func (r *toolCallRows) add(tc *service.ToolCall) {
 	r.startedAt = append(r.startedAt, dbTime(tc.StartedAt))
 	r.finishedAt = append(r.finishedAt, dbNullTime(tc.FinishedAt))
 	r.callID = append(r.callID, dbText(tc.CallID))
+	var approval pgtype.Text
+	if tc.Approval != nil {
+		b, _ := json.Marshal(tc.Approval) // a struct of strings and times: it encodes
+		approval = pgtype.Text{String: string(b), Valid: true}
+	}
+	r.approval = append(r.approval, approval)
 }
 
 func (r *toolCallRows) args() []any {
 	b := func(v [][]byte) any { return pgtype.FlatArray[[]byte](v) }
 	return []any{r.id, r.runID, r.sessionID, r.messageID, b(r.name), b(r.arguments), b(r.output), b(r.result),
-		b(r.errText), r.status, r.startedAt, pgtype.FlatArray[pgtype.Int8](r.finishedAt), b(r.callID), int64(len(r.id))}
+		b(r.errText), r.status, r.startedAt, pgtype.FlatArray[pgtype.Int8](r.finishedAt), b(r.callID),
+		pgtype.FlatArray[pgtype.Text](r.approval), int64(len(r.id))}
 }
 
 func scanToolCall(row scanner) (*service.ToolCall, error) {
 	var tc service.ToolCall
 	var started int64
 	var finished *int64
+	var approval *string
 	err := row.Scan(&tc.ID, &tc.RunID, &tc.SessionID, &tc.MessageID, textCol{&tc.Name}, textCol{&tc.Arguments},
 		textCol{&tc.Output}, nullTextCol{&tc.Result}, nullTextCol{&tc.Error}, &tc.Status, &started, &finished,
-		textCol{&tc.CallID})
+		textCol{&tc.CallID}, &approval)
 	tc.StartedAt, tc.FinishedAt = goTime(started), goNullTime(finished)
+	if err == nil && approval != nil {
+		err = json.Unmarshal([]byte(*approval), &tc.Approval)
+	}
 	return &tc, err
 }
 

@@ -221,9 +221,9 @@ func (p *prep) encode() error {
 		p.usage = append(p.usage, usage)
 	}
 	for _, q := range ch.Questions {
-		v.ids(q.ID, q.RunID)
+		v.ids(q.ID, q.RunID, q.WithdrawnReason, q.ToolCallID)
 		v.times(q.AskedAt)
-		v.nullTimes(q.AnsweredAt)
+		v.nullTimes(q.AnsweredAt, q.ExpiresAt)
 		choices := ""
 		if q.Choices != nil {
 			choices = v.json(q.Choices)
@@ -234,6 +234,10 @@ func (p *prep) encode() error {
 		v.ids(tc.ID, tc.RunID, tc.MessageID, string(tc.Status))
 		v.times(tc.StartedAt)
 		v.nullTimes(tc.FinishedAt)
+		if a := tc.Approval; a != nil {
+			v.times(a.ExpiresAt)
+			v.nullTimes(a.DecidedAt)
+		}
 	}
 	return v.err
 }
@@ -847,6 +851,11 @@ func (s *Store) RunsByStatus(ctx context.Context, statuses ...service.RunStatus)
 // Question implements service.Store.
 func (s *Store) Question(ctx context.Context, id string) (*service.Question, error) {
 	return getOne(ctx, s, "question", id, qQuestion, scanQuestion, id)
+}
+
+// ToolCall implements service.Store.
+func (s *Store) ToolCall(ctx context.Context, id string) (*service.ToolCall, error) {
+	return getOne(ctx, s, "tool call", id, qToolCall, scanToolCall, id)
 }
 
 // Questions implements service.Store.

@@ -132,7 +132,8 @@ func scanRun(sc scanner) (*service.Run, error) {
 
 // Questions.
 
-const questionCols = `id, run_id, session_id, prompt, choices, answer, asked_at, answered_at, withdrawn`
+const questionCols = `id, run_id, session_id, prompt, choices, answer, asked_at, answered_at, withdrawn,
+	multiple, answer_schema, expires_at, withdrawn_reason, tool_call_id`
 
 const (
 	qQuestion = `SELECT ` + questionCols + ` FROM questions WHERE id = ?`
@@ -143,13 +144,15 @@ const (
 	qWithdrawQuestions = `UPDATE questions SET withdrawn = 1 WHERE run_id = ? AND session_id = ? AND answer IS NULL`
 	upsertQuestionTail = `ON CONFLICT (id) DO UPDATE SET run_id = excluded.run_id, prompt = excluded.prompt,
 		choices = excluded.choices, answer = excluded.answer, asked_at = excluded.asked_at,
-		answered_at = excluded.answered_at, withdrawn = excluded.withdrawn
+		answered_at = excluded.answered_at, withdrawn = excluded.withdrawn, multiple = excluded.multiple,
+		answer_schema = excluded.answer_schema, expires_at = excluded.expires_at,
+		withdrawn_reason = excluded.withdrawn_reason, tool_call_id = excluded.tool_call_id
 		WHERE questions.session_id = excluded.session_id`
 	qQuestionSession = `SELECT session_id FROM questions WHERE id = ?`
 )
 
 // qUpsertQuestions upserts n questions.
-var qUpsertQuestions = multiRow(`INSERT INTO questions (`+questionCols+`)`, 9, upsertQuestionTail)
+var qUpsertQuestions = multiRow(`INSERT INTO questions (`+questionCols+`)`, 14, upsertQuestionTail)
 
 func questionArgs(q *service.Question) ([]any, error) {
 	var choices any // NULL for nil, so that nil and empty stay apart
@@ -161,20 +164,22 @@ func questionArgs(q *service.Question) ([]any, error) {
 		choices = string(b)
 	}
 	return []any{q.ID, q.RunID, q.SessionID, q.Prompt, choices, dbNullString(q.Answer), dbTime(q.AskedAt),
-		dbNullTime(q.AnsweredAt), q.Withdrawn}, nil
+		dbNullTime(q.AnsweredAt), q.Withdrawn, q.Multiple, q.AnswerSchema, dbNullTime(q.ExpiresAt),
+		q.WithdrawnReason, q.ToolCallID}, nil
 }
 
 func scanQuestion(sc scanner) (*service.Question, error) {
 	var q service.Question
 	err := sc.Scan(&q.ID, &q.RunID, &q.SessionID, &q.Prompt, jsonCol{&q.Choices}, &q.Answer, timeCol{&q.AskedAt},
-		nullTimeCol{&q.AnsweredAt}, &q.Withdrawn)
+		nullTimeCol{&q.AnsweredAt}, &q.Withdrawn, &q.Multiple, &q.AnswerSchema, nullTimeCol{&q.ExpiresAt},
+		&q.WithdrawnReason, &q.ToolCallID)
 	return &q, err
 }
 
 // Tool calls.
 
 const toolCallCols = `id, run_id, session_id, message_id, name, arguments, output, result, error, status,
-	started_at, finished_at, call_id`
+	started_at, finished_at, call_id, approval`
 
 const (
 	// The message IDs come as one JSON array.
@@ -183,24 +188,35 @@ const (
 	upsertToolCallTail = `ON CONFLICT (id) DO UPDATE SET run_id = excluded.run_id, message_id = excluded.message_id,
 		name = excluded.name, arguments = excluded.arguments, output = excluded.output,
 		result = excluded.result, error = excluded.error, status = excluded.status,
-		started_at = excluded.started_at, finished_at = excluded.finished_at, call_id = excluded.call_id
+		started_at = excluded.started_at, finished_at = excluded.finished_at, call_id = excluded.call_id,
+		approval = excluded.approval
 		WHERE tool_calls.session_id = excluded.session_id`
 	qToolCallSession = `SELECT session_id FROM tool_calls WHERE id = ?`
+	qToolCall        = `SELECT ` + toolCallCols + ` FROM tool_calls WHERE id = ?`
 )
 
 // qUpsertToolCalls upserts n tool calls.
-var qUpsertToolCalls = multiRow(`INSERT INTO tool_calls (`+toolCallCols+`)`, 13, upsertToolCallTail)
+var qUpsertToolCalls = multiRow(`INSERT INTO tool_calls (`+toolCallCols+`)`, 14, upsertToolCallTail)
 
-func toolCallArgs(tc *service.ToolCall) []any {
+func toolCallArgs(tc *service.ToolCall) ([]any, error) {
+	var approval any // NULL for none
+	if tc.Approval != nil {
+		b, err := json.Marshal(tc.Approval)
+		if err != nil {
+			return nil, err
+		}
+		approval = string(b)
+	}
 	return []any{tc.ID, tc.RunID, tc.SessionID, tc.MessageID, tc.Name, tc.Arguments, tc.Output,
 		dbNullString(tc.Result), dbNullString(tc.Error), string(tc.Status), dbTime(tc.StartedAt),
-		dbNullTime(tc.FinishedAt), tc.CallID}
+		dbNullTime(tc.FinishedAt), tc.CallID, approval}, nil
 }
 
 func scanToolCall(sc scanner) (*service.ToolCall, error) {
 	var tc service.ToolCall
 	err := sc.Scan(&tc.ID, &tc.RunID, &tc.SessionID, &tc.MessageID, &tc.Name, &tc.Arguments, &tc.Output,
-		&tc.Result, &tc.Error, &tc.Status, timeCol{&tc.StartedAt}, nullTimeCol{&tc.FinishedAt}, &tc.CallID)
+		&tc.Result, &tc.Error, &tc.Status, timeCol{&tc.StartedAt}, nullTimeCol{&tc.FinishedAt}, &tc.CallID,
+		jsonCol{&tc.Approval})
 	return &tc, err
 }
 
@@ -470,5 +486,5 @@ func scanChunk(sc scanner) (*service.Event, error) {
 // reads are the queries of the read pool, prepared once.
 var reads = []string{
 	qSession, qSessions, qSessionsAft, qMessage, qMessagesFirst, qMessagesLast, qRun, qRunsByStatus,
-	qQuestion, qQuestions, qToolCalls, qEvents, qChunks, qCountEvents, qIdempotency, qFootprint,
+	qQuestion, qQuestions, qToolCalls, qToolCall, qEvents, qChunks, qCountEvents, qIdempotency, qFootprint,
 }

@@ -409,7 +409,11 @@ func (w *txWriter) changes(accepted []int, batches []*service.Batch, chs []servi
 			questions.add(i, q.ID, args)
 		}
 		for _, tc := range ch.ToolCalls {
-			toolCalls.add(i, tc.ID, toolCallArgs(tc))
+			args, err := toolCallArgs(tc)
+			if err != nil {
+				return w.failed(i, batches, errs, err)
+			}
+			toolCalls.add(i, tc.ID, args)
 		}
 		for _, run := range ch.EndedRuns {
 			withdrawals = append(withdrawals, withdrawal{run, b.SessionID})
@@ -656,6 +660,11 @@ func (s *Store) RunsByStatus(ctx context.Context, statuses ...service.RunStatus)
 // Question implements service.Store.
 func (s *Store) Question(ctx context.Context, id string) (*service.Question, error) {
 	return getOne(ctx, s, "question", id, qQuestion, scanQuestion, id)
+}
+
+// ToolCall implements service.Store.
+func (s *Store) ToolCall(ctx context.Context, id string) (*service.ToolCall, error) {
+	return getOne(ctx, s, "tool call", id, qToolCall, scanToolCall, id)
 }
 
 // Questions implements service.Store.

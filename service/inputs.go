@@ -1,0 +1,682 @@
+package service
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// This file is what a run waits on: its inputs, the questions it asked and the tool calls
+// awaiting the user's approval. Every input is events in the log like everything else
+// (asked, answered or decided, withdrawn), so every store, replica and restart agrees on
+// what waits; the answer or decision is durable before the agent sees it. A run is
+// WAITING_FOR_INPUT while any input waits, and RUNNING again once none does. Nothing waits
+// forever: every input has an expiry, and stop, an interrupting message and the run's end
+// withdraw what waits.
+
+// waiting is one input a run waits on: a question, or a tool call awaiting approval.
+type waiting struct {
+	id        string
+	question  *Question  // a question, or
+	tool      *toolState // a call awaiting approval
+	expiresAt time.Time
+	timer     *time.Timer
+	done      chan inputEnd // buffered(1): how the input ended, for the agent waiting on it
+}
+
+// asked is when the input began to wait.
+func (w *waiting) asked() time.Time {
+	if w.question != nil {
+		return w.question.AskedAt
+	}
+	return w.tool.call.StartedAt
+}
+
+// inputEnd is how an input ended, for the agent waiting on it.
+type inputEnd struct {
+	answer    string    // a question's answer
+	arguments string    // an approved call's arguments
+	rejected  *Rejected // a call that must not run
+	withdrawn string    // a question withdrawn unanswered: why
+}
+
+// expiryFor is when an input asked now with the agent's wish d (0: none) expires: at most
+// Config.InputExpiry from now.
+func (s *Service) expiryFor(now time.Time, d time.Duration) time.Time {
+	if d <= 0 || d > s.cfg.InputExpiry {
+		d = s.cfg.InputExpiry
+	}
+	return now.Add(d)
+}
+
+// openLocked adds ws to what t makes ar wait on, once t is durable: t carries the run's
+// move to WAITING_FOR_INPUT when it waited on nothing, and each input's expiry is armed.
+func (s *Service) openLocked(t *txn, ar *activeRun, ws ...*waiting) {
+	var snap *Run
+	if len(ar.inputs) == 0 && ar.run.Status != RunWaitingForInput {
+		r := *ar.run
+		r.Status = RunWaitingForInput
+		s.add(t, runEvent(&r))
+		snap = &r
+	}
+	t.onCommit(func() {
+		if snap != nil {
+			ar.run.setState(snap)
+		}
+		for _, w := range ws {
+			ar.inputs[w.id] = w
+			s.armLocked(ar, w)
+		}
+	})
+}
+
+// closeLocked ends the inputs of ar that ends names, once t (which carries how each ended)
+// is durable: each is taken off ar's waits and handed to the agent waiting on it. When
+// nothing is left to wait on, t carries the run's move back to RUNNING, and a parked run
+// starts again on its history (from is the context of the operation that answered).
+func (s *Service) closeLocked(t *txn, ar *activeRun, ends map[string]inputEnd, from context.Context) {
+	left := 0
+	for id := range ar.inputs {
+		if _, ok := ends[id]; !ok {
+			left++
+		}
+	}
+	var snap *Run
+	if left == 0 && !ar.sealed && ar.run.Status == RunWaitingForInput {
+		r := *ar.run
+		r.Status = RunRunning
+		s.add(t, runEvent(&r))
+		snap = &r
+	}
+	t.onCommit(func() {
+		for id, end := range ends {
+			if w := ar.inputs[id]; w != nil {
+				delete(ar.inputs, id)
+				if w.timer != nil {
+					w.timer.Stop()
+				}
+				w.done <- end
+			}
+		}
+		if snap != nil {
+			ar.run.setState(snap)
+			if ar.parked {
+				s.resumeLocked(ar, from)
+			}
+		}
+	})
+}
+
+// armLocked has w expire at its time: the replica that runs the run keeps the timer, and
+// a restart or a take-over arms it again from the log.
+func (s *Service) armLocked(ar *activeRun, w *waiting) {
+	w.timer = time.AfterFunc(time.Until(w.expiresAt), func() { s.expire(ar, w.id) })
+}
+
+// expire withdraws an input whose time has come; the agent is told and goes on. When the
+// storage cannot take it now, it is tried again in a moment.
+func (s *Service) expire(ar *activeRun, id string) {
+	st := ar.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	w := ar.inputs[id]
+	if w == nil || ar.sealed || st.active != ar {
+		return
+	}
+	t := s.begin(st)
+	end := s.withdrawLocked(t, w, ReasonExpired)
+	s.closeLocked(t, ar, map[string]inputEnd{id: end}, nil)
+	if err := s.commitLocked(context.Background(), t); err != nil {
+		w.timer = time.AfterFunc(time.Second, func() { s.expire(ar, id) })
+	}
+}
+
+// withdrawLocked adds to t the withdrawal of w, which stops waiting unanswered for reason:
+// a question is withdrawn, a call awaiting approval ends CANCELLED without running. It
+// returns what the agent waiting on w is told.
+func (s *Service) withdrawLocked(t *txn, w *waiting, reason string) inputEnd {
+	now := s.now()
+	if q := w.question; q != nil {
+		cp := *q
+		cp.Withdrawn, cp.WithdrawnReason = true, reason
+		s.add(t, &Event{Type: EventQuestionWithdrawn, Question: &cp})
+		t.onCommit(func() { *q = cp })
+		return inputEnd{withdrawn: reason}
+	}
+	tool := w.tool
+	snap := *tool.call
+	approval := *snap.Approval
+	approval.Reason = reason
+	snap.Approval, snap.Status, snap.FinishedAt = &approval, ToolCancelled, &now
+	cp := snap
+	s.add(t, &Event{Type: EventToolCallFinished, ToolCall: &cp})
+	t.onCommit(func() { *tool.call = snap })
+	return inputEnd{rejected: &Rejected{Reason: reason}}
+}
+
+// withdrawAllLocked adds to t the withdrawal of everything ar waits on, for reason: its
+// run ends. Once t is durable their timers stop; the agent waiting on them learns of the
+// end from its context, not from them.
+func (s *Service) withdrawAllLocked(t *txn, ar *activeRun, reason string) {
+	if len(ar.inputs) == 0 {
+		return
+	}
+	ws := ar.inputsInOrder()
+	for _, w := range ws {
+		s.withdrawLocked(t, w, reason)
+	}
+	t.onCommit(func() {
+		for _, w := range ws {
+			delete(ar.inputs, w.id)
+			if w.timer != nil {
+				w.timer.Stop()
+			}
+		}
+	})
+}
+
+// stopTimersLocked stops the expiry timers of ar's inputs, which stay as they are stored
+// (the server shuts down: the next start arms them again).
+func (ar *activeRun) stopTimersLocked() {
+	for _, w := range ar.inputs {
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+	}
+}
+
+// inputsInOrder returns ar's inputs, oldest first.
+func (ar *activeRun) inputsInOrder() []*waiting {
+	ws := make([]*waiting, 0, len(ar.inputs))
+	for _, w := range ar.inputs {
+		ws = append(ws, w)
+	}
+	slices.SortFunc(ws, func(a, b *waiting) int { return cmp.Or(a.asked().Compare(b.asked()), cmp.Compare(a.id, b.id)) })
+	return ws
+}
+
+// pendingLocked returns copies of what ar waits on, oldest first.
+func (ar *activeRun) pendingLocked() (qs []*Question, calls []*ToolCall) {
+	for _, w := range ar.inputsInOrder() {
+		if w.question != nil {
+			q := *w.question
+			qs = append(qs, &q)
+		} else {
+			c := *w.tool.call
+			calls = append(calls, &c)
+		}
+	}
+	return qs, calls
+}
+
+// Answer is an answer to one question, in RespondToInputs.
+type Answer struct {
+	QuestionID string
+	Answer     string
+}
+
+// Decision is a decision on one tool call awaiting approval, in RespondToInputs:
+// Arguments (APPROVE only, "" for the requested ones) are the arguments as the user edited
+// them; Reason (REJECT only) is told to the agent.
+type Decision struct {
+	ToolCallID string
+	Decision   ToolDecision
+	Arguments  string
+	Reason     string
+}
+
+// Responded is what RespondToInputs did: the questions answered and the calls decided, as
+// they now are, and their run.
+type Responded struct {
+	Questions []*Question
+	ToolCalls []*ToolCall
+	Run       *Run
+}
+
+// maxInputsAtOnce bounds what one request may answer and decide.
+const maxInputsAtOnce = 100
+
+// RespondToInputs answers questions and decides tool calls of one of the caller's
+// sessions, all in one write, or none of them: the error names the first that failed.
+// Each goes to the run waiting on it, which goes on once nothing is left to wait on
+// (started again on its history when the server restarted meanwhile). ENOTFOUND when the
+// session, a question or a call is missing or not the caller's; ECONFLICT for one already
+// answered or decided, withdrawn or expired; EINVALID for a malformed request, an answer
+// that is empty, too long, not one of the choices of a multiple-choice question or does
+// not satisfy the question's answerSchema, and arguments that are not JSON or do not
+// satisfy the tool's input schema; EUNAVAILABLE when it cannot be written, and then
+// everything stays waiting.
+func (s *Service) RespondToInputs(ctx context.Context, sessionID string, answers []Answer, decisions []Decision) (*Responded, error) {
+	u, err := user(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkID("session ID", sessionID); err != nil {
+		return nil, err
+	}
+	if err := s.checkInputs(answers, decisions); err != nil {
+		return nil, err
+	}
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	r, err := s.peers.route(ctx, &Command{Op: opInputs, UserID: u, SessionID: sessionID, Answers: answers, Decisions: decisions},
+		func(ctx context.Context) (*Reply, error) {
+			res, err := s.respondToInputs(ctx, u, sessionID, answers, decisions)
+			if err != nil {
+				return nil, err
+			}
+			return &Reply{Questions: res.Questions, ToolCalls: res.ToolCalls, Run: res.Run}, nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	if r.Run != nil {
+		s.annotate(ctx, sessionID, r.Run.ID)
+	}
+	return &Responded{Questions: r.Questions, ToolCalls: r.ToolCalls, Run: r.Run}, nil
+}
+
+// checkInputs checks what a request to RespondToInputs says on its face.
+func (s *Service) checkInputs(answers []Answer, decisions []Decision) error {
+	if len(answers)+len(decisions) == 0 {
+		return Errorf(EINVALID, "give at least one answer or decision")
+	}
+	if len(answers)+len(decisions) > maxInputsAtOnce {
+		return Errorf(EINVALID, "at most %d answers and decisions at once", maxInputsAtOnce)
+	}
+	seen := map[string]bool{}
+	for i, a := range answers {
+		if err := checkID("question ID", a.QuestionID); err != nil {
+			return Errorf(EINVALID, "answers[%d]: %s", i, ErrorMessage(err))
+		}
+		if err := s.checkText("answer", a.Answer); err != nil {
+			return Errorf(EINVALID, "answers[%d]: %s", i, ErrorMessage(err))
+		}
+		if seen[a.QuestionID] {
+			return Errorf(EINVALID, "answers[%d]: the question is answered twice", i)
+		}
+		seen[a.QuestionID] = true
+	}
+	for i, d := range decisions {
+		where := fmt.Sprintf("decisions[%d]", i)
+		if err := checkID("tool call ID", d.ToolCallID); err != nil {
+			return Errorf(EINVALID, "%s: %s", where, ErrorMessage(err))
+		}
+		switch d.Decision {
+		case DecisionApprove:
+			if d.Reason != "" {
+				return Errorf(EINVALID, "%s: a reason goes with REJECT only", where)
+			}
+			if len(d.Arguments) > s.cfg.MaxReplyBytes || !utf8.ValidString(d.Arguments) {
+				return Errorf(EINVALID, "%s: the arguments are longer than %d bytes or not valid UTF-8", where, s.cfg.MaxReplyBytes)
+			}
+		case DecisionReject:
+			if d.Arguments != "" {
+				return Errorf(EINVALID, "%s: arguments go with APPROVE only", where)
+			}
+			if len(d.Reason) > s.cfg.MaxMessageBytes || !utf8.ValidString(d.Reason) {
+				return Errorf(EINVALID, "%s: the reason is longer than %d bytes or not valid UTF-8", where, s.cfg.MaxMessageBytes)
+			}
+		default:
+			return Errorf(EINVALID, "%s: the decision is not APPROVE or REJECT", where)
+		}
+		if seen[d.ToolCallID] {
+			return Errorf(EINVALID, "%s: the call is decided twice", where)
+		}
+		seen[d.ToolCallID] = true
+	}
+	return nil
+}
+
+// respondToInputs is RespondToInputs where the session's agent runs.
+func (s *Service) respondToInputs(ctx context.Context, u, sessionID string, answers []Answer, decisions []Decision) (*Responded, error) {
+	sess, st, unlock, err := s.lockSession(ctx, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	ar := st.active
+	// Every input is checked before anything is written: all of them, or none.
+	type answered struct {
+		w      *waiting
+		answer string
+	}
+	type decided struct {
+		w *waiting
+		d Decision
+	}
+	var as []answered
+	var ds []decided
+	for i, a := range answers {
+		w, err := s.waitingFor(ctx, ar, sessionID, a.QuestionID, true)
+		if err == nil {
+			err = checkAnswer(w.question, a.Answer)
+		}
+		if err != nil {
+			return nil, Errorf(ErrorCode(err), "answers[%d]: %s", i, ErrorMessage(err))
+		}
+		as = append(as, answered{w, a.Answer})
+	}
+	for i, d := range decisions {
+		w, err := s.waitingFor(ctx, ar, sessionID, d.ToolCallID, false)
+		if err == nil && d.Decision == DecisionApprove && d.Arguments != "" {
+			err = s.checkArguments(ar, sess, w.tool.call.Name, d.Arguments)
+		}
+		if err != nil {
+			return nil, Errorf(ErrorCode(err), "decisions[%d]: %s", i, ErrorMessage(err))
+		}
+		ds = append(ds, decided{w, d})
+	}
+
+	t := s.begin(st)
+	now := s.now()
+	ends := map[string]inputEnd{}
+	res := &Responded{}
+	for _, a := range as {
+		q := a.w.question
+		done := *q
+		done.Answer, done.AnsweredAt = &a.answer, &now
+		am := &Message{ID: newID(), SessionID: st.id, Role: RoleUser, Kind: KindAnswer, Content: a.answer,
+			Status: MessageComplete, RunID: q.RunID, QuestionID: q.ID, CreatedAt: now}
+		qa, qm := done, done
+		s.add(t, &Event{Type: EventMessageAdded, Message: am, Question: &qm}, &Event{Type: EventQuestionAnswered, Question: &qa})
+		t.onCommit(func() { *q = done })
+		if ar.parked {
+			// No agent waits in this process: the asking tool's call (ask_user) has the
+			// answer as its result, which the agent finds in the history when it starts
+			// again.
+			if tool := s.askingCall(ar, q); tool != nil {
+				s.finishTool(t, tool, ToolCompleted, &a.answer, nil)
+			}
+		}
+		ends[q.ID] = inputEnd{answer: a.answer}
+		res.Questions = append(res.Questions, &qa)
+	}
+	for _, d := range ds {
+		tool := d.w.tool
+		snap := *tool.call
+		approval := *snap.Approval
+		decision := d.d.Decision
+		approval.Decision, approval.DecidedAt, approval.DecidedBy = &decision, &now, u
+		var end inputEnd
+		if decision == DecisionApprove {
+			snap.Status = ToolRunning // approved: it runs now, once
+			if d.d.Arguments != "" {
+				snap.Arguments = d.d.Arguments
+			}
+			end.arguments = snap.Arguments
+		} else {
+			approval.Reason = d.d.Reason
+			snap.Status, snap.FinishedAt = ToolRejected, &now
+			end.rejected = &Rejected{Reason: d.d.Reason, ByUser: true}
+		}
+		snap.Approval = &approval
+		cp := snap
+		s.add(t, &Event{Type: EventToolApprovalDecided, ToolCall: &cp})
+		t.onCommit(func() { *tool.call = snap })
+		ends[tool.call.ID] = end
+		out := snap
+		res.ToolCalls = append(res.ToolCalls, &out)
+	}
+	s.closeLocked(t, ar, ends, ctx)
+	if err := s.commitLocked(ctx, t); err != nil {
+		return nil, err
+	}
+	r := *ar.run
+	res.Run = &r
+	return res, nil
+}
+
+// waitingFor returns what ar waits on under id (a question when question, else a tool
+// call): ENOTFOUND when it does not exist in the session (or is another user's: the
+// session was checked), ECONFLICT when it is not waiting (answered, decided, withdrawn,
+// expired, or its run is over).
+func (s *Service) waitingFor(ctx context.Context, ar *activeRun, sessionID, id string, question bool) (*waiting, error) {
+	if ar != nil {
+		if w := ar.inputs[id]; w != nil && (w.question != nil) == question {
+			return w, nil
+		}
+	}
+	if question {
+		q, err := s.store.Question(ctx, id)
+		switch {
+		case ErrorCode(err) == ENOTFOUND || (err == nil && q.SessionID != sessionID):
+			return nil, Errorf(ENOTFOUND, "question not found")
+		case err != nil:
+			return nil, err
+		case q.Answer != nil:
+			return nil, Errorf(ECONFLICT, "this question was already answered")
+		}
+		return nil, Errorf(ECONFLICT, "the agent is no longer waiting for this answer")
+	}
+	tc, err := s.store.ToolCall(ctx, id)
+	switch {
+	case ErrorCode(err) == ENOTFOUND || (err == nil && tc.SessionID != sessionID):
+		return nil, Errorf(ENOTFOUND, "tool call not found")
+	case err != nil:
+		return nil, err
+	case tc.Approval != nil && tc.Approval.Decision != nil:
+		return nil, Errorf(ECONFLICT, "this tool call was already decided")
+	}
+	return nil, Errorf(ECONFLICT, "this tool call is not waiting for a decision")
+}
+
+// checkAnswer checks an answer against its question: for a multiple-choice question, a
+// JSON array of some of its choices; for one with an answerSchema, JSON that satisfies it.
+func checkAnswer(q *Question, answer string) error {
+	if q.Multiple && len(q.Choices) > 0 {
+		var picked []string
+		if err := json.Unmarshal([]byte(answer), &picked); err != nil || len(picked) == 0 {
+			return Errorf(EINVALID, "the answer must be a JSON array of one or more of the choices offered")
+		}
+		seen := map[string]bool{}
+		for _, p := range picked {
+			if !slices.Contains(q.Choices, p) {
+				return Errorf(EINVALID, "%q is not one of the choices offered", truncate(p, 60))
+			}
+			if seen[p] {
+				return Errorf(EINVALID, "%q is picked twice", truncate(p, 60))
+			}
+			seen[p] = true
+		}
+	}
+	if q.AnswerSchema != "" {
+		sch, err := compileSchema(q.AnswerSchema)
+		if err != nil {
+			return Errorf(EINTERNAL, "the question's answer schema: %v", err) // checked when asked
+		}
+		if err := sch.validate(answer); err != nil {
+			return Errorf(EINVALID, "the answer does not fit the question's form: %s", err)
+		}
+	}
+	return nil
+}
+
+// checkArguments checks arguments a user edited for a call of the tool name: JSON that
+// satisfies the tool's input schema, where the agent gives one.
+func (s *Service) checkArguments(ar *activeRun, sess *TalkSession, name, arguments string) error {
+	if !json.Valid([]byte(arguments)) {
+		return Errorf(EINVALID, "the arguments are not JSON")
+	}
+	info, ok := s.toolInfo(ar.run.Agent, name, sess.Settings)
+	if !ok || info.InputSchema == "" {
+		return nil
+	}
+	sch, err := compileSchema(info.InputSchema)
+	if err != nil {
+		s.log.Warn("a tool's input schema does not compile; edited arguments are taken unchecked", "tool", name, "err", err)
+		return nil
+	}
+	if err := sch.validate(arguments); err != nil {
+		return Errorf(EINVALID, "the arguments do not fit the tool's input schema: %s", err)
+	}
+	return nil
+}
+
+// askingCall returns the tool call of ar that q answers (an ask_user call): the one q
+// names, or, for a question of an older release that names none, the call that was running
+// when it was asked.
+func (s *Service) askingCall(ar *activeRun, q *Question) *toolState {
+	if q.ToolCallID != "" {
+		if tool := ar.tools[q.ToolCallID]; tool != nil && tool.call.Status == ToolRunning {
+			return tool
+		}
+		return nil
+	}
+	for _, tool := range ar.tools {
+		if tool.call.Status == ToolRunning && !tool.call.StartedAt.After(q.AskedAt) {
+			return tool
+		}
+	}
+	return nil
+}
+
+// maxChoices bounds the choices of a question, and maxChoice each one.
+const (
+	maxChoices = 100
+	maxChoice  = 500
+)
+
+// pose checks and records a question of ar's agent; the question waits once durable.
+func (o *output) pose(spec QuestionSpec) (*waiting, error) {
+	s, ar := o.s, o.ar
+	if blank(spec.Prompt) {
+		return nil, Errorf(EINVALID, "the agent asked an empty question")
+	}
+	if len(spec.Choices) > maxChoices {
+		return nil, Errorf(EINVALID, "a question offers at most %d choices", maxChoices)
+	}
+	if spec.Multiple && len(spec.Choices) == 0 {
+		return nil, Errorf(EINVALID, "a question with several answers needs choices")
+	}
+	if spec.AnswerSchema != "" {
+		if len(spec.AnswerSchema) > s.cfg.MaxMessageBytes {
+			return nil, Errorf(EINVALID, "the answer schema is longer than %d bytes", s.cfg.MaxMessageBytes)
+		}
+		if _, err := compileSchema(spec.AnswerSchema); err != nil {
+			return nil, Errorf(EINVALID, "%v", err)
+		}
+	}
+	prompt := truncateBytes(strings.ToValidUTF8(spec.Prompt, "\uFFFD"), s.cfg.MaxMessageBytes)
+	var choices []string
+	if spec.Choices != nil {
+		choices = make([]string, len(spec.Choices))
+		for i, c := range spec.Choices {
+			choices[i] = truncateBytes(strings.ToValidUTF8(c, "\uFFFD"), maxChoice)
+		}
+	}
+	st := ar.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if ar.sealed || ar.writeErr != nil {
+		return nil, o.ended()
+	}
+	t := s.begin(st)
+	s.writeText(t, ar)
+	if ar.msg != nil {
+		s.completeMessage(t, ar, MessageComplete, "")
+	}
+	now := s.now()
+	expires := s.expiryFor(now, spec.ExpiresIn)
+	q := &Question{ID: newID(), RunID: ar.run.ID, SessionID: st.id, Prompt: prompt, Choices: choices, Multiple: spec.Multiple,
+		AnswerSchema: spec.AnswerSchema, AskedAt: now, ExpiresAt: &expires, ToolCallID: spec.ToolCallID}
+	qm := &Message{ID: newID(), SessionID: st.id, Role: RoleAssistant, Kind: KindQuestion, Content: prompt, Status: MessageComplete, RunID: ar.run.ID, QuestionID: q.ID, CreatedAt: now}
+	asked, withMsg := *q, *q
+	s.add(t, &Event{Type: EventMessageAdded, Message: qm, Question: &withMsg}, &Event{Type: EventQuestionAsked, Question: &asked})
+	w := &waiting{id: q.ID, question: q, expiresAt: expires, done: make(chan inputEnd, 1)}
+	s.openLocked(t, ar, w)
+	if err := s.commitLocked(ar.ctx, t); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// wait waits until w ends, giving the run's worker slot back meanwhile (a run that waits
+// for a person takes no slot). When ctx ends first, w is withdrawn (reason: the agent
+// stopped waiting), unless it ended meanwhile; ctx's error is returned then.
+func (o *output) wait(ctx context.Context, w *waiting) (inputEnd, error) {
+	s, ar := o.s, o.ar
+	if ar.holdsSlot.Swap(false) {
+		s.sched.release(ar.run.UserID)
+	}
+	reacquire := func() error {
+		if ar.holdsSlot.Load() {
+			return nil
+		}
+		if err := s.sched.acquire(ar.ctx, ar.run.UserID, true); err != nil {
+			return err
+		}
+		if !ar.holdsSlot.CompareAndSwap(false, true) {
+			s.sched.release(ar.run.UserID) // another waiter of the run took one meanwhile
+		}
+		return nil
+	}
+	select {
+	case end := <-w.done:
+		return end, reacquire()
+	case <-ar.ctx.Done():
+		return inputEnd{}, o.ended()
+	case <-ctx.Done():
+		end, ended, err := o.stopWaiting(w)
+		if err != nil {
+			return inputEnd{}, err
+		}
+		if err := reacquire(); err != nil {
+			return inputEnd{}, err
+		}
+		if ended {
+			return end, nil
+		}
+		return inputEnd{}, ctx.Err()
+	}
+}
+
+// stopWaiting withdraws w, which the agent no longer waits for; ended reports that w had
+// ended first, with end.
+func (o *output) stopWaiting(w *waiting) (end inputEnd, ended bool, err error) {
+	s, ar := o.s, o.ar
+	st := ar.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if ar.inputs[w.id] != w || ar.sealed {
+		select {
+		case end := <-w.done:
+			return end, true, nil
+		default:
+			return inputEnd{}, false, o.ended()
+		}
+	}
+	t := s.begin(st)
+	withdrawn := s.withdrawLocked(t, w, ReasonAgentDone)
+	s.closeLocked(t, ar, map[string]inputEnd{w.id: withdrawn}, nil)
+	if err := s.commitLocked(ar.ctx, t); err != nil {
+		return inputEnd{}, false, err
+	}
+	<-w.done // the withdrawal, handed over by closeLocked
+	return inputEnd{}, false, nil
+}
+
+// pending is a question an agent posed (Pending).
+type pending struct {
+	o *output
+	w *waiting
+}
+
+func (p *pending) ID() string { return p.w.id }
+
+func (p *pending) Wait(ctx context.Context) (string, error) {
+	end, err := p.o.wait(ctx, p.w)
+	switch {
+	case err != nil:
+		return "", err
+	case end.withdrawn != "":
+		return "", &Withdrawn{Reason: end.withdrawn}
+	}
+	return end.answer, nil
+}
