@@ -164,7 +164,9 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 	cctx, cancel := context.WithCancel(context.Background())
 	ar := newActiveRun(st, run, cctx, cancel)
 	for _, c := range calls {
-		ar.tools[c.ID] = &toolState{call: c, out: restored(texts[c.ID]), fromSeq: from + 1}
+		ts := &toolState{call: c, fromSeq: from + 1}
+		ts.out.restore(texts[c.ID])
+		ar.tools[c.ID] = ts
 	}
 
 	if run.Status == RunWaitingForInput {
@@ -211,7 +213,8 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 	t := s.begin(st)
 	for i, m := range streaming {
 		if i == len(streaming)-1 {
-			ar.msg, ar.announced, ar.text = m, true, restored(texts[m.ID])
+			ar.msg, ar.announced = m, true
+			ar.text.restore(texts[m.ID])
 			break
 		}
 		done := *m

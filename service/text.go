@@ -62,13 +62,12 @@ func (t *textStream) all() string {
 	return t.written.String() + t.inflight + t.pending.String()
 }
 
-// restored is a text stream holding text that is already durable.
-func restored(text string) textStream {
-	var t textStream
+// restore makes t, empty, hold text that is already durable. (In place: a strings.Builder
+// that holds text must not be copied.)
+func (t *textStream) restore(text string) {
 	t.written.WriteString(text)
 	t.wlen = utf8.RuneCountInString(text)
 	t.length, t.bytes = t.wlen, len(text)
-	return t
 }
 
 // chunk adds to t a chunk event of type typ (MessageChunk or ToolCallOutput) with the
