@@ -424,6 +424,9 @@ func (r *replicas) remote(st *sessionState, evs []*Event) {
 		st.log.markDeleted()
 		return
 	}
+	if len(evs) == 0 {
+		return
+	}
 	last := evs[len(evs)-1]
 	if last.Seq <= st.log.end.Seq {
 		return // seen already (this replica's own, or a duplicate)

@@ -261,7 +261,7 @@ func (s *Service) settled(t *txn, err error) {
 	switch {
 	case err == nil && t.b.Delete:
 		s.peers.published(st, nil)
-	case err == nil:
+	case err == nil && len(t.b.Events) > 0: // nil events would tell the others "deleted"
 		s.noteDurable(st, t.b.Events, t.b.derived)
 		s.peers.published(st, t.b.Events)
 	case isNotNext(err):
