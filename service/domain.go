@@ -128,6 +128,16 @@ type ToolApproval struct {
 	ExpiresAt time.Time `json:"expiresAt"`
 }
 
+// UTC returns a copy of a with its times in UTC, as stores keep them.
+func (a ToolApproval) UTC() *ToolApproval {
+	a.ExpiresAt = a.ExpiresAt.UTC()
+	if a.DecidedAt != nil {
+		d := a.DecidedAt.UTC()
+		a.DecidedAt = &d
+	}
+	return &a
+}
+
 // Why an input stopped waiting without an answer or a decision (Question.WithdrawnReason,
 // ToolApproval.Reason of a withdrawn call).
 const (

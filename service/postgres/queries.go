@@ -426,7 +426,7 @@ func (r *toolCallRows) add(tc *service.ToolCall) {
 	r.callID = append(r.callID, dbText(tc.CallID))
 	var approval pgtype.Text
 	if tc.Approval != nil {
-		b, _ := json.Marshal(tc.Approval) // a struct of strings and times: it encodes
+		b, _ := json.Marshal(tc.Approval.UTC()) // a struct of strings and times: it encodes
 		approval = pgtype.Text{String: string(b), Valid: true}
 	}
 	r.approval = append(r.approval, approval)

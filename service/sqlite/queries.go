@@ -201,7 +201,7 @@ var qUpsertToolCalls = multiRow(`INSERT INTO tool_calls (`+toolCallCols+`)`, 14,
 func toolCallArgs(tc *service.ToolCall) ([]any, error) {
 	var approval any // NULL for none
 	if tc.Approval != nil {
-		b, err := json.Marshal(tc.Approval)
+		b, err := json.Marshal(tc.Approval.UTC())
 		if err != nil {
 			return nil, err
 		}

@@ -57,6 +57,8 @@ func Run(t *testing.T, open func(t *testing.T) service.Store) {
 		{"Question/ENOTFOUND when missing", testQuestionNotFound},
 		{"Questions/those that exist", testQuestions},
 		{"ToolCalls/by start time then ID", testToolCalls},
+		{"ToolCall/one by ID; ENOTFOUND when missing", testToolCall},
+		{"Inputs/a question's choices, form, expiry and withdrawal, and a call's approval, round-trip", testInputsRoundTrip},
 		{"Events/after a Seq, by Seq, up to a limit", testEvents},
 		{"Events/payloads round-trip", testEventPayloads},
 		{"Idempotency/ENOTFOUND when none", testIdempotencyNotFound},
@@ -314,6 +316,9 @@ func utcQuestion(q *service.Question) *service.Question {
 	if q.AnsweredAt != nil {
 		c.AnsweredAt = ptr(q.AnsweredAt.UTC())
 	}
+	if q.ExpiresAt != nil {
+		c.ExpiresAt = ptr(q.ExpiresAt.UTC())
+	}
 	return &c
 }
 
@@ -322,6 +327,14 @@ func utcToolCall(tc *service.ToolCall) *service.ToolCall {
 	c.StartedAt = c.StartedAt.UTC()
 	if tc.FinishedAt != nil {
 		c.FinishedAt = ptr(tc.FinishedAt.UTC())
+	}
+	if a := tc.Approval; a != nil {
+		ca := *a
+		ca.ExpiresAt = a.ExpiresAt.UTC()
+		if a.DecidedAt != nil {
+			ca.DecidedAt = ptr(a.DecidedAt.UTC())
+		}
+		c.Approval = &ca
 	}
 	return &c
 }
@@ -971,6 +984,86 @@ func testToolCalls(t *testing.T, s service.Store) {
 	if err != nil || none == nil || len(none) != 0 {
 		t.Errorf("ToolCalls(nil) = %v, %v; want an empty slice", none, err)
 	}
+}
+
+func testToolCall(t *testing.T, s service.Store) {
+	l := create(t, s, newSession("s1", "u1", t0))
+	tc := newToolCall("t1", "s1", "m1", at(time.Second))
+	l.append(toolStarted(tc))
+	got, err := s.ToolCall(t.Context(), "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEqual(t, "tool call", got, utcToolCall(tc))
+	_, err = s.ToolCall(t.Context(), "missing")
+	wantCode(t, "ToolCall(missing)", err, service.ENOTFOUND)
+}
+
+// testInputsRoundTrip writes what human in the loop adds to questions and tool calls, and
+// reads it back whole: a multiple-choice question, a form with its schema, a question
+// withdrawn on expiry with its reason, one answering a tool call; a call awaiting
+// approval, then decided with edited arguments; a call rejected; a session's tool
+// policies.
+func testInputsRoundTrip(t *testing.T, s service.Store) {
+	ctx := t.Context()
+	sess := newSession("s1", "u1", t0)
+	sess.Settings.ToolPolicies = map[string]service.ToolPolicy{"shell": service.PolicyAsk, "echo": service.PolicyDeny}
+	l := create(t, s, sess)
+	multi := newQuestion("q1", "s1", "r1")
+	multi.Choices, multi.Multiple, multi.ExpiresAt = []string{"red", "green", "blue"}, true, ptr(at(time.Hour))
+	form := newQuestion("q2", "s1", "r1")
+	form.Choices, form.AnswerSchema, form.ExpiresAt = nil, `{"type":"object","required":["name"]}`, ptr(at(2*time.Hour))
+	form.ToolCallID = "t0"
+	waiting := newToolCall("t1", "s1", "m1", at(time.Second))
+	waiting.Status = service.ToolAwaitingApproval
+	waiting.Approval = &service.ToolApproval{RequestedArguments: `{"text":"asked"}`, ExpiresAt: at(24 * time.Hour)}
+	l.append(asked(multi), asked(form), toolStarted(waiting),
+		&service.Event{Type: service.EventToolApprovalRequested, At: t0, ToolCall: waiting})
+	gq, err := s.Questions(ctx, []string{"q1", "q2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]*service.Question{}
+	for _, q := range gq {
+		byID[q.ID] = q
+	}
+	wantEqual(t, "questions asked", byID, map[string]*service.Question{"q1": utcQuestion(multi), "q2": utcQuestion(form)})
+	got, err := s.ToolCall(ctx, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEqual(t, "call awaiting approval", got, utcToolCall(waiting))
+
+	expired := *multi
+	expired.Withdrawn, expired.WithdrawnReason = true, service.ReasonExpired
+	decided := *waiting
+	approval := *waiting.Approval
+	decision := service.DecisionApprove
+	approval.Decision, approval.DecidedAt, approval.DecidedBy = &decision, ptr(at(time.Minute)), "u1"
+	decided.Approval, decided.Status, decided.Arguments = &approval, service.ToolRunning, `{"text":"edited"}`
+	rejected := newToolCall("t2", "s1", "m1", at(2*time.Second))
+	reject := service.DecisionReject
+	rejected.Status, rejected.FinishedAt = service.ToolRejected, ptr(at(3*time.Second))
+	rejected.Approval = &service.ToolApproval{RequestedArguments: "{}", Decision: &reject, Reason: "no", DecidedAt: ptr(at(3 * time.Second)),
+		DecidedBy: "u1", ExpiresAt: at(time.Hour)}
+	l.append(&service.Event{Type: service.EventQuestionWithdrawn, At: t0, Question: &expired},
+		&service.Event{Type: service.EventToolApprovalDecided, At: t0, ToolCall: &decided},
+		toolStarted(rejected), &service.Event{Type: service.EventToolApprovalDecided, At: t0, ToolCall: rejected})
+	q, err := s.Question(ctx, "q1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEqual(t, "question withdrawn on expiry", q, utcQuestion(&expired))
+	calls, err := s.ToolCalls(ctx, []string{"m1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEqual(t, "calls decided", calls, []*service.ToolCall{utcToolCall(&decided), utcToolCall(rejected)})
+	gs, err := s.Session(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEqual(t, "tool policies", gs.Settings.ToolPolicies, sess.Settings.ToolPolicies)
 }
 
 func testEvents(t *testing.T, s service.Store) {
