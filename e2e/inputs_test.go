@@ -54,7 +54,9 @@ func setPolicy(c *tgtest.Client, sid, tool, policy string) {
 	c.T.Helper()
 	var out struct {
 		UpdateTalkSessionSettings struct {
-			Settings struct{ ToolPolicies []struct{ Tool, Policy string } }
+			Settings struct {
+				ToolPolicies []struct{ Tool, Policy string }
+			}
 		}
 	}
 	c.Must(`mutation($s: ID!, $t: String!, $p: ToolPolicyKind!){ updateTalkSessionSettings(input: {id: $s, settings: {toolPolicies: [{tool: $t, policy: $p}]}}){
