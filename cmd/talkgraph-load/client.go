@@ -246,6 +246,23 @@ func (c *client) addMessage(ctx context.Context, hc *http.Client, token, session
 	return out.P.Run.ID, out.P.Run.Status, err
 }
 
+// approve approves a tool call (decideToolCall with APPROVE, its arguments as asked).
+func (c *client) approve(ctx context.Context, hc *http.Client, token, callID string) error {
+	var out struct {
+		D struct {
+			ToolCall struct {
+				Status string `json:"status"`
+			} `json:"toolCall"`
+		} `json:"decideToolCall"`
+	}
+	err := c.graphql(ctx, hc, token, `mutation($c: ID!) { decideToolCall(input: {toolCallId: $c, decision: APPROVE}) { toolCall { status } } }`,
+		map[string]any{"c": callID}, &out)
+	if err == nil && out.D.ToolCall.Status != "RUNNING" && out.D.ToolCall.Status != "COMPLETED" {
+		err = fmt.Errorf("decideToolCall answered the call %s", out.D.ToolCall.Status)
+	}
+	return err
+}
+
 // cancelRun presses the stop button; status is empty when the server answered null
 // (nothing was running).
 func (c *client) cancelRun(ctx context.Context, hc *http.Client, token, sessionID string) (runID, status string, err error) {
@@ -336,7 +353,11 @@ func (c *client) subscribe(ctx context.Context, s *session) (*wsConn, error) {
 	if s.cursor != "" {
 		vars["a"] = s.cursor
 	}
-	sub, _ := json.Marshal(map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{"query": subscriptionQuery, "variables": vars}})
+	query := s.query
+	if query == "" {
+		query = subscriptionQuery
+	}
+	sub, _ := json.Marshal(map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{"query": query, "variables": vars}})
 	if err := w.write(sub); err != nil {
 		w.abort()
 		return nil, fmt.Errorf("subscribe: %w", err)

@@ -28,6 +28,11 @@
 //	idle     -sessions (default 5000) idle subscriptions, each with its own session, user
 //	         and connection; reports the server's RSS and goroutines per subscription, then
 //	         closes them all and checks that the goroutines return to the baseline.
+//	approval -sessions (default 100) idle subscribed sessions; then -samples times, one at
+//	         a time, "/approve" to a random one, whose run waits for the decision on its
+//	         tool call; once the request is seen, decideToolCall approves it. Reports
+//	         decideToolCall sent -> the call's first output seen (the decision reached the
+//	         waiting agent, which ran the tool) on a quiet server.
 //
 // Every user comes from this machine's address, so the server must be started with its
 // per-address limits raised (ANON_RATE_LIMIT, MAX_SOCKETS_PER_ADDRESS,
@@ -110,10 +115,10 @@ type config struct {
 }
 
 // scenarioNames lists the scenarios in the order "all" runs them.
-var scenarioNames = []string{"paced", "burst", "latency", "cancel", "idle"}
+var scenarioNames = []string{"paced", "burst", "latency", "cancel", "idle", "approval"}
 
 // defaultSessions is each scenario's number of sessions when -sessions is 0.
-var defaultSessions = map[string]int{"paced": 1000, "burst": 1000, "latency": 1000, "cancel": 200, "idle": 5000}
+var defaultSessions = map[string]int{"paced": 1000, "burst": 1000, "latency": 1000, "cancel": 200, "idle": 5000, "approval": 100}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
@@ -123,12 +128,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&urls, "url", "http://localhost:8080", "the server's base URL; several, comma-separated, for replicas: session i uses the i-th (round robin)")
 	fs.BoolVar(&c.Cross, "cross", false, "with several -url: each session subscribes on one replica and sends its messages and stops through the next")
 	fs.StringVar(&scenarios, "scenario", "paced", "scenarios to run, comma-separated: "+strings.Join(scenarioNames, ", ")+", or all")
-	fs.IntVar(&c.Sessions, "sessions", 0, "sessions (one user and one websocket each); 0: the scenario's default (paced, burst, latency 1000; cancel 200; idle 5000)")
+	fs.IntVar(&c.Sessions, "sessions", 0, "sessions (one user and one websocket each); 0: the scenario's default (paced, burst, latency 1000; cancel 200; idle 5000; approval 100)")
 	fs.IntVar(&c.Words, "words", 200, "words in each paced reply (at least 3: the demo agent answers X with \"You said: X\")")
 	fs.IntVar(&c.ShortWords, "short-words", 10, "words in each burst and latency reply (at least 3)")
 	fs.Float64Var(&c.Pace, "pace", 40, "the agent's words per second (the server's 1/DEMO_CHUNK_DELAY), for the paced ideal time")
 	fs.DurationVar(&c.Ramp, "ramp", 0, "spread the paced messages over this long (0: all at once, -concurrency at a time)")
-	fs.IntVar(&c.Samples, "samples", 200, "latency: messages sent one at a time")
+	fs.IntVar(&c.Samples, "samples", 200, "latency and approval: messages sent one at a time")
 	fs.IntVar(&c.CancelAfter, "cancel-after", 3, "cancel: chunks each run streams before it is cancelled")
 	fs.DurationVar(&c.CancelSpread, "cancel-spread", 2*time.Second, "cancel: spread the cancelRun calls over this long")
 	fs.DurationVar(&c.Timeout, "timeout", 2*time.Minute, "deadline of a run beyond its ideal duration, and of each request and connection")

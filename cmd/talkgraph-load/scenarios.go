@@ -36,6 +36,8 @@ func (r *runner) run(ctx context.Context, name string) {
 		r.cancel(ctx, n)
 	case "idle":
 		r.idle(ctx, n)
+	case "approval":
+		r.approval(ctx, n)
 	}
 	r.log("%s: finished in %s with %d errors", name, time.Since(start).Round(time.Millisecond), r.errs.total(name))
 }
@@ -98,6 +100,9 @@ func (r *runner) setup(ctx context.Context, scen string, n int) *fleet {
 	all := make([]*session, n)
 	forEach(ctx, n, r.cfg.Concurrency, func(i int) {
 		s := newSession(i, scen, r.errs)
+		if scen == "approval" {
+			s.query = approvalQuery
+		}
 		s.sub, s.cl = r.cls[i%len(r.cls)], r.cls[i%len(r.cls)]
 		if r.cfg.Cross {
 			s.cl = r.cls[(i+1)%len(r.cls)]
@@ -600,6 +605,69 @@ func (r *runner) latency(ctx context.Context, n int) {
 	r.rep.add(scen, "runs completed", float64(o.completed), "")
 	r.rep.latency(scen, "first chunk", summarize(o.firstChunk))
 	r.rep.latency(scen, "addMessage", summarize(rtt))
+	r.addResources(scen, m)
+}
+
+// approval: idle subscribed sessions; one at a time, a random one gets "/approve", whose
+// run waits for the decision on its call of the echo tool; once the subscriber has seen
+// the request, decideToolCall approves it. The figure is decideToolCall sent -> the call's
+// first output seen by the subscriber: the decision reached the waiting agent, which ran
+// the tool (the demo's echo prints its first word at once), and its output came back.
+func (r *runner) approval(ctx context.Context, n int) {
+	const scen = "approval"
+	f := r.setup(ctx, scen, n)
+	defer r.teardown(ctx, f)
+	if len(f.sessions) == 0 || ctx.Err() != nil {
+		return
+	}
+	const text = "approved and printed"
+	expect := r.expected("The echo tool printed: " + text)
+	ideal := time.Duration(float64(len(strings.Fields(text))+4) / r.cfg.Pace * float64(time.Second))
+	m := r.startMeasure(ctx, scen)
+	var picked []*session
+	var res []turnResult
+	var reached, decideRTT []time.Duration
+	for range r.cfg.Samples {
+		if ctx.Err() != nil {
+			break
+		}
+		s := f.sessions[rand.IntN(len(f.sessions))]
+		t := s.begin(expect, 0)
+		if _, ok := r.send(ctx, s, t, "/approve "+text); !ok {
+			continue
+		}
+		select {
+		case <-t.asked:
+		case <-t.done:
+		case <-time.After(r.cfg.Timeout):
+			r.errs.add(scen, "no approval requested in time", "session "+s.id)
+		case <-ctx.Done():
+		}
+		x := s.result(t)
+		if x.CallID != "" && !x.Done {
+			sent := time.Now()
+			err := s.cl.approve(ctx, s.http, s.token, x.CallID)
+			decideRTT = append(decideRTT, time.Since(sent))
+			if err != nil {
+				r.errs.add(scen, "decideToolCall failed", fmt.Sprintf("session %s: %v", s.id, err))
+			}
+			one := r.waitAll(ctx, []*session{s}, []*turn{t}, ideal+r.cfg.Timeout)
+			r.stopUnfinished(ctx, []*session{s}, one)
+			if out := one[0].ToolOutput; !out.IsZero() {
+				reached = append(reached, out.Sub(sent))
+			} else if one[0].Failed == "" {
+				r.errs.add(scen, "the approved call printed nothing", "session "+s.id)
+			}
+			picked, res = append(picked, s), append(res, one[0])
+		}
+	}
+	m.stop(ctx, r, scen)
+	o := r.evaluate(picked, res)
+
+	r.rep.add(scen, "idle sessions", float64(len(f.sessions)), "")
+	r.rep.add(scen, "runs completed", float64(o.completed), "")
+	r.rep.latency(scen, "decideToolCall -> tool output seen", summarize(reached))
+	r.rep.latency(scen, "decideToolCall", summarize(decideRTT))
 	r.addResources(scen, m)
 }
 

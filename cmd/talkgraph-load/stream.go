@@ -14,14 +14,25 @@ import (
 // fields the checks and the figures need.
 const subscriptionQuery = `subscription($s: ID!, $a: String) { messageStream(sessionId: $s, after: $a) { __typename cursor ... on MessageAdded { message { id role status } } ... on MessageChunk { messageId delta offset } ... on MessageCompleted { message { id role status content } } ... on RunStatusChanged { run { id status } } } }`
 
+// approvalQuery is the subscription of the approval scenario's sessions: the fields of
+// subscriptionQuery and the tool call events. (The other scenarios keep the smaller
+// query, so that what they measure does not change.)
+const approvalQuery = `subscription($s: ID!, $a: String) { messageStream(sessionId: $s, after: $a) { __typename cursor ... on MessageAdded { message { id role status } } ... on MessageChunk { messageId delta offset } ... on MessageCompleted { message { id role status content } } ... on RunStatusChanged { run { id status } } ... on ToolApprovalRequested { toolCall { id } } ... on ToolCallOutput { toolCallId } } }`
+
 // streamEvent is the part of a messageStream event the generator reads.
 type streamEvent struct {
-	Typename  string        `json:"__typename"`
-	Message   *eventMessage `json:"message"`
-	MessageID string        `json:"messageId"`
-	Delta     string        `json:"delta"`
-	Offset    int           `json:"offset"`
-	Run       *eventRun     `json:"run"`
+	Typename   string        `json:"__typename"`
+	Message    *eventMessage `json:"message"`
+	MessageID  string        `json:"messageId"`
+	Delta      string        `json:"delta"`
+	Offset     int           `json:"offset"`
+	Run        *eventRun     `json:"run"`
+	ToolCall   *eventCall    `json:"toolCall"`
+	ToolCallID string        `json:"toolCallId"`
+}
+
+type eventCall struct {
+	ID string `json:"id"`
 }
 
 type eventMessage struct {
@@ -121,8 +132,11 @@ type turn struct {
 	runDone    time.Time // RunStatusChanged to a final status
 	status     string    // that final status
 	failed     string    // why the turn cannot finish (the connection broke, the mutation failed)
+	callID     string    // the tool call whose approval was requested (approval scenario)
+	toolOutput time.Time // the first output of that call
 
 	reached  chan struct{}
+	asked    chan struct{} // closed when an approval is requested
 	done     chan struct{}
 	ended    bool
 	wasReach bool
@@ -131,6 +145,8 @@ type turn struct {
 // turnResult is a copy of a turn's findings.
 type turnResult struct {
 	Sent, Running, FirstChunk, MsgDone, RunDone time.Time
+	CallID                                      string
+	ToolOutput                                  time.Time
 	Chunks                                      int
 	LongestPause                                time.Duration // between two chunks; 0 with fewer than two
 	Status, Failed                              string
@@ -155,6 +171,7 @@ type session struct {
 	sub    *client      // where it subscribes
 	http   *http.Client // the user's own connections
 	cursor string
+	query  string // its subscription: subscriptionQuery unless the scenario needs more
 	scen   string
 	conn   *wsConn
 	errs   *errorLog
@@ -177,7 +194,7 @@ func newSession(idx int, scen string, errs *errorLog) *session {
 
 // begin starts a turn: the next reply the session's subscriber sees belongs to it.
 func (s *session) begin(expect string, chunkWait int) *turn {
-	t := &turn{expect: expect, chunkWait: chunkWait, reached: make(chan struct{}), done: make(chan struct{})}
+	t := &turn{expect: expect, chunkWait: chunkWait, reached: make(chan struct{}), asked: make(chan struct{}), done: make(chan struct{})}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cur = t
@@ -210,6 +227,7 @@ func (s *session) result(t *turn) turnResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return turnResult{Sent: t.sent, Running: t.running, FirstChunk: t.firstChunk, MsgDone: t.msgDone, RunDone: t.runDone,
+		CallID: t.callID, ToolOutput: t.toolOutput,
 		Chunks: t.chunks, LongestPause: t.longest, Status: t.status, Failed: t.failed, Done: t.ended}
 }
 
@@ -293,6 +311,15 @@ func (s *session) onEvent(ev *streamEvent, at time.Time) {
 				s.errs.add(s.scen, "unexpected reply", fmt.Sprintf("session %s message %s: %q", s.id, msg.ID, clip(msg.Content, 80)))
 			}
 			s.maybeEndLocked(t)
+		}
+	case "ToolApprovalRequested":
+		if ev.ToolCall != nil && t != nil && t.callID == "" {
+			t.callID = ev.ToolCall.ID
+			close(t.asked)
+		}
+	case "ToolCallOutput":
+		if t != nil && ev.ToolCallID == t.callID && t.toolOutput.IsZero() {
+			t.toolOutput = at
 		}
 	case "RunStatusChanged":
 		if ev.Run != nil && t != nil && ev.Run.Status == "RUNNING" && t.running.IsZero() && !t.sent.IsZero() {

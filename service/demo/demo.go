@@ -224,9 +224,11 @@ func (a *Agent) echo(ctx context.Context, tool service.ToolHandle) (string, erro
 		_ = tool.Finish("", fmt.Errorf("the arguments are not an object with a text: %v", err))
 		return "", service.Errorf(service.EINVALID, "the echo tool got arguments it cannot read")
 	}
-	for _, w := range strings.SplitAfter(in.Text, " ") {
-		if err := pause(ctx, a.ChunkDelay); err != nil {
-			return "", err
+	for i, w := range strings.SplitAfter(in.Text, " ") {
+		if i > 0 { // the first word at once: the output starts when the call may run
+			if err := pause(ctx, a.ChunkDelay); err != nil {
+				return "", err
+			}
 		}
 		if err := tool.Output(w); err != nil {
 			return "", err
