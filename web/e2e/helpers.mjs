@@ -219,7 +219,8 @@ export const sel = {
   status: '#chat-status',
   assistant: 'article.msg[data-role="ASSISTANT"]',
   user: 'article.msg[data-role="USER"]',
-  question: 'form.question',
+  question: '.question-card',
+  approval: '.approval-card',
 };
 
 /** Waits until fn(arg) is truthy in the page; the error names what was awaited. */
@@ -265,11 +266,14 @@ export function waitForReply(page, { status = 'COMPLETE', contains = '', count, 
   );
 }
 
-/** "chunk 1. chunk 2. … chunk n. " as the demo agent's /slow writes it. */
+/**
+ * "chunk 1. chunk 2. … chunk n." as the chat shows what the demo agent's /slow writes (it
+ * writes a space after the last chunk too, which a Markdown paragraph does not show).
+ */
 export function slowText(n) {
   let s = '';
   for (let i = 1; i <= n; i++) s += `chunk ${i}. `;
-  return s;
+  return s.trimEnd();
 }
 
 /** The session ID in the page's address (#/c/<id>). */
