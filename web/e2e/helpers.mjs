@@ -186,14 +186,19 @@ export async function launchFor(serverUrl, options = {}) {
   return browser;
 }
 
-async function serveDist(context, serverUrl) {
+/**
+ * Hands the browser the app from `dist` (web/dist by default) for "/" and "/assets/*" of
+ * serverUrl; everything else still goes to the server. measure-stream.mjs uses it to
+ * measure another build against the same server.
+ */
+export async function serveDist(context, serverUrl, dist = path.join(WEB_DIR, 'dist')) {
   const origin = new URL(serverUrl).origin;
   await context.route(
     (url) => url.origin === origin && (url.pathname === '/' || url.pathname === '/index.html' || url.pathname.startsWith('/assets/')),
     (route) => {
       const { pathname } = new URL(route.request().url());
-      const file = path.join(WEB_DIR, 'dist', pathname === '/' ? 'index.html' : pathname);
-      if (!file.startsWith(path.join(WEB_DIR, 'dist')) || !existsSync(file)) return route.fulfill({ status: 404 });
+      const file = path.join(dist, pathname === '/' ? 'index.html' : pathname);
+      if (!file.startsWith(dist) || !existsSync(file)) return route.fulfill({ status: 404 });
       return route.fulfill({
         status: 200,
         contentType: TYPES[path.extname(file)] ?? 'application/octet-stream',

@@ -65,6 +65,14 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
     return () => window.removeEventListener('keydown', onKey);
   }, [runningNow, stop]);
 
+  // When the run ends while the focus was on its Stop button (which goes with it), the
+  // focus goes back to the message box rather than to the start of the page.
+  useEffect(() => {
+    if (runningNow) return;
+    const active = document.activeElement;
+    if (!active || active === document.body) document.getElementById('composer-input')?.focus();
+  }, [runningNow]);
+
   const title = session?.title ?? '';
   const loaded = session !== null;
   useEffect(() => {

@@ -116,9 +116,9 @@ export function ApprovalCard({
         <p className="card-kicker">{expired ? 'Expired' : 'Approve this tool call?'}</p>
         <TimeLeft expiresAt={call.approval?.expiresAt} />
       </div>
-      <h3 className="approval-title" id={titleId}>
+      <h2 className="approval-title" id={titleId}>
         <ToolIcon /> The agent wants to run <code className="tool-name">{call.name}</code>
-      </h3>
+      </h2>
       {tool?.description && <p className="help">{tool.description}</p>}
 
       {mode === 'edit' ? (

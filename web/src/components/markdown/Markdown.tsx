@@ -50,7 +50,7 @@ function Table({ children }: React.JSX.IntrinsicElements['table'] & ExtraProps) 
 }
 
 // A reply's headings sit below the page's own (the chat's title is the h1).
-const shifted = (Tag: 'h3' | 'h4' | 'h5' | 'h6') =>
+const shifted = (Tag: 'h2' | 'h3' | 'h4' | 'h5' | 'h6') =>
   function Heading({ children }: { children?: ReactNode }) {
     return <Tag>{children}</Tag>;
   };
@@ -61,10 +61,10 @@ function components(final: boolean): Components {
     img: Image,
     input: Input,
     table: Table,
-    h1: shifted('h3'),
-    h2: shifted('h4'),
-    h3: shifted('h5'),
-    h4: shifted('h6'),
+    h1: shifted('h2'),
+    h2: shifted('h3'),
+    h3: shifted('h4'),
+    h4: shifted('h5'),
     h5: shifted('h6'),
     h6: shifted('h6'),
     pre({ node }) {
