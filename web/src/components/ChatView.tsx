@@ -1,5 +1,5 @@
 import { useFragment, useQuery } from '@apollo/client/react';
-import { useCallback, useEffect, useState } from 'react';
+import { useCallback, useEffect, useRef, useState } from 'react';
 import { AgentsDocument, SessionStateFieldsFragmentDoc } from '../gql/graphql';
 import { isFinishedRun } from '../lib/cache';
 import { describeError } from '../lib/errors';
@@ -67,8 +67,10 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
 
   // When the run ends while the focus was on its Stop button (which goes with it), the
   // focus goes back to the message box rather than to the start of the page.
+  const stopFocused = useRef(false);
   useEffect(() => {
-    if (runningNow) return;
+    if (runningNow || !stopFocused.current) return;
+    stopFocused.current = false;
     const active = document.activeElement;
     if (!active || active === document.body) document.getElementById('composer-input')?.focus();
   }, [runningNow]);
@@ -164,6 +166,12 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
               disabled={stopping}
               title="Stop the agent (Escape)"
               aria-keyshortcuts="Escape"
+              onFocus={() => {
+                stopFocused.current = true;
+              }}
+              onBlur={(e) => {
+                if (e.relatedTarget) stopFocused.current = false;
+              }}
             >
               <StopIcon /> Stop
             </button>
