@@ -14,6 +14,9 @@
 //	                 with every answer
 //	/form            asks for a name and an age (a JSON Schema form), then replies with
 //	                 the answer
+//	/markdown <n>    streams a long Markdown reply of about n words (at most 100000),
+//	                 word by word: headings, lists, task lists, tables, code blocks, links
+//	                 and emphasis, for trying a client's rendering of long replies
 //	/panic           panics (the run fails; the server goes on)
 //
 // Its runs resume on their history after a restart: a question answered, a call decided
@@ -45,7 +48,7 @@ type Agent struct {
 const DefaultChunkDelay = 40 * time.Millisecond
 
 // Description is shown in the list of agents.
-const Description = "Built-in demo: echoes you word by word; try /ask, /slow 50, /tool, /approve, /ask-many 2, /form, /fail."
+const Description = "Built-in demo: echoes you word by word; try /ask, /slow 50, /tool, /approve, /ask-many 2, /form, /markdown 300, /fail."
 
 // The echo tool: its name, description and input schema.
 const (
@@ -158,6 +161,15 @@ func (a *Agent) run(ctx context.Context, req service.RunRequest, out service.Out
 			}
 		}
 		return nil
+	case "/markdown":
+		n := 300
+		if arg != "" {
+			var err error
+			if n, err = strconv.Atoi(arg); err != nil || n < 1 || n > 100000 {
+				return service.Errorf(service.EINVALID, "/markdown needs a number of words from 1 to 100000")
+			}
+		}
+		return a.say(ctx, out, MarkdownText(n))
 	case "/fail":
 		return service.Errorf(service.EINTERNAL, "The demo agent failed, as you asked.")
 	case "/panic":
@@ -208,6 +220,44 @@ func (a *Agent) run(ctx context.Context, req service.RunRequest, out service.Out
 		return a.say(ctx, out, fmt.Sprintf("Hello %s, aged %d. Your answer was %s", form.Name, form.Age, answer))
 	}
 	return a.say(ctx, out, "You said: "+text)
+}
+
+// MarkdownText is /markdown's reply: sections of Markdown (a heading, a paragraph with
+// emphasis, inline code and a link, a list, a task list, a table and a code block, in
+// turn) until it has about n words, then "The end." on a line of its own. The same n
+// gives the same text.
+func MarkdownText(n int) string {
+	langs := []struct{ name, code string }{
+		{"go", "func add(a, b int) int {\n\treturn a + b\n}"},
+		{"python", "def add(a, b):\n    return a + b"},
+		{"ts", "const add = (a: number, b: number): number => a + b;"},
+		{"json", "{\"section\": %d, \"ok\": true}"},
+	}
+	var b strings.Builder
+	for i := 1; countWords(b.String()) < n; i++ {
+		fmt.Fprintf(&b, "## Section %d\n\n", i)
+		fmt.Fprintf(&b, "Paragraph %d has **bold words**, *some emphasis*, ~~a struck word~~, `inline code` and [a link to example %d](https://example.com/%d). ", i, i, i)
+		b.WriteString("It goes on for a while so that the reply looks like prose that a model would write, with enough words per line to wrap.\n\n")
+		switch i % 4 {
+		case 1:
+			fmt.Fprintf(&b, "- first point of %d\n- second point with `code`\n  - a nested point\n- third point\n\n", i)
+			fmt.Fprintf(&b, "1. step one\n2. step two\n3. step three of %d\n\n", i)
+		case 2:
+			fmt.Fprintf(&b, "- [x] done item %d\n- [ ] open item %d\n\n", i, i)
+		case 3:
+			fmt.Fprintf(&b, "| name | value | note |\n| --- | ---: | --- |\n| alpha | %d | first |\n| beta | %d | second |\n| gamma | %d | third |\n\n", i, i*2, i*3)
+		case 0:
+			b.WriteString("> A quoted line, as a reply might quote you.\n\n")
+		}
+		l := langs[i%len(langs)]
+		code := l.code
+		if strings.Contains(code, "%d") {
+			code = fmt.Sprintf(code, i)
+		}
+		fmt.Fprintf(&b, "```%s\n%s\n```\n\n", l.name, code)
+	}
+	b.WriteString("The end.")
+	return b.String()
 }
 
 // echo runs a call of the echo tool once it may run, printing its text word by word, and

@@ -186,14 +186,19 @@ export async function launchFor(serverUrl, options = {}) {
   return browser;
 }
 
-async function serveDist(context, serverUrl) {
+/**
+ * Hands the browser the app from `dist` (web/dist by default) for "/" and "/assets/*" of
+ * serverUrl; everything else still goes to the server. measure-stream.mjs uses it to
+ * measure another build against the same server.
+ */
+export async function serveDist(context, serverUrl, dist = path.join(WEB_DIR, 'dist')) {
   const origin = new URL(serverUrl).origin;
   await context.route(
     (url) => url.origin === origin && (url.pathname === '/' || url.pathname === '/index.html' || url.pathname.startsWith('/assets/')),
     (route) => {
       const { pathname } = new URL(route.request().url());
-      const file = path.join(WEB_DIR, 'dist', pathname === '/' ? 'index.html' : pathname);
-      if (!file.startsWith(path.join(WEB_DIR, 'dist')) || !existsSync(file)) return route.fulfill({ status: 404 });
+      const file = path.join(dist, pathname === '/' ? 'index.html' : pathname);
+      if (!file.startsWith(dist) || !existsSync(file)) return route.fulfill({ status: 404 });
       return route.fulfill({
         status: 200,
         contentType: TYPES[path.extname(file)] ?? 'application/octet-stream',
@@ -219,7 +224,8 @@ export const sel = {
   status: '#chat-status',
   assistant: 'article.msg[data-role="ASSISTANT"]',
   user: 'article.msg[data-role="USER"]',
-  question: 'form.question',
+  question: '.question-card',
+  approval: '.approval-card',
 };
 
 /** Waits until fn(arg) is truthy in the page; the error names what was awaited. */
@@ -265,11 +271,14 @@ export function waitForReply(page, { status = 'COMPLETE', contains = '', count, 
   );
 }
 
-/** "chunk 1. chunk 2. … chunk n. " as the demo agent's /slow writes it. */
+/**
+ * "chunk 1. chunk 2. … chunk n." as the chat shows what the demo agent's /slow writes (it
+ * writes a space after the last chunk too, which a Markdown paragraph does not show).
+ */
 export function slowText(n) {
   let s = '';
   for (let i = 1; i <= n; i++) s += `chunk ${i}. `;
-  return s;
+  return s.trimEnd();
 }
 
 /** The session ID in the page's address (#/c/<id>). */

@@ -1,13 +1,13 @@
-import { useFragment } from '@apollo/client/react';
-import { useEffect, useState } from 'react';
-import { SessionStateFieldsFragmentDoc } from '../gql/graphql';
+import { useFragment, useQuery } from '@apollo/client/react';
+import { useCallback, useEffect, useRef, useState } from 'react';
+import { AgentsDocument, SessionStateFieldsFragmentDoc } from '../gql/graphql';
 import { isFinishedRun } from '../lib/cache';
 import { describeError } from '../lib/errors';
 import { useChat } from '../lib/useChat';
 import { Composer } from './Composer';
 import { GearIcon, StopIcon } from './icons';
 import { MessageList } from './MessageList';
-import { QuestionForm } from './QuestionForm';
+import { PendingInputs } from './inputs/PendingInputs';
 import { SettingsDialog } from './SettingsDialog';
 import type { TopBarProps } from './Shell';
 import { TopBar } from './TopBar';
@@ -20,9 +20,60 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
     fragment: SessionStateFieldsFragmentDoc,
     from: { __typename: 'TalkSession', id: sessionId },
   });
+  const agents = useQuery(AgentsDocument, { fetchPolicy: 'cache-first' });
+  const agentName = session?.settings.agent;
+  // A tool's description and input schema, from the agent of the chat (else any agent).
+  const toolDetails = useCallback(
+    (name: string) => {
+      const list = agents.data?.agents ?? [];
+      const own = list.find((a) => a.name === agentName)?.tools.find((t) => t.name === name);
+      return own ?? list.flatMap((a) => a.tools).find((t) => t.name === name);
+    },
+    [agents.data, agentName],
+  );
   const [settingsOpen, setSettingsOpen] = useState(false);
   const [stopError, setStopError] = useState<string | null>(null);
   const [stopping, setStopping] = useState(false);
+
+  // Escape stops the agent while it works, unless something else takes Escape first (a
+  // dialog, the chat list's drawer, a box being edited in a card).
+  const runningNow = session?.activeRun != null && !isFinishedRun(session.activeRun.status);
+  const stopChat = chat.stop;
+  const stop = useCallback(async () => {
+    if (stopping) return;
+    setStopError(null);
+    setStopping(true);
+    try {
+      await stopChat();
+    } catch (e) {
+      setStopError(describeError(e));
+    } finally {
+      setStopping(false);
+    }
+  }, [stopChat, stopping]);
+  useEffect(() => {
+    if (!runningNow) return;
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key !== 'Escape' || e.defaultPrevented || e.repeat) return;
+      if (document.querySelector('dialog[open], .app.menu-open')) return;
+      const t = e.target as HTMLElement | null;
+      if (t?.closest('.pending-inputs, .sidebar')) return;
+      e.preventDefault();
+      void stop();
+    };
+    window.addEventListener('keydown', onKey);
+    return () => window.removeEventListener('keydown', onKey);
+  }, [runningNow, stop]);
+
+  // When the run ends while the focus was on its Stop button (which goes with it), the
+  // focus goes back to the message box rather than to the start of the page.
+  const stopFocused = useRef(false);
+  useEffect(() => {
+    if (runningNow || !stopFocused.current) return;
+    stopFocused.current = false;
+    const active = document.activeElement;
+    if (!active || active === document.body) document.getElementById('composer-input')?.focus();
+  }, [runningNow]);
 
   const title = session?.title ?? '';
   const loaded = session !== null;
@@ -59,22 +110,16 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
   const running = activeRun !== null && !isFinishedRun(activeRun.status);
   const queuedRunIds = state.complete ? state.data.queuedRunIds : [];
   const queued = activeRun ? queuedRunIds.filter((id) => id !== activeRun.id).length : 0;
+  const questions = session.pendingQuestions.filter((q) => !q.answeredAt && !q.withdrawn);
+  const approvals = session.pendingApprovals.filter((c) => c.status === 'AWAITING_APPROVAL');
   let statusText = '';
-  if (session.status === 'WAITING_FOR_INPUT') statusText = 'Waiting for your answer';
+  if (session.status === 'WAITING_FOR_INPUT') {
+    if (questions.length + approvals.length > 1) statusText = `Waiting for you (${questions.length + approvals.length} inputs)`;
+    else if (approvals.length > 0) statusText = 'Waiting for your approval';
+    else statusText = 'Waiting for your answer';
+  }
   else if (session.status === 'RUNNING') statusText = 'Agent is working…';
   if (queued > 0) statusText += ` (${queued} message${queued > 1 ? 's' : ''} queued)`;
-
-  async function stop() {
-    setStopError(null);
-    setStopping(true);
-    try {
-      await chat.stop();
-    } catch (e) {
-      setStopError(describeError(e));
-    } finally {
-      setStopping(false);
-    }
-  }
 
   const demo = session.settings.agent === 'demo';
   return (
@@ -98,11 +143,11 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
       <MessageList
         messages={session.messages.edges.map((e) => e.node)}
         hasEarlier={session.messages.pageInfo.hasPreviousPage}
-        pendingQuestionId={session.pendingQuestion?.id ?? null}
+        pendingCount={questions.length + approvals.length}
         onLoadEarlier={chat.loadEarlier}
         emptyHint={
           demo
-            ? 'Say something to the demo agent. It also knows /ask <question>, /slow <n> and /fail.'
+            ? 'Say something to the demo agent. It also knows /ask <question>, /approve <text>, /ask-many <n>, /form, /markdown <words>, /slow <n> and /fail.'
             : 'Say something to start the conversation.'
         }
       />
@@ -114,7 +159,20 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
             {phase.kind === 'retrying' && <span className="status-warn"> {phase.message}</span>}
           </p>
           {running && (
-            <button type="button" className="btn stop-btn" onClick={stop} disabled={stopping}>
+            <button
+              type="button"
+              className="btn stop-btn"
+              onClick={stop}
+              disabled={stopping}
+              title="Stop the agent (Escape)"
+              aria-keyshortcuts="Escape"
+              onFocus={() => {
+                stopFocused.current = true;
+              }}
+              onBlur={(e) => {
+                if (e.relatedTarget) stopFocused.current = false;
+              }}
+            >
               <StopIcon /> Stop
             </button>
           )}
@@ -124,9 +182,14 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
             {stopError}
           </p>
         )}
-        {session.pendingQuestion && !session.pendingQuestion.answeredAt && (
-          <QuestionForm key={session.pendingQuestion.id} question={session.pendingQuestion} onAnswer={chat.answer} />
-        )}
+        <PendingInputs
+          questions={questions}
+          approvals={approvals}
+          tools={toolDetails}
+          onAnswer={chat.answer}
+          onDecide={chat.decide}
+          onRespondAll={chat.respondAll}
+        />
         <Composer onSend={chat.send} autoFocus />
       </div>
       {settingsOpen && (

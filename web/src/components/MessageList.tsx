@@ -9,13 +9,13 @@ import { MessageView } from './MessageView';
 export function MessageList({
   messages,
   hasEarlier,
-  pendingQuestionId,
+  pendingCount,
   onLoadEarlier,
   emptyHint,
 }: {
   messages: MessageFieldsFragment[];
   hasEarlier: boolean;
-  pendingQuestionId: string | null;
+  pendingCount: number;
   onLoadEarlier: () => Promise<void>;
   emptyHint?: string;
 }) {
@@ -31,7 +31,7 @@ export function MessageList({
   useLayoutEffect(() => {
     const el = scroller.current;
     if (el && pinned.current) el.scrollTop = el.scrollHeight;
-  }, [messages.length, lastSize, last?.status, pendingQuestionId]);
+  }, [messages.length, lastSize, last?.status, pendingCount]);
 
   function onScroll() {
     const el = scroller.current;

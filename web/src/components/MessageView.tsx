@@ -1,33 +1,21 @@
 import { useQuery } from '@apollo/client/react';
-import { memo, type ReactNode } from 'react';
+import { memo } from 'react';
 import { RunDocument, type MessageFieldsFragment } from '../gql/graphql';
+import { Markdown } from './markdown/Markdown';
 import { ToolCallView } from './ToolCallView';
 
 type Message = MessageFieldsFragment;
 
-/** Plain text with ``` fenced blocks shown as code; nothing is parsed as HTML. */
-function RichText({ text }: { text: string }) {
-  const parts = text.split(/```/);
-  const out: ReactNode[] = [];
-  parts.forEach((part, i) => {
-    if (i % 2 === 1) {
-      const nl = part.indexOf('\n');
-      const lang = nl > 0 ? part.slice(0, nl).trim() : '';
-      const code = nl >= 0 && /^[\w+-]*$/.test(lang) ? part.slice(nl + 1) : part;
-      out.push(
-        <pre key={i} className="code-block" data-lang={lang || undefined}>
-          <code>{code.replace(/\n$/, '')}</code>
-        </pre>,
-      );
-    } else if (part) {
-      out.push(
-        <span key={i} className="text">
-          {part}
-        </span>,
-      );
-    }
-  });
-  return <>{out}</>;
+/** Whether the answer to the question picked `choice` (a JSON array for a multiple choice). */
+function chosen(q: NonNullable<Message['question']>, choice: string): boolean {
+  if (q.answer == null) return false;
+  if (!q.multiple) return q.answer === choice;
+  try {
+    const picked = JSON.parse(q.answer) as unknown;
+    return Array.isArray(picked) && picked.includes(choice);
+  } catch {
+    return false;
+  }
 }
 
 function roleLabel(m: Message): string {
@@ -73,6 +61,7 @@ function Usage({ runId }: { runId: string }) {
 export const MessageView = memo(function MessageView({ message: m }: { message: Message }) {
   const streaming = m.status === 'STREAMING';
   const content = m.kind === 'QUESTION' && !m.content && m.question ? m.question.prompt : m.content;
+  const markdown = m.role === 'ASSISTANT' && m.kind === 'TEXT';
   return (
     <article
       className={`msg ${m.role.toLowerCase()} kind-${m.kind.toLowerCase()} status-${m.status.toLowerCase()}`}
@@ -86,6 +75,11 @@ export const MessageView = memo(function MessageView({ message: m }: { message: 
         {m.status === 'INTERRUPTED' && <span className="badge warn">interrupted</span>}
         {m.status === 'FAILED' && <span className="badge error">failed</span>}
         {streaming && <span className="visually-hidden">(writing)</span>}
+        {m.kind === 'QUESTION' && m.question?.withdrawn && (
+          <span className="badge warn" title="This question can no longer be answered">
+            no answer: {m.question.withdrawnReason ?? 'withdrawn'}
+          </span>
+        )}
       </header>
       {m.toolCalls.length > 0 && (
         <div className="tool-calls">
@@ -94,15 +88,16 @@ export const MessageView = memo(function MessageView({ message: m }: { message: 
           ))}
         </div>
       )}
-      {(content || streaming) && (
-        <div className={`msg-body${streaming ? ' streaming' : ''}`}>
-          <RichText text={content} />
+      {(content || (streaming && m.toolCalls.length === 0)) && (
+        <div className={`msg-body${streaming ? ' streaming' : ''}${markdown ? ' rich' : ''}`}>
+          {/* The agent writes Markdown; what a person typed is shown as typed. */}
+          {markdown ? <Markdown text={content} streaming={streaming} /> : content}
         </div>
       )}
       {m.kind === 'QUESTION' && m.question?.choices && m.question.choices.length > 0 && (
         <ul className="choice-list" aria-label="Choices offered">
           {m.question.choices.map((c) => (
-            <li key={c} className={m.question?.answer === c ? 'chosen' : undefined}>
+            <li key={c} className={chosen(m.question!, c) ? 'chosen' : undefined}>
               {c}
             </li>
           ))}

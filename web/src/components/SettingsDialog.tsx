@@ -5,6 +5,7 @@ import {
   UpdateTalkSessionSettingsDocument,
   type BusyPolicy,
   type SettingsFieldsFragment,
+  type ToolPolicyKind,
 } from '../gql/graphql';
 import { describeError } from '../lib/errors';
 
@@ -14,7 +15,16 @@ const POLICIES: { value: BusyPolicy; label: string; help: string }[] = [
   { value: 'REJECT', label: 'Reject', help: 'New messages are refused while the agent works.' },
 ];
 
-/** Per-chat settings: agent, model, system prompt, temperature and the busy policy. Render it to open it. */
+const TOOL_POLICIES: { value: ToolPolicyKind; label: string }[] = [
+  { value: 'ALLOW', label: 'Allow: runs at once' },
+  { value: 'ASK', label: 'Ask me first' },
+  { value: 'DENY', label: 'Deny: never runs' },
+];
+
+/**
+ * Per-chat settings: agent, model, system prompt, temperature, the busy policy and the
+ * policy of each of the agent's tools. Render it to open it.
+ */
 export function SettingsDialog({
   sessionId,
   settings,
@@ -46,6 +56,10 @@ export function SettingsDialog({
       setError('Temperature must be a number from 0 to 2.');
       return;
     }
+    // Only the tools whose policy changed are sent; the others keep theirs.
+    const toolPolicies = agentTools
+      .filter((t) => form.policies[t.name] && form.policies[t.name] !== effectivePolicy(t.name))
+      .map((t) => ({ tool: t.name, policy: form.policies[t.name] }));
     try {
       // The answer normalises into the cached session: the chat shows the new settings.
       await save({
@@ -58,6 +72,7 @@ export function SettingsDialog({
               systemPrompt: form.systemPrompt,
               ...(temperature !== null ? { temperature } : {}),
               busyPolicy: form.busyPolicy,
+              ...(toolPolicies.length > 0 ? { toolPolicies } : {}),
             },
           },
         },
@@ -71,6 +86,13 @@ export function SettingsDialog({
   const agentList = agents.data?.agents ?? [];
   const knownAgent = agentList.some((a) => a.name === form.agent);
   const agentHelp = agentList.find((a) => a.name === form.agent)?.description;
+  // The chosen agent's tools (ask_user, the asking itself, has no policy).
+  const agentTools = (agentList.find((a) => a.name === form.agent)?.tools ?? []).filter((t) => t.policy != null);
+  /** A tool's policy in this chat as it is: the chat's own, else the server's. */
+  function effectivePolicy(tool: string): ToolPolicyKind {
+    const own = form.agent === settings.agent ? settings.toolPolicies.find((p) => p.tool === tool)?.policy : undefined;
+    return own ?? agentTools.find((t) => t.name === tool)?.policy ?? 'ALLOW';
+  }
 
   return (
     <dialog
@@ -161,6 +183,38 @@ export function SettingsDialog({
           ))}
         </fieldset>
 
+        {agentTools.length > 0 && (
+          <fieldset className="field tool-policies">
+            <legend>Tools</legend>
+            <p className="help">What happens when the agent wants to use each tool.</p>
+            {agentTools.map((t) => {
+              const id = `settings-tool-${t.name}`;
+              return (
+                <div key={t.name} className="tool-policy">
+                  <label htmlFor={id}>
+                    <code>{t.name}</code>
+                    <span className="help" id={`${id}-help`}>
+                      {t.description}
+                    </span>
+                  </label>
+                  <select
+                    id={id}
+                    aria-describedby={`${id}-help`}
+                    value={form.policies[t.name] ?? effectivePolicy(t.name)}
+                    onChange={(e) => setForm({ ...form, policies: { ...form.policies, [t.name]: e.target.value as ToolPolicyKind } })}
+                  >
+                    {TOOL_POLICIES.map((p) => (
+                      <option key={p.value} value={p.value}>
+                        {p.label}
+                      </option>
+                    ))}
+                  </select>
+                </div>
+              );
+            })}
+          </fieldset>
+        )}
+
         {error && (
           <p className="form-error" role="alert">
             {error}
@@ -186,5 +240,7 @@ function toForm(s: SettingsFieldsFragment) {
     systemPrompt: s.systemPrompt ?? '',
     temperature: s.temperature == null ? '' : String(s.temperature),
     busyPolicy: s.busyPolicy,
+    // Tools whose policy the person picked here; the others show their current one.
+    policies: {} as Record<string, ToolPolicyKind>,
   };
 }

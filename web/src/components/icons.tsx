@@ -73,3 +73,15 @@ export const ChevronIcon = () => (
     <path d="m9 18 6-6-6-6" />
   </Svg>
 );
+export const CopyIcon = () => (
+  <Svg size={14}>
+    <rect x="9" y="9" width="12" height="12" rx="2" />
+    <path d="M5 15V5a2 2 0 0 1 2-2h10" />
+  </Svg>
+);
+export const ClockIcon = () => (
+  <Svg size={14}>
+    <circle cx="12" cy="12" r="9" />
+    <path d="M12 7v5l3 2" />
+  </Svg>
+);

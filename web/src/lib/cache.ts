@@ -3,12 +3,13 @@
 //
 // Objects with an id (TalkSession, Message, Run, Question, ToolCall) are normalised by
 // `__typename:id`. The field policies below say how lists grow (relay-style connections)
-// and keep a late answer from undoing newer knowledge (a run or a message never goes back
-// to an earlier status, an error once known stays known).
+// and keep a late answer from undoing newer knowledge (a run, a message or a tool call
+// never goes back to an earlier status, an error, an answer or a decision once known stays
+// known).
 
 import { InMemoryCache, type FieldMergeFunction, type Reference } from '@apollo/client';
 import { relayStylePagination } from '@apollo/client/utilities';
-import type { MessageStatus, RunStatus } from '../gql/graphql';
+import type { MessageStatus, RunStatus, ToolCallStatus } from '../gql/graphql';
 
 /** How far a run has come: a run never goes back to a lower rank. */
 export const RUN_RANK: Record<RunStatus, number> = {
@@ -28,6 +29,16 @@ export const MESSAGE_RANK: Record<MessageStatus, number> = {
   FAILED: 1,
 };
 
+/** A tool call waits for approval, then runs, then ends (or ends without running). */
+export const TOOL_CALL_RANK: Record<ToolCallStatus, number> = {
+  AWAITING_APPROVAL: 0,
+  RUNNING: 1,
+  COMPLETED: 2,
+  FAILED: 2,
+  CANCELLED: 2,
+  REJECTED: 2,
+};
+
 export const isFinishedRun = (status: RunStatus) => RUN_RANK[status] === 2;
 
 /** A merge that keeps the existing status when the incoming one is of a lower rank. */
@@ -38,6 +49,12 @@ export function monotonic<T extends string>(rank: Record<T, number>): FieldMerge
 /** A merge that keeps a known value when the incoming one is null (a stale answer). */
 const keepKnown: FieldMergeFunction = (existing, incoming) => incoming ?? existing ?? null;
 
+/** An approval once decided or withdrawn (it has a time or a reason) stays so. */
+const settledApproval: FieldMergeFunction = (existing, incoming) => {
+  const settled = (a: { decidedAt?: unknown; reason?: unknown } | null | undefined) => Boolean(a?.decidedAt || a?.reason);
+  return settled(existing) && !settled(incoming) ? existing : incoming;
+};
+
 /** Tool calls of a message: the incoming list, then any known call it lacks. */
 const unionOfRefs: FieldMergeFunction<Reference[], Reference[]> = (existing, incoming) => {
   if (!existing?.length) return incoming;
@@ -45,8 +62,28 @@ const unionOfRefs: FieldMergeFunction<Reference[], Reference[]> = (existing, inc
   return [...incoming, ...existing.filter((r) => !seen.has(r.__ref))];
 };
 
+/** The types of SessionEvent (schema.graphqls), checked against the schema by a unit test. */
+export const SESSION_EVENT_TYPES = [
+  'MessageAdded',
+  'MessageChunk',
+  'MessageCompleted',
+  'RunStatusChanged',
+  'QuestionAsked',
+  'QuestionAnswered',
+  'QuestionWithdrawn',
+  'ToolCallStarted',
+  'ToolCallOutput',
+  'ToolCallFinished',
+  'ToolApprovalRequested',
+  'ToolApprovalDecided',
+  'SessionUpdated',
+];
+
 export function createCache(): InMemoryCache {
   return new InMemoryCache({
+    // The stream's events are of an interface type; the cache matches each event's inline
+    // fragments by its concrete type.
+    possibleTypes: { SessionEvent: SESSION_EVENT_TYPES },
     typePolicies: {
       Query: {
         fields: {
@@ -85,6 +122,23 @@ export function createCache(): InMemoryCache {
           status: { merge: monotonic(MESSAGE_RANK) },
           error: { merge: keepKnown },
           toolCalls: { merge: unionOfRefs },
+        },
+      },
+      Question: {
+        fields: {
+          answer: { merge: keepKnown },
+          answeredAt: { merge: keepKnown },
+          withdrawn: { merge: (existing: boolean | undefined, incoming: boolean) => Boolean(existing) || incoming },
+          withdrawnReason: { merge: keepKnown },
+        },
+      },
+      ToolCall: {
+        fields: {
+          status: { merge: monotonic(TOOL_CALL_RANK) },
+          approval: { merge: settledApproval },
+          result: { merge: keepKnown },
+          error: { merge: keepKnown },
+          finishedAt: { merge: keepKnown },
         },
       },
     },

@@ -2,6 +2,7 @@ import type { ApolloCache, DocumentNode } from '@apollo/client';
 import { describe, expect, it } from 'vitest';
 import {
   EarlierMessagesDocument,
+  QuestionFieldsFragmentDoc,
   RunDocument,
   SessionDocument,
   SessionListFieldsFragmentDoc,
@@ -11,15 +12,20 @@ import {
   type RunFieldsFragment,
   type RunStatus,
 } from '../gql/graphql';
-import { createCache } from './cache';
+import { buildSchema, type GraphQLInterfaceType } from 'graphql';
+import { readFileSync } from 'node:fs';
+import { createCache, SESSION_EVENT_TYPES } from './cache';
 import {
   applyEvent,
+  inputsAnswered,
   messageAccepted,
   moveSessionToTop,
   questionAnswered,
   runStopped,
   sessionAfterRun,
   sessionAnswered,
+  sessionApprovalEnded,
+  sessionApprovalRequested,
   sessionAsked,
   type SessionState,
   type StreamEvent,
@@ -75,9 +81,35 @@ function question(id: string, over: Record<string, unknown> = {}) {
     sessionId: 's1',
     prompt: `${id}?`,
     choices: null,
+    multiple: false,
+    answerSchema: null,
     answer: null,
     askedAt: AT,
     answeredAt: null,
+    expiresAt: LATER,
+    withdrawn: false,
+    withdrawnReason: null,
+    ...over,
+  };
+}
+
+const questionOf = question;
+
+function toolCall(id: string, over: Record<string, unknown> = {}) {
+  return {
+    __typename: 'ToolCall' as const,
+    id,
+    runId: 'r1',
+    messageId: 'm1',
+    name: 'echo',
+    arguments: '{"text":"hi"}',
+    output: '',
+    result: null,
+    error: null,
+    status: 'RUNNING' as const,
+    startedAt: AT,
+    finishedAt: null,
+    approval: null,
     ...over,
   };
 }
@@ -108,9 +140,11 @@ function loaded(messages: ReturnType<typeof message>[] = [], activeRun: ReturnTy
         ...listed('s1'),
         status: activeRun ? 'RUNNING' : 'IDLE',
         createdAt: AT,
-        settings: { __typename: 'SessionSettings', agent: 'demo', model: null, systemPrompt: null, temperature: null, busyPolicy: 'INTERRUPT' },
+        settings: { __typename: 'SessionSettings', agent: 'demo', model: null, systemPrompt: null, temperature: null, busyPolicy: 'INTERRUPT', toolPolicies: [] },
         activeRun,
         pendingQuestion: null,
+        pendingQuestions: [],
+        pendingApprovals: [],
         streamCursor: 'c0',
         messages: {
           __typename: 'MessageConnection',
@@ -258,17 +292,7 @@ describe('stream events in the cache', () => {
 
   it('questions: asked waits for input, answered goes on', () => {
     const { cache, read, apply } = loaded([], run('r1', 'RUNNING'));
-    const question = {
-      __typename: 'Question',
-      id: 'q1',
-      runId: 'r1',
-      sessionId: 's1',
-      prompt: 'Colour?',
-      choices: ['red', 'blue'],
-      answer: null,
-      askedAt: AT,
-      answeredAt: null,
-    };
+    const question = { ...questionOf('q1'), prompt: 'Colour?', choices: ['red', 'blue'] };
     apply({ __typename: 'MessageAdded', message: message('mq', { kind: 'QUESTION', status: 'COMPLETE', question }) });
     apply({ __typename: 'QuestionAsked', question });
     expect(read()).toMatchObject({ status: 'WAITING_FOR_INPUT', pendingQuestion: { id: 'q1', prompt: 'Colour?' } });
@@ -282,7 +306,7 @@ describe('stream events in the cache', () => {
 
   it('a finished run withdraws its pending question', () => {
     const { read, apply } = loaded([], run('r1', 'RUNNING'));
-    const question = { __typename: 'Question', id: 'q1', runId: 'r1', sessionId: 's1', prompt: 'P?', choices: null, answer: null, askedAt: AT, answeredAt: null };
+    const question = questionOf('q1');
     apply({ __typename: 'QuestionAsked', question });
     apply({ __typename: 'RunStatusChanged', run: run('r1', 'INTERRUPTED') });
     expect(read()).toMatchObject({ status: 'IDLE', pendingQuestion: null });
@@ -290,20 +314,7 @@ describe('stream events in the cache', () => {
 
   it('tool calls join their message and their output grows at its offset', () => {
     const { read, apply } = loaded([message('m1')]);
-    const call = {
-      __typename: 'ToolCall',
-      id: 't1',
-      runId: 'r1',
-      messageId: 'm1',
-      name: 'echo',
-      arguments: '{}',
-      output: '',
-      result: null,
-      error: null,
-      status: 'RUNNING',
-      startedAt: AT,
-      finishedAt: null,
-    };
+    const call = toolCall('t1');
     apply({ __typename: 'ToolCallStarted', toolCall: call });
     apply({ __typename: 'ToolCallOutput', toolCallId: 't1', messageId: 'm1', offset: 0, delta: 'alpha ' });
     apply({ __typename: 'ToolCallOutput', toolCallId: 't1', messageId: 'm1', offset: 0, delta: 'alpha ' });
@@ -324,12 +335,145 @@ describe('stream events in the cache', () => {
       session: {
         ...listed('s1'),
         title: 'Renamed',
-        settings: { __typename: 'SessionSettings', agent: 'demo', model: 'm', systemPrompt: null, temperature: null, busyPolicy: 'ENQUEUE' },
+        settings: { __typename: 'SessionSettings', agent: 'demo', model: 'm', systemPrompt: null, temperature: null, busyPolicy: 'ENQUEUE', toolPolicies: [] },
       },
     });
     expect(read()).toMatchObject({ title: 'Renamed', settings: { model: 'm', busyPolicy: 'ENQUEUE' } });
     const list = cache.readQuery({ query: SessionsDocument, variables: { first: 50 } })!;
     expect(list.sessions.edges.find((e) => e.node.id === 's1')?.node.title).toBe('Renamed');
+  });
+});
+
+describe('human in the loop', () => {
+  const state = (cache: ApolloCache) => cache.readFragment({ id: 'TalkSession:s1', fragment: SessionStateFieldsFragmentDoc })!;
+  const waitingCall = (id: string, over: Record<string, unknown> = {}) =>
+    toolCall(id, {
+      status: 'AWAITING_APPROVAL',
+      approval: { __typename: 'ToolApproval', requestedArguments: '{"text":"hi"}', decision: null, reason: null, decidedAt: null, expiresAt: LATER },
+      ...over,
+    });
+
+  it('several questions wait together, oldest first, and go one by one', () => {
+    const { cache, read, apply } = loaded([], run('r1', 'RUNNING'));
+    for (const id of ['q1', 'q2', 'q3']) apply({ __typename: 'QuestionAsked', question: question(id) });
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'WAITING_FOR_INPUT') });
+    expect(read().pendingQuestions.map((q) => q.id)).toEqual(['q1', 'q2', 'q3']);
+    expect(read().pendingQuestion?.id).toBe('q1');
+    // Replayed: no second copy.
+    apply({ __typename: 'QuestionAsked', question: question('q2') });
+    expect(read().pendingQuestions).toHaveLength(3);
+    apply({ __typename: 'QuestionAnswered', question: question('q2', { answer: 'b', answeredAt: LATER }) });
+    expect(read().pendingQuestions.map((q) => q.id)).toEqual(['q1', 'q3']);
+    expect(read().status).toBe('WAITING_FOR_INPUT');
+    questionAnswered(cache, 's1', question('q1', { answer: 'a', answeredAt: LATER }), run('r1', 'WAITING_FOR_INPUT'));
+    expect(read()).toMatchObject({ status: 'WAITING_FOR_INPUT', pendingQuestion: { id: 'q3' } });
+    apply({ __typename: 'QuestionWithdrawn', question: question('q3', { withdrawn: true, withdrawnReason: 'expired' }) });
+    expect(read()).toMatchObject({ status: 'RUNNING', pendingQuestion: null, pendingQuestions: [] });
+    expect(state(cache).pendingQuestions).toEqual([]);
+  });
+
+  it('a withdrawn question stays withdrawn, with its reason', () => {
+    const { cache, apply } = loaded([], run('r1', 'RUNNING'));
+    apply({ __typename: 'QuestionAsked', question: question('q1') });
+    apply({ __typename: 'QuestionWithdrawn', question: question('q1', { withdrawn: true, withdrawnReason: 'expired' }) });
+    // An older copy of the question (a late answer of a query) does not bring it back.
+    apply({ __typename: 'QuestionAsked', question: question('q1') });
+    const q = cache.readFragment({ id: 'Question:q1', fragment: QuestionFieldsFragmentDoc, fragmentName: 'QuestionFields' });
+    expect(q).toMatchObject({ withdrawn: true, withdrawnReason: 'expired' });
+  });
+
+  it('a multiple-choice question keeps its choices and takes a JSON array as its answer', () => {
+    const { read, apply } = loaded([], run('r1', 'RUNNING'));
+    const q = question('q1', { choices: ['red', 'green', 'blue'], multiple: true });
+    apply({ __typename: 'MessageAdded', message: message('mq', { kind: 'QUESTION', status: 'COMPLETE', question: q }) });
+    apply({ __typename: 'QuestionAsked', question: q });
+    expect(read().pendingQuestions[0]).toMatchObject({ multiple: true, choices: ['red', 'green', 'blue'] });
+    apply({ __typename: 'QuestionAnswered', question: { ...q, answer: '["red","blue"]', answeredAt: LATER } });
+    expect(read().pendingQuestions).toEqual([]);
+    expect(read().messages.edges[0].node.question).toMatchObject({ multiple: true, answer: '["red","blue"]' });
+  });
+
+  it('a call awaiting approval is pending until decided, and shows its decision', () => {
+    const { cache, read, apply } = loaded([message('m1')], run('r1', 'RUNNING'));
+    apply({ __typename: 'ToolCallStarted', toolCall: waitingCall('t1') });
+    apply({ __typename: 'ToolApprovalRequested', toolCall: waitingCall('t1') });
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'WAITING_FOR_INPUT') });
+    expect(read()).toMatchObject({ status: 'WAITING_FOR_INPUT', pendingApprovals: [{ id: 't1', name: 'echo', status: 'AWAITING_APPROVAL' }] });
+    expect(read().messages.edges[0].node.toolCalls.map((t) => t.id)).toEqual(['t1']);
+    const decided = waitingCall('t1', {
+      status: 'RUNNING',
+      arguments: '{"text":"edited"}',
+      approval: { __typename: 'ToolApproval', requestedArguments: '{"text":"hi"}', decision: 'APPROVE', reason: null, decidedAt: LATER, expiresAt: LATER },
+    });
+    apply({ __typename: 'ToolApprovalDecided', toolCall: decided });
+    expect(read()).toMatchObject({ status: 'RUNNING', pendingApprovals: [] });
+    apply({ __typename: 'ToolCallOutput', toolCallId: 't1', messageId: 'm1', offset: 0, delta: 'edited' });
+    // decideToolCall's answer comes after the output: the call keeps its output and status.
+    inputsAnswered(cache, 's1', { questions: [], toolCalls: [{ ...decided, output: '' }], run: run('r1', 'RUNNING') });
+    const call = read().messages.edges[0].node.toolCalls[0];
+    expect(call).toMatchObject({
+      status: 'RUNNING',
+      output: 'edited',
+      arguments: '{"text":"edited"}',
+      approval: { decision: 'APPROVE', requestedArguments: '{"text":"hi"}' },
+    });
+  });
+
+  it('a decision accepted before its event takes the card away at once', () => {
+    const { cache, read, apply } = loaded([message('m1')], run('r1', 'RUNNING'));
+    apply({ __typename: 'ToolApprovalRequested', toolCall: waitingCall('t1') });
+    apply({ __typename: 'ToolApprovalRequested', toolCall: waitingCall('t2', { startedAt: LATER }) });
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'WAITING_FOR_INPUT') });
+    const rejected = waitingCall('t1', {
+      status: 'REJECTED',
+      approval: { __typename: 'ToolApproval', requestedArguments: '{"text":"hi"}', decision: 'REJECT', reason: 'not now', decidedAt: LATER, expiresAt: LATER },
+    });
+    inputsAnswered(cache, 's1', { questions: [], toolCalls: [rejected], run: run('r1', 'WAITING_FOR_INPUT') });
+    expect(read()).toMatchObject({ status: 'WAITING_FOR_INPUT', pendingApprovals: [{ id: 't2' }] });
+    expect(read().messages.edges[0].node.toolCalls[0]).toMatchObject({ status: 'REJECTED', approval: { reason: 'not now' } });
+    // The event comes later and changes nothing; an older copy does not undo the decision.
+    apply({ __typename: 'ToolApprovalDecided', toolCall: rejected });
+    apply({ __typename: 'ToolCallStarted', toolCall: waitingCall('t1') });
+    expect(read().messages.edges[0].node.toolCalls[0]).toMatchObject({ status: 'REJECTED', approval: { decision: 'REJECT' } });
+    expect(read().pendingApprovals.map((c) => c.id)).toEqual(['t2']);
+  });
+
+  it('an expired approval ends CANCELLED and leaves the pending list', () => {
+    const { read, apply } = loaded([message('m1')], run('r1', 'RUNNING'));
+    apply({ __typename: 'ToolApprovalRequested', toolCall: waitingCall('t1') });
+    apply({ __typename: 'QuestionAsked', question: question('q1') });
+    apply({
+      __typename: 'ToolCallFinished',
+      toolCall: waitingCall('t1', {
+        status: 'CANCELLED',
+        finishedAt: LATER,
+        approval: { __typename: 'ToolApproval', requestedArguments: '{"text":"hi"}', decision: null, reason: 'expired', decidedAt: null, expiresAt: LATER },
+      }),
+    });
+    expect(read()).toMatchObject({ status: 'WAITING_FOR_INPUT', pendingApprovals: [], pendingQuestions: [{ id: 'q1' }] });
+    expect(read().messages.edges[0].node.toolCalls[0]).toMatchObject({ status: 'CANCELLED', approval: { decision: null, reason: 'expired' } });
+  });
+
+  it('respondToInputs answers several at once', () => {
+    const { cache, read, apply } = loaded([message('m1')], run('r1', 'RUNNING'));
+    apply({ __typename: 'QuestionAsked', question: question('q1') });
+    apply({ __typename: 'QuestionAsked', question: question('q2') });
+    apply({ __typename: 'ToolApprovalRequested', toolCall: waitingCall('t1') });
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'WAITING_FOR_INPUT') });
+    inputsAnswered(cache, 's1', {
+      questions: [question('q1', { answer: 'a', answeredAt: LATER }), question('q2', { answer: 'b', answeredAt: LATER })],
+      toolCalls: [waitingCall('t1', { status: 'RUNNING', approval: { __typename: 'ToolApproval', requestedArguments: '{}', decision: 'APPROVE', reason: null, decidedAt: LATER, expiresAt: LATER } })],
+      run: run('r1', 'RUNNING'),
+    });
+    expect(read()).toMatchObject({ status: 'RUNNING', activeRun: { status: 'RUNNING' }, pendingQuestions: [], pendingApprovals: [] });
+  });
+
+  it('the end of a run withdraws everything it waited on', () => {
+    const { read, apply } = loaded([message('m1')], run('r1', 'RUNNING'));
+    apply({ __typename: 'QuestionAsked', question: question('q1') });
+    apply({ __typename: 'ToolApprovalRequested', toolCall: waitingCall('t1') });
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'CANCELLED') });
+    expect(read()).toMatchObject({ status: 'IDLE', pendingQuestion: null, pendingQuestions: [], pendingApprovals: [] });
   });
 });
 
@@ -366,8 +510,17 @@ describe('pagination', () => {
   });
 });
 
+describe('the cache knows the schema', () => {
+  it('lists every type of SessionEvent', () => {
+    const schema = buildSchema(readFileSync(new URL('../../../schema.graphqls', import.meta.url), 'utf8'));
+    const event = schema.getType('SessionEvent') as GraphQLInterfaceType;
+    const types = schema.getImplementations(event).objects.map((t) => t.name);
+    expect([...SESSION_EVENT_TYPES].sort()).toEqual(types.sort());
+  });
+});
+
 describe('session state rules', () => {
-  const idle: SessionState = { id: 's', status: 'IDLE', activeRun: null, pendingQuestion: null, queuedRunIds: [] };
+  const idle: SessionState = { id: 's', status: 'IDLE', activeRun: null, pendingQuestion: null, pendingQuestions: [], pendingApprovals: [], queuedRunIds: [] };
 
   it('a running run becomes the active one', () => {
     expect(sessionAfterRun(idle, { id: 'r1', status: 'RUNNING' })).toMatchObject({ status: 'RUNNING', activeRun: { id: 'r1' } });
@@ -388,5 +541,16 @@ describe('session state rules', () => {
     expect(asked).toMatchObject({ status: 'WAITING_FOR_INPUT', pendingQuestion: { id: 'q' } });
     expect(sessionAnswered(asked, 'other')).toBe(asked);
     expect(sessionAnswered(asked, 'q')).toMatchObject({ status: 'RUNNING', pendingQuestion: null });
+  });
+
+  it('a session waits while any question or approval waits', () => {
+    let s = sessionAfterRun(idle, { id: 'r1', status: 'RUNNING' });
+    s = sessionApprovalRequested(s, { id: 't1', runId: 'r1' });
+    s = sessionAsked(s, { id: 'q1', runId: 'r1' });
+    expect(s).toMatchObject({ status: 'WAITING_FOR_INPUT', pendingQuestion: { id: 'q1' } });
+    s = sessionAnswered(s, 'q1');
+    expect(s).toMatchObject({ status: 'WAITING_FOR_INPUT', pendingQuestion: null, pendingApprovals: [{ id: 't1' }] });
+    expect(sessionApprovalEnded(s, 'other')).toBe(s);
+    expect(sessionApprovalEnded(s, 't1')).toMatchObject({ status: 'RUNNING', pendingApprovals: [] });
   });
 });

@@ -5,7 +5,7 @@
 // written and normalise over what the cache holds. What no object carries is updated here:
 // text chunks and tool output (placed at their offset), the edges of the session's
 // `messages` connection and of the session list, and the session's state (its active run,
-// pending question, queued runs and status).
+// questions and tool calls waiting for the user, queued runs and status).
 
 import { gql, type ApolloCache, type Reference } from '@apollo/client';
 import {
@@ -14,6 +14,7 @@ import {
   QuestionFieldsFragmentDoc,
   RunFieldsFragmentDoc,
   SessionStateFieldsFragmentDoc,
+  ToolCallFieldsFragmentDoc,
   type MessageFieldsFragment,
   type QuestionFieldsFragment,
   type RunFieldsFragment,
@@ -21,6 +22,8 @@ import {
   type RunStatus,
   type SessionStateFieldsFragment,
   type SessionStatus,
+  type ToolCallFieldsFragment,
+  type ToolCallStatus,
 } from '../gql/graphql';
 import { isFinishedRun } from './cache';
 import { placeAt } from './text';
@@ -49,6 +52,13 @@ const RUN_STATUS = gql`
 const QUESTION_ANSWERED = gql`
   fragment QuestionAnsweredAt on Question {
     answeredAt
+    withdrawn
+  }
+`;
+
+const TOOL_CALL_STATUS = gql`
+  fragment ToolCallStatusOnly on ToolCall {
+    status
   }
 `;
 
@@ -57,11 +67,34 @@ const messageKey = (id: string) => `Message:${id}`;
 
 // ---------- pure rules ----------
 
+type Pending = { __typename?: string; id: string; runId: string };
+
 function statusOfRun(status: RunStatus): SessionStatus {
   if (status === 'WAITING_FOR_INPUT') return 'WAITING_FOR_INPUT';
   if (status === 'RUNNING' || status === 'QUEUED') return 'RUNNING';
   return 'IDLE';
 }
+
+/**
+ * The session with these inputs waiting (oldest first): `pendingQuestion` is the oldest
+ * question, and the session waits for input while anything waits. Once nothing is left,
+ * a session that waited goes on (its run's RUNNING follows in the stream).
+ */
+function withPending(s: SessionState, questions: Pending[], approvals: Pending[]): SessionState {
+  const waiting = questions.length > 0 || approvals.length > 0;
+  const status: SessionStatus = waiting ? 'WAITING_FOR_INPUT' : s.status === 'WAITING_FOR_INPUT' ? 'RUNNING' : s.status;
+  const first = questions[0];
+  return {
+    ...s,
+    pendingQuestions: questions,
+    pendingApprovals: approvals,
+    pendingQuestion: first ? { __typename: 'Question', id: first.id, runId: first.runId } : null,
+    status,
+  } as SessionState;
+}
+
+const pendingQuestionsOf = (s: SessionState): Pending[] => s.pendingQuestions ?? [];
+const pendingApprovalsOf = (s: SessionState): Pending[] => s.pendingApprovals ?? [];
 
 /** The session's state once `run` has the given status. */
 export function sessionAfterRun(s: SessionState, run: { id: string; status: RunStatus }): SessionState {
@@ -73,26 +106,54 @@ export function sessionAfterRun(s: SessionState, run: { id: string; status: RunS
   if (isFinishedRun(run.status)) {
     const wasActive = !s.activeRun || s.activeRun.id === run.id;
     const activeRun = wasActive ? null : s.activeRun;
-    const pendingQuestion = s.pendingQuestion?.runId === run.id ? null : s.pendingQuestion;
+    // Whatever the run waited on is withdrawn with it.
+    const questions = pendingQuestionsOf(s).filter((q) => q.runId !== run.id);
+    const approvals = pendingApprovalsOf(s).filter((c) => c.runId !== run.id);
+    const first = questions[0];
     const status: SessionStatus = activeRun
       ? statusOfRun(activeRun.status)
       : queuedRunIds.length > 0
         ? 'RUNNING'
         : 'IDLE';
-    return { ...s, activeRun, pendingQuestion, queuedRunIds, status };
+    return {
+      ...s,
+      activeRun,
+      pendingQuestion: first ? { __typename: 'Question', id: first.id, runId: first.runId } : null,
+      pendingQuestions: questions,
+      pendingApprovals: approvals,
+      queuedRunIds,
+      status,
+    } as SessionState;
   }
   return { ...s, activeRun: { __typename: 'Run', id: run.id, status: run.status }, queuedRunIds, status: statusOfRun(run.status) } as SessionState;
 }
 
-/** The session's state once the agent asks question `q`. */
+/** The session's state once the agent asks question `q` (it joins the others waiting). */
 export function sessionAsked(s: SessionState, q: { id: string; runId: string }): SessionState {
-  return { ...s, pendingQuestion: { __typename: 'Question', id: q.id, runId: q.runId }, status: 'WAITING_FOR_INPUT' } as SessionState;
+  const questions = pendingQuestionsOf(s);
+  if (questions.some((x) => x.id === q.id)) return s.status === 'WAITING_FOR_INPUT' ? s : withPending(s, questions, pendingApprovalsOf(s));
+  return withPending(s, [...questions, { __typename: 'Question', id: q.id, runId: q.runId }], pendingApprovalsOf(s));
 }
 
-/** The session's state once question `questionId` is answered. */
+/** The session's state once question `questionId` is answered or withdrawn. */
 export function sessionAnswered(s: SessionState, questionId: string): SessionState {
-  if (s.pendingQuestion?.id !== questionId) return s;
-  return { ...s, pendingQuestion: null, status: s.status === 'WAITING_FOR_INPUT' ? 'RUNNING' : s.status };
+  const questions = pendingQuestionsOf(s);
+  if (!questions.some((q) => q.id === questionId) && s.pendingQuestion?.id !== questionId) return s;
+  return withPending(s, questions.filter((q) => q.id !== questionId), pendingApprovalsOf(s));
+}
+
+/** The session's state once tool call `call` waits for approval. */
+export function sessionApprovalRequested(s: SessionState, call: { id: string; runId: string }): SessionState {
+  const approvals = pendingApprovalsOf(s);
+  if (approvals.some((x) => x.id === call.id)) return s.status === 'WAITING_FOR_INPUT' ? s : withPending(s, pendingQuestionsOf(s), approvals);
+  return withPending(s, pendingQuestionsOf(s), [...approvals, { __typename: 'ToolCall', id: call.id, runId: call.runId }]);
+}
+
+/** The session's state once tool call `callId` no longer waits (decided, or withdrawn). */
+export function sessionApprovalEnded(s: SessionState, callId: string): SessionState {
+  const approvals = pendingApprovalsOf(s);
+  if (!approvals.some((c) => c.id === callId)) return s;
+  return withPending(s, pendingQuestionsOf(s), approvals.filter((c) => c.id !== callId));
 }
 
 // ---------- cache updates ----------
@@ -181,6 +242,21 @@ function ensureMessage(cache: ApolloCache, sessionId: string, messageId: string,
   appendMessage(cache, sessionId, messageId);
 }
 
+/** Lists the tool call among its message's calls, unless it is there. */
+function addToolCall(cache: ApolloCache, messageId: string, callId: string) {
+  cache.modify<{ toolCalls: Reference[] }>({
+    id: messageKey(messageId),
+    fields: {
+      toolCalls: (refs, { toReference }) => {
+        const list = refs as unknown as Reference[];
+        const ref = toReference(`ToolCall:${callId}`);
+        if (!ref || list.some((r) => r.__ref === ref.__ref)) return refs;
+        return [...list, ref] as unknown as typeof refs;
+      },
+    },
+  });
+}
+
 function activeRunId(cache: ApolloCache, sessionId: string): string | null {
   return cache.readFragment({ id: sessionKey(sessionId), fragment: SessionStateFieldsFragmentDoc })?.activeRun?.id ?? null;
 }
@@ -219,23 +295,25 @@ function applyEventRelations(c: ApolloCache, sessionId: string, ev: StreamEvent)
       updateSessionState(c, sessionId, (s) => sessionAsked(s, ev.question));
       return;
     case 'QuestionAnswered':
+    case 'QuestionWithdrawn':
       updateSessionState(c, sessionId, (s) => sessionAnswered(s, ev.question.id));
       return;
     case 'ToolCallStarted':
-    case 'ToolCallFinished': {
+    case 'ToolCallFinished':
+    case 'ToolApprovalRequested':
+    case 'ToolApprovalDecided': {
       const call = ev.toolCall;
       ensureMessage(c, sessionId, call.messageId, ev.at, call.runId);
-      c.modify<{ toolCalls: Reference[] }>({
-        id: messageKey(call.messageId),
-        fields: {
-          toolCalls: (refs, { toReference }) => {
-            const list = refs as unknown as Reference[];
-            const ref = toReference(`ToolCall:${call.id}`);
-            if (!ref || list.some((r) => r.__ref === ref.__ref)) return refs;
-            return [...list, ref] as unknown as typeof refs;
-          },
-        },
-      });
+      addToolCall(c, call.messageId, call.id);
+      // A call waits for approval from its request to its decision, or its end (expired,
+      // stopped: CANCELLED without running); its status as the cache now holds it (never
+      // going back) says which.
+      const status = c.readFragment<{ status: ToolCallStatus }>({ id: `ToolCall:${call.id}`, fragment: TOOL_CALL_STATUS })?.status ?? call.status;
+      if (status === 'AWAITING_APPROVAL') {
+        updateSessionState(c, sessionId, (s) => sessionApprovalRequested(s, call));
+      } else {
+        updateSessionState(c, sessionId, (s) => sessionApprovalEnded(s, call.id));
+      }
       return;
     }
     case 'ToolCallOutput':
@@ -295,10 +373,36 @@ export function questionAnswered(
   question: QuestionFieldsFragment,
   run?: RunAnswer,
 ) {
-  const qid = `Question:${question.id}`;
-  const streamAhead = cache.readFragment<{ answeredAt: string | null }>({ id: qid, fragment: QUESTION_ANSWERED })?.answeredAt != null;
-  cache.writeFragment({ id: qid, fragment: QuestionFieldsFragmentDoc, fragmentName: 'QuestionFields', data: question });
-  updateSessionState(cache, sessionId, (s) => sessionAnswered(s, question.id));
+  inputsAnswered(cache, sessionId, { questions: [question], toolCalls: [], run });
+}
+
+/**
+ * Answers and decisions were accepted (respondToQuestion, decideToolCall,
+ * respondToInputs): the cards go at once, and the run goes on. What the stream has
+ * already told stands: a call it reported decided may have run and finished since the
+ * answer was taken, and a run it moved on may already wait again.
+ */
+export function inputsAnswered(
+  cache: ApolloCache,
+  sessionId: string,
+  answer: { questions: QuestionFieldsFragment[]; toolCalls: ToolCallFieldsFragment[]; run?: RunAnswer | null },
+) {
+  let streamAhead = false;
+  for (const question of answer.questions) {
+    const qid = `Question:${question.id}`;
+    const known = cache.readFragment<{ answeredAt: string | null; withdrawn: boolean }>({ id: qid, fragment: QUESTION_ANSWERED });
+    if (known?.answeredAt != null) streamAhead = true;
+    cache.writeFragment({ id: qid, fragment: QuestionFieldsFragmentDoc, fragmentName: 'QuestionFields', data: question });
+    updateSessionState(cache, sessionId, (s) => sessionAnswered(s, question.id));
+  }
+  for (const call of answer.toolCalls) {
+    const cid = `ToolCall:${call.id}`;
+    const known = cache.readFragment<{ status: ToolCallStatus }>({ id: cid, fragment: TOOL_CALL_STATUS });
+    if (known && known.status !== 'AWAITING_APPROVAL') streamAhead = true;
+    else cache.writeFragment({ id: cid, fragment: ToolCallFieldsFragmentDoc, fragmentName: 'ToolCallFields', data: call });
+    updateSessionState(cache, sessionId, (s) => sessionApprovalEnded(s, call.id));
+  }
+  const run = answer.run;
   if (!run) return;
   if (!streamAhead || isFinishedRun(run.status)) writeRun(cache, run);
   applyRun(cache, sessionId, run.id);

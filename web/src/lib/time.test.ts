@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { timeLeft } from './expiry';
 import { relativeTime } from './time';
 
 const now = Date.parse('2025-06-15T12:00:00Z');
@@ -30,5 +31,24 @@ describe('relativeTime', () => {
 
   it('reads RFC 3339 with nanoseconds, as the server writes it', () => {
     expect(relativeTime('2025-06-15T11:55:00.123456789Z', now, 'en')).toBe('5 min. ago');
+  });
+});
+
+describe('timeLeft', () => {
+  const at = (seconds: number) => new Date(now + seconds * 1000).toISOString();
+  it('counts down in minutes and seconds in the last hour', () => {
+    expect(timeLeft(at(65), now)?.label).toBe('1:05 left');
+    expect(timeLeft(at(0.2), now)?.label).toBe('0:01 left');
+    expect(timeLeft(at(3599), now)?.label).toBe('59:59 left');
+  });
+  it('in hours and days further out', () => {
+    expect(timeLeft(at(3 * 3600 + 5 * 60), now)?.label).toBe('3 h 5 min left');
+    expect(timeLeft(at(24 * 3600), now)?.label).toBe('24 h 0 min left');
+    expect(timeLeft(at(3 * 86400), now)?.label).toBe('3 days left');
+  });
+  it('says expired once past, and nothing without a time', () => {
+    expect(timeLeft(at(-1), now)).toEqual({ ms: 0, label: 'expired' });
+    expect(timeLeft(null, now)).toBeNull();
+    expect(timeLeft('soon', now)).toBeNull();
   });
 });

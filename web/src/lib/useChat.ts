@@ -4,15 +4,19 @@ import { useCallback, useEffect, useState } from 'react';
 import {
   AddMessageDocument,
   CancelRunDocument,
+  DecideToolCallDocument,
+  RespondToInputsDocument,
   EarlierMessagesDocument,
   MessageStreamDocument,
   RespondToQuestionDocument,
   SessionDocument,
+  type DecideToolCallInput,
+  type RespondToQuestionInput,
   type SessionQuery,
 } from '../gql/graphql';
 import { getToken, renewToken } from './auth';
 import { describeError, isUnauthenticated, randomId } from './errors';
-import { applyEvent, messageAccepted, questionAnswered, runStopped } from './events';
+import { applyEvent, inputsAnswered, messageAccepted, questionAnswered, runStopped } from './events';
 
 export const HISTORY_PAGE = 200;
 
@@ -48,6 +52,10 @@ export interface Chat {
   session: LoadedSession | null;
   send(content: string): Promise<void>;
   answer(questionId: string, answer: string): Promise<void>;
+  /** Approves (maybe with edited arguments) or rejects a tool call awaiting approval. */
+  decide(input: DecideToolCallInput): Promise<void>;
+  /** Answers several questions and decides several calls in one request: all or none. */
+  respondAll(answers: RespondToQuestionInput[], decisions: DecideToolCallInput[]): Promise<void>;
   stop(): Promise<void>;
   loadEarlier(): Promise<void>;
 }
@@ -161,6 +169,34 @@ export function useChat(sessionId: string): Chat {
     [client, sessionId],
   );
 
+  const decide = useCallback(
+    async (input: DecideToolCallInput) => {
+      await client.mutate({
+        mutation: DecideToolCallDocument,
+        variables: { input },
+        fetchPolicy: 'no-cache',
+        update(cache, { data }) {
+          if (data) inputsAnswered(cache, sessionId, { questions: [], toolCalls: [data.decideToolCall.toolCall], run: data.decideToolCall.run });
+        },
+      });
+    },
+    [client, sessionId],
+  );
+
+  const respondAll = useCallback(
+    async (answers: RespondToQuestionInput[], decisions: DecideToolCallInput[]) => {
+      await client.mutate({
+        mutation: RespondToInputsDocument,
+        variables: { input: { sessionId, answers, decisions } },
+        fetchPolicy: 'no-cache',
+        update(cache, { data }) {
+          if (data) inputsAnswered(cache, sessionId, data.respondToInputs);
+        },
+      });
+    },
+    [client, sessionId],
+  );
+
   const stop = useCallback(async () => {
     await client.mutate({
       mutation: CancelRunDocument,
@@ -183,5 +219,5 @@ export function useChat(sessionId: string): Chat {
 
   // A session deleted meanwhile reads as null once the cache learns it.
   const shownPhase: ChatPhase = query.data && query.data.session === null ? { kind: 'missing' } : phase;
-  return { phase: shownPhase, session, send, answer, stop, loadEarlier };
+  return { phase: shownPhase, session, send, answer, decide, respondAll, stop, loadEarlier };
 }

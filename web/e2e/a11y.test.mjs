@@ -1,0 +1,234 @@
+// Accessibility in headless Chromium against the real server: axe-core (from npm) finds no
+// serious or critical violation on a conversation with a Markdown reply, a tool call, an
+// approval card, questions and a form, in light and dark colours; and the chat works with
+// the keyboard alone (no mouse click anywhere): send, stop, answer, approve, reject, with
+// the focus visible.
+
+import assert from 'node:assert/strict';
+import { rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import {
+  buildServer,
+  currentSessionId,
+  freePort,
+  lastReply,
+  launchFor,
+  screenshot,
+  sel,
+  skipReason,
+  startServer,
+  tempDir,
+  until,
+  waitForReply,
+} from './helpers.mjs';
+
+const require = createRequire(import.meta.url);
+const SKIP = skipReason();
+if (SKIP) test('accessibility in Chromium', { skip: SKIP }, () => {});
+
+if (!SKIP) describe('accessibility', { timeout: 600_000 }, () => {
+  let dir;
+  let server;
+  let browser;
+  let page;
+
+  before(async () => {
+    dir = tempDir('talkgraph-e2e-a11y-');
+    const bin = buildServer(dir);
+    server = await startServer({ bin, port: await freePort(), dataDir: path.join(dir, 'data') });
+    browser = await launchFor(server.url);
+    page = await browser.context.newPage();
+    page.on('pageerror', (e) => console.log(`# page error: ${e.message}`));
+  });
+
+  after(async () => {
+    await browser?.close();
+    await server?.stop('SIGTERM');
+    if (dir && !process.env.KEEP_E2E_DATA) rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** Types a message and sends it with Enter, from wherever the focus is in the composer. */
+  async function type(text) {
+    const where = await page.evaluate(() => document.activeElement?.outerHTML.slice(0, 120));
+    await until(page, `the message box to have the focus (it is on ${where})`, () => document.activeElement?.id === 'composer-input');
+    await page.keyboard.type(text);
+    await page.keyboard.press('Enter');
+  }
+
+  /** The focused element: its accessible name (roughly), tag and whether its outline shows. */
+  const focused = () =>
+    page.evaluate(() => {
+      const el = document.activeElement;
+      return {
+        tag: el?.tagName.toLowerCase(),
+        name: (el?.getAttribute('aria-label') || el?.textContent || '').trim(),
+        id: el?.id,
+        outline: el ? getComputedStyle(el).outlineStyle !== 'none' && parseFloat(getComputedStyle(el).outlineWidth) > 0 : false,
+      };
+    });
+
+  /** Runs axe-core on the page and fails on serious or critical violations. */
+  async function axe(label) {
+    if (!(await page.evaluate(() => 'axe' in window))) {
+      await page.addScriptTag({ path: require.resolve('axe-core/axe.min.js') });
+    }
+    const result = await page.evaluate(() =>
+      window.axe.run(document, { resultTypes: ['violations'], runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa', 'best-practice'] } }),
+    );
+    const all = result.violations.map((v) => `${v.impact} ${v.id} (${v.nodes.length}): ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(' | ')}`);
+    const bad = result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+    console.log(`# axe-core ${window_version(result)} on ${label}: ${result.violations.length} violations${all.length ? `: ${all.join('; ')}` : ''}`);
+    for (const v of bad) for (const n of v.nodes.slice(0, 3)) console.log(`#   ${n.target.join(' ')}: ${n.failureSummary?.replace(/\s+/g, ' ')}`);
+    assert.deepEqual(bad.map((v) => `${v.impact} ${v.id}: ${v.help} at ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`), [], `axe on ${label}`);
+  }
+  const window_version = (r) => r.testEngine?.version ?? '';
+
+  /** Colours switched by a media change have finished their transitions. */
+  const settled = () =>
+    until(page, 'colour transitions to end', () => document.getAnimations().every((a) => !(a instanceof CSSTransition) || a.playState === 'finished'));
+
+  /** axe in light and dark colours (reduced motion: no colour transitions half-way). */
+  async function axeBoth(label) {
+    await page.emulateMedia({ colorScheme: 'light', reducedMotion: 'reduce' });
+    await settled();
+    await axe(`${label} (light)`);
+    await page.emulateMedia({ colorScheme: 'dark', reducedMotion: 'reduce' });
+    await settled();
+    await axe(`${label} (dark)`);
+    await page.emulateMedia({ colorScheme: 'light', reducedMotion: 'no-preference' });
+  }
+
+  test('axe-core finds no serious or critical violation', async () => {
+    await page.goto(server.url);
+    await axeBoth('the start page');
+
+    await type('/markdown 150');
+    await currentSessionId(page);
+    await waitForReply(page, { contains: 'The end.' });
+    await page.locator('.code-block pre.shiki').first().waitFor();
+    await type('/tool checked by axe');
+    await waitForReply(page, { contains: 'The echo tool printed' });
+    await page.locator('.tool-call .tool-head').last().click();
+    await page.locator(sel.composer).focus();
+    await type('/approve something risky');
+    const card = page.locator(sel.approval);
+    await card.waitFor();
+    await axeBoth('a reply, a tool call and an approval card');
+    await card.getByRole('button', { name: 'Edit' }).click();
+    await card.getByLabel('Arguments (JSON)').fill('{"text": 1}');
+    await card.getByRole('button', { name: 'Approve with these arguments' }).click();
+    await card.locator('.field-error').waitFor();
+    await axe('an approval card with an error at its box');
+    await card.getByRole('button', { name: 'Cancel' }).click();
+    await card.getByRole('button', { name: 'Approve', exact: true }).click();
+    await waitForReply(page, { contains: 'The echo tool printed: something risky' });
+
+    await page.locator(sel.composer).focus();
+    await type('/ask-many 2');
+    await until(page, 'two questions', (s) => document.querySelectorAll(s).length === 2, sel.question);
+    await axeBoth('two questions waiting');
+    for (const prompt of ['Question 1 of 2', 'Question 2 of 2']) {
+      const q = page.locator(sel.question, { hasText: prompt });
+      await q.getByLabel('Your answer').fill('fine');
+      await q.getByLabel('Your answer').press('Enter');
+      await q.waitFor({ state: 'detached' });
+    }
+    await waitForReply(page, { contains: 'Your answers:' });
+
+    await page.locator(sel.composer).focus();
+    await type('/form');
+    const form = page.locator(sel.question, { hasText: 'Who are you?' });
+    await form.getByLabel(/^age/).fill('-1');
+    await form.getByRole('button', { name: 'Send answer' }).click();
+    await form.locator('.error-detail').first().waitFor();
+    await axeBoth('a form with errors at its fields');
+    await screenshot(page, 'a11y-form');
+
+    await page.getByRole('button', { name: 'Chat settings' }).click();
+    await page.getByRole('dialog', { name: 'Chat settings' }).getByRole('combobox', { name: /echo/ }).waitFor();
+    await axe('the settings dialog');
+    await page.keyboard.press('Escape');
+  });
+
+  test('keyboard only: send, stop, answer, approve and reject, the focus visible', async () => {
+    await page.goto(server.url);
+    // Enter sends; Shift+Enter starts a new line.
+    await until(page, 'the message box to have the focus', () => document.activeElement?.id === 'composer-input');
+    await page.keyboard.type('first line');
+    await page.keyboard.press('Shift+Enter');
+    await page.keyboard.type('second line');
+    await page.keyboard.press('Enter');
+    await currentSessionId(page);
+    await waitForReply(page, { contains: 'second line' });
+    assert.equal(await lastReply(page), 'You said: first line\nsecond line');
+
+    // Stop: the button is in the tab order just before the message box.
+    await type('/slow 100');
+    await waitForReply(page, { status: 'STREAMING', contains: 'chunk 2.' });
+    await page.keyboard.press('Shift+Tab');
+    let f = await focused();
+    assert.equal(f.name, 'Stop');
+    assert.ok(f.outline, 'the focused Stop button shows its outline');
+    await page.keyboard.press('Enter');
+    await until(page, 'the reply to stop', (s) => {
+      const all = document.querySelectorAll(s);
+      return all[all.length - 1]?.dataset.status === 'INTERRUPTED';
+    }, sel.assistant);
+    // The Stop button has gone, and the focus is back in the message box.
+    await until(page, 'the focus back in the message box', () => document.activeElement?.id === 'composer-input');
+
+    // Escape stops too, from the message box.
+    await type('/slow 100');
+    await waitForReply(page, { status: 'STREAMING', contains: 'chunk 2.' });
+    await page.keyboard.press('Escape');
+    await until(page, 'Escape to stop the reply', (s) => {
+      const all = document.querySelectorAll(s);
+      return all[all.length - 1]?.dataset.status === 'INTERRUPTED';
+    }, sel.assistant);
+
+    // A question: its answer box is just before the message box.
+    await type('/ask Which colour?');
+    await page.locator(sel.question).waitFor();
+    await page.keyboard.press('Shift+Tab');
+    f = await focused();
+    assert.equal(f.tag, 'input');
+    assert.ok(f.outline, 'the answer box shows the focus');
+    await page.keyboard.type('Green');
+    await page.keyboard.press('Enter');
+    await waitForReply(page, { contains: 'Thank you!' });
+    assert.equal(await lastReply(page), 'You answered "Green". Thank you!');
+    // The answered card has gone and the focus with it to the message box.
+    await until(page, 'the focus back in the message box', () => document.activeElement?.id === 'composer-input');
+
+    // An approval: Shift+Tab walks back over Reject and Edit to Approve.
+    await type('/approve by keyboard');
+    await page.locator(sel.approval).waitFor();
+    await page.keyboard.press('Shift+Tab');
+    assert.equal((await focused()).name, 'Reject');
+    await page.keyboard.press('Shift+Tab');
+    assert.equal((await focused()).name, 'Edit');
+    await page.keyboard.press('Shift+Tab');
+    f = await focused();
+    assert.equal(f.name, 'Approve');
+    assert.ok(f.outline, 'the focused Approve button shows its outline');
+    await screenshot(page, 'keyboard-approve');
+    await page.keyboard.press('Enter');
+    await waitForReply(page, { contains: 'The echo tool printed: by keyboard' });
+    await until(page, 'the focus back in the message box', () => document.activeElement?.id === 'composer-input');
+
+    // Reject with a reason: Reject opens the reason box with the focus in it; Enter sends.
+    await type('/approve not this');
+    await page.locator(sel.approval).waitFor();
+    await page.keyboard.press('Shift+Tab');
+    assert.equal((await focused()).name, 'Reject');
+    await page.keyboard.press('Enter');
+    await until(page, 'the reason box to have the focus', () => document.activeElement?.closest('.approval-reject') !== null);
+    await page.keyboard.type('by keyboard, no');
+    await page.keyboard.press('Enter');
+    await waitForReply(page, { contains: 'did not run' });
+    assert.equal(await lastReply(page), 'The echo tool did not run: the user rejected this call: by keyboard, no');
+    await until(page, 'the focus back in the message box', () => document.activeElement?.id === 'composer-input');
+  });
+});
