@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"errors"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -456,5 +458,30 @@ func TestClientFollowResumesAcrossServerRestarts(t *testing.T) {
 		if replay[id] != streamed {
 			t.Errorf("message %s: replayed %q, followed %q", id, replay[id], streamed)
 		}
+	}
+}
+
+// examples/client, built as a program, runs against a real server: it sends its message,
+// asks the agent's question on its terminal, answers with the line it reads, and prints
+// the reply.
+func TestClientExampleProgram(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a program")
+	}
+	bin := filepath.Join(t.TempDir(), "client")
+	if out, err := exec.Command("go", "build", "-o", bin, "../examples/client").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./examples/client: %v\n%s", err, out)
+	}
+	a := startApp(t, "memory", nil)
+	ctx := clientContext(t, tgtest.Wait)
+	cmd := exec.CommandContext(ctx, bin, "-server", a.URL, "/ask What is your name?")
+	cmd.Stdin = strings.NewReader("Ada\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("examples/client: %v\n%s", err, out)
+	}
+	want := "What is your name?\n> You answered \"Ada\". Thank you!\n"
+	if string(out) != want {
+		t.Errorf("examples/client printed:\n%s\nwant:\n%s", out, want)
 	}
 }
