@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -55,7 +56,9 @@ func serve(t testing.TB, env map[string]string) string {
 	return url
 }
 
-func start(dir string, env map[string]string) (url string, stop func(), err error) {
+// start starts a server on dir with env over the tests' settings; with tlsConf, over
+// TLS.
+func start(dir string, env map[string]string, tlsConf ...*tls.Config) (url string, stop func(), err error) {
 	settings := map[string]string{"DATA_DIR": dir, "DEMO_CHUNK_DELAY": "0s", "FLUSH_INTERVAL": "5ms",
 		"RATE_LIMIT": "1000", "RATE_BURST": "1000", "ANON_RATE_LIMIT": "1000", "ANON_RATE_BURST": "1000",
 		"GUEST_SIGNIN_RATE": "60000", "GUEST_SIGNIN_BURST": "1000"}
@@ -74,8 +77,12 @@ func start(dir string, env map[string]string) (url string, stop func(), err erro
 		a.Close(context.Background())
 		return "", nil, err
 	}
+	url = "http://" + ln.Addr().String()
+	if len(tlsConf) > 0 {
+		ln, url = tls.NewListener(ln, tlsConf[0]), "https://"+ln.Addr().String()
+	}
 	go a.Serve(ln)
-	return "http://" + ln.Addr().String(), func() {
+	return url, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		a.Close(ctx)

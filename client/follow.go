@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,14 +24,15 @@ import (
 // no duplicate. A replay may fold the chunks of a finished message into fewer, longer
 // ones: place each delta at its Offset.
 //
-// after is an event's cursor or a session's StreamCursor; "" follows from now on (the
-// session's StreamCursor when Follow starts). The sequence ends when the caller stops
-// ranging over it; when the session is deleted (the server completes the stream, or, when
-// the deletion overtakes an event on its way, answers it with NotFound); or with one last
-// error: ctx's, a refusal the server would repeat (NotFound, BadUserInput,
-// Unauthenticated without a new token from WithTokenSource), or a message that cannot be
-// decoded. It retries everything else (network failures, Unavailable, RateLimited) until
-// ctx ends; OnReconnect reports each retry.
+// after is where to start: a session's StreamCursor (from CreateSession or Session) or
+// an event's cursor; Follow needs one, to resume without a gap. The sequence ends when
+// the caller stops ranging over it; when the session is deleted (the server completes the
+// stream, or, when the deletion overtakes an event on its way, answers it with NotFound);
+// or with one last error: ctx's, a refusal the server would repeat (NotFound,
+// BadUserInput, Unauthenticated without a new token from WithTokenSource), a server
+// certificate not trusted, or a message that cannot be decoded. It retries everything
+// else (network failures, Unavailable, RateLimited) until ctx ends; OnReconnect reports
+// each retry.
 //
 // Follow reads the socket between two events only: while the loop body runs, nothing is
 // read, and a body that blocks for long makes the server drop the connection, which
@@ -63,11 +65,7 @@ type follower struct {
 // ends; nil when the caller stopped or the server completed the stream.
 func (f *follower) run(ctx context.Context) error {
 	if f.cursor == "" {
-		s, err := f.c.Session(ctx, f.session)
-		if err != nil {
-			return err
-		}
-		f.cursor = s.StreamCursor
+		return errors.New("talkgraph: Follow needs a cursor to start after: a session's StreamCursor or an event's cursor")
 	}
 	bo := &backoff.ExponentialBackOff{
 		InitialInterval:     100 * time.Millisecond,
@@ -280,10 +278,11 @@ type protocolError struct{ what string }
 func (e *protocolError) Error() string { return "talkgraph: stream: " + e.what }
 
 // retryable says whether a connection's end is worth a reconnection: everything but a
-// refusal the server would repeat, and a protocol error.
+// refusal the server would repeat, a protocol error, and a certificate not trusted.
 func retryable(err error) bool {
 	var pe *protocolError
-	if errors.As(err, &pe) {
+	var ce *tls.CertificateVerificationError
+	if errors.As(err, &pe) || errors.As(err, &ce) {
 		return false
 	}
 	var e *Error

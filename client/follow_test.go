@@ -2,7 +2,9 @@ package client_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -286,8 +288,29 @@ func TestFollowEnds(t *testing.T) {
 				break
 			}
 		}
-		if _, err := c.CancelRun(ctx, s.Id); err != nil {
+		stopped, err := c.CancelRun(ctx, s.Id)
+		if err != nil || stopped == nil || stopped.Status != client.RunStatusCancelled {
+			t.Fatalf("cancelRun: %+v, %v; want the run CANCELLED", stopped, err)
+		}
+		if again, err := c.CancelRun(ctx, s.Id); err != nil || again != nil {
+			t.Errorf("cancelRun with nothing running: %+v, %v; want nil", again, err)
+		}
+	})
+	t.Run("WithoutACursor", func(t *testing.T) {
+		s, err := c.CreateSession(ctx, nil)
+		if err != nil {
 			t.Fatal(err)
+		}
+		n := 0
+		var last error
+		for ev, err := range c.Follow(ctx, s.Id, "") {
+			if ev != nil {
+				n++
+			}
+			last = err
+		}
+		if n != 0 || last == nil || !strings.Contains(last.Error(), "cursor") {
+			t.Errorf("Follow without a cursor: %d events, %v; want an error saying it needs one", n, last)
 		}
 	})
 	t.Run("ContextDone", func(t *testing.T) {
@@ -311,4 +334,44 @@ func TestFollowEnds(t *testing.T) {
 			t.Errorf("a stream whose context ended: %v, want context.Canceled", last)
 		}
 	})
+}
+
+// WithHTTPClient's transport settings serve the websocket too: here a server over TLS
+// with a certificate of its own, which only the given client trusts.
+func TestWithHTTPClientAppliesToStreams(t *testing.T) {
+	ctx := testContext(t)
+	ts := httptest.NewUnstartedServer(nil) // for its certificate and a client that trusts it
+	ts.StartTLS()
+	defer ts.Close()
+	url, stop, err := start(t.TempDir(), nil, &tls.Config{Certificates: ts.TLS.Certificates})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if _, err := client.New(ctx, url, client.AsGuest()); err == nil {
+		t.Fatal("a client that does not trust the certificate signed in")
+	}
+	// Without them, a stream ends at once: retrying would not make the certificate trusted.
+	untrusting, err := client.New(ctx, url, client.WithToken("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range untrusting.Follow(ctx, "5e26ebe5-1775-4b16-949c-8da04f47b5ff", "a cursor") {
+		var ce *tls.CertificateVerificationError
+		if !errors.As(err, &ce) {
+			t.Errorf("following a server whose certificate is not trusted: %v, want the certificate's error", err)
+		}
+	}
+	c := guest(t, url, client.WithHTTPClient(ts.Client()))
+	s, err := c.CreateSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent, err := c.AddMessage(ctx, client.AddMessageInput{SessionId: s.Id, Content: "over TLS"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chunks, final := reply(t, ctx, c, s.Id, s.StreamCursor, sent.Run.Id); final != "You said: over TLS" || chunks != final {
+		t.Errorf("reply %q (chunks %q)", final, chunks)
+	}
 }
