@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -277,4 +278,150 @@ func TestStalledSSEReaderIsLetGo(t *testing.T) {
 		c.Close()
 	}
 	settle(t, a, before)
+}
+
+// eventSource reads a server-sent events stream as a browser's EventSource does: it keeps
+// the id of the last event it received, and sends it as Last-Event-ID when it reconnects
+// with the same request.
+type eventSource struct {
+	t      *testing.T
+	c      *tgtest.Client
+	vars   map[string]any
+	lastID string
+	Events []tgtest.Event
+}
+
+// connect opens the stream, and reads it until stop says so; it fails the test when the
+// stream ends first or nothing comes within tgtest.Wait. Every event "next" must carry
+// its cursor as its id. It returns the events of this connection.
+func (es *eventSource) connect(stop func(got []tgtest.Event) bool) []tgtest.Event {
+	es.t.Helper()
+	ctx, drop := context.WithCancel(context.Background())
+	defer drop() // the connection is dropped, mid-stream
+	ch, err := es.c.SSEResume(ctx, tgtest.StreamQuery, es.vars, es.lastID)
+	if err != nil {
+		es.t.Fatal(err)
+	}
+	var got []tgtest.Event
+	for !stop(got) {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				es.t.Fatalf("the stream ended after %d events", len(got))
+			}
+			var r struct {
+				Data   struct{ MessageStream *tgtest.Event }
+				Errors []tgtest.GQLError
+			}
+			if err := json.Unmarshal(ev.Data, &r); ev.Event != "next" || err != nil || r.Data.MessageStream == nil {
+				es.t.Fatalf("event %q %s: %v", ev.Event, ev.Data, err)
+			}
+			if ev.ID == "" || ev.ID != r.Data.MessageStream.Cursor {
+				es.t.Fatalf("event %s has id %q, want its cursor %q", r.Data.MessageStream.Typename, ev.ID, r.Data.MessageStream.Cursor)
+			}
+			es.lastID = ev.ID
+			got = append(got, *r.Data.MessageStream)
+		case <-time.After(tgtest.Wait):
+			es.t.Fatalf("nothing within %v after %d events", tgtest.Wait, len(got))
+		}
+	}
+	es.Events = append(es.Events, got...)
+	return got
+}
+
+// TestSSEReconnectsAfterLastEventIDAsEventSourceDoes reads part of a long reply over
+// server-sent events, drops the connection mid-stream and sends the same request again
+// (its after still the cursor it first started from) with Last-Event-ID set to the last id
+// it received: the two connections' events have no gap and no duplicate, and their deltas
+// add up to the reply.
+func TestSSEReconnectsAfterLastEventIDAsEventSourceDoes(t *testing.T) {
+	t.Parallel()
+	a := startApp(t, "memory", fastSlow(20*time.Millisecond))
+	g := guest(t, a)
+	sid := g.CreateSession(nil)
+	es := &eventSource{t: t, c: g, vars: map[string]any{"s": sid, "a": g.Cursor(sid)}}
+	_, run := g.Send(sid, "/slow 50")
+	chunks := func(n int) func([]tgtest.Event) bool {
+		return func(got []tgtest.Event) bool {
+			seen := 0
+			for _, ev := range got {
+				if ev.Typename == "MessageChunk" {
+					seen++
+				}
+			}
+			return seen >= n
+		}
+	}
+	ended := func(got []tgtest.Event) bool { return slices.ContainsFunc(got, tgtest.RunEnds(run)) }
+	first := es.connect(chunks(10))
+	if ended(first) {
+		t.Fatal("the run ended before the connection was dropped")
+	}
+	waitFor(t, "the dropped stream's subscription to end", func() bool { return a.Service.Stats().Subscriptions == 0 })
+	second := es.connect(ended)
+	i := slices.IndexFunc(second, func(ev tgtest.Event) bool { return ev.Typename == "MessageChunk" })
+	if i < 0 || second[i].Offset == 0 {
+		t.Fatalf("the reconnected stream did not go on within the reply: %s", notChunks(second))
+	}
+	checkTexts(t, g, sid, checkContinuous(t, sid, es.Events))
+}
+
+// TestSSELastEventIDIsCheckedAsAfterIs: a Last-Event-ID that is not a cursor, or is
+// another session's, is refused as such an after is (one event "next" with BAD_USER_INPUT,
+// then complete), and a good one is taken whatever after says.
+func TestSSELastEventIDIsCheckedAsAfterIs(t *testing.T) {
+	t.Parallel()
+	a := startApp(t, "memory", nil)
+	g := guest(t, a)
+	sid, other := g.CreateSession(nil), g.CreateSession(nil)
+	start := g.Cursor(sid)
+	_, run := g.Send(sid, "hello there")
+	subscribe := func(after, lastEventID string) []tgtest.SSEEvent {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), tgtest.Wait)
+		defer cancel()
+		ch, err := g.SSEResume(ctx, tgtest.StreamQuery, map[string]any{"s": sid, "a": after}, lastEventID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var evs []tgtest.SSEEvent
+		for ev := range ch {
+			evs = append(evs, ev)
+			if ev.Event == "complete" || strings.Contains(string(ev.Data), run) && strings.Contains(string(ev.Data), "COMPLETED") {
+				break
+			}
+		}
+		return evs
+	}
+	for name, tc := range map[string]struct{ lastEventID, says string }{
+		"not a cursor":    {"bm90IGEgY3Vyc29y", "invalid cursor"},
+		"another session": {g.Cursor(other), "cursor belongs to another session"},
+		"too long":        {strings.Repeat("a", 4096), "invalid cursor"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			evs := subscribe(start, tc.lastEventID)
+			if len(evs) != 2 || evs[0].Event != "next" || evs[1].Event != "complete" {
+				t.Fatalf("events %s: want one next and complete", sseString(evs))
+			}
+			var r tgtest.Response
+			if err := json.Unmarshal(evs[0].Data, &r); err != nil || r.Code() != "BAD_USER_INPUT" || r.Errors[0].Message != tc.says {
+				t.Errorf("refused with %s, want BAD_USER_INPUT %q", evs[0].Data, tc.says)
+			}
+		})
+	}
+	t.Run("after is not a cursor", func(t *testing.T) {
+		evs := subscribe("not a cursor", start)
+		if len(evs) < 2 || evs[len(evs)-1].Event != "next" || evs[0].ID == "" {
+			t.Errorf("events %s: want the session's events from its start, with ids", sseString(evs))
+		}
+	})
+}
+
+// sseString shows events as the server framed them.
+func sseString(evs []tgtest.SSEEvent) string {
+	var b strings.Builder
+	for _, ev := range evs {
+		fmt.Fprintf(&b, "\n  id %q event %q data %s", ev.ID, ev.Event, ev.Data)
+	}
+	return b.String()
 }

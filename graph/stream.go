@@ -52,6 +52,11 @@ type Stream struct {
 	responses graphql.ResponseHandler
 	rctx      context.Context
 
+	// resume, when resuming, is where the subscription starts whatever its after argument
+	// says (see SubscribeFrom).
+	resume   string
+	resuming bool
+
 	mu     sync.Mutex // guards retry and closed: Close may come while Pump runs
 	retry  *time.Timer
 	closed bool
@@ -59,11 +64,13 @@ type Stream struct {
 
 // Output is how a transport sends a subscription's results: Pump calls Send with each.
 type Output interface {
-	// Send sends one result, and reports false when the subscription is over for the
-	// transport (the client stopped it, the connection is gone): Pump then stops at once.
+	// Send sends one result, the event at cursor, and reports false when the subscription
+	// is over for the transport (the client stopped it, the connection is gone): Pump then
+	// stops at once. cursor is the event's cursor (its cursor field, whether or not the
+	// operation selects it): a subscription resumed after it starts with the next event.
 	// resp is Pump's own and valid only until Send returns: it may hold data the fast
 	// renderer wrote into a buffer that Pump uses again.
-	Send(resp *graphql.Response) bool
+	Send(resp *graphql.Response, cursor string) bool
 }
 
 // StreamState is where a stream stands after a turn of Pump, which tells the transport
@@ -108,10 +115,24 @@ const retryAfter = 200 * time.Millisecond
 // subscriptions…) Subscribe returns no Stream, and the executor's answer, whose errors
 // the transport sends to the client (an internal error when the executor had none).
 func Subscribe(ctx context.Context, exec graphql.GraphExecutor, rc *graphql.OperationContext, notify func(), log *slog.Logger) (st *Stream, refused *graphql.Response) {
+	return subscribe(ctx, exec, rc, &Stream{notify: notify}, log)
+}
+
+// SubscribeFrom is Subscribe for a subscription that resumes after cursor, whatever its
+// after argument says: a transport whose clients name the last event they received on
+// their own (server-sent events' Last-Event-ID) passes it here. cursor is checked as
+// after is, and refused with the same errors.
+func SubscribeFrom(ctx context.Context, exec graphql.GraphExecutor, rc *graphql.OperationContext, cursor string, notify func(), log *slog.Logger) (st *Stream, refused *graphql.Response) {
+	return subscribe(ctx, exec, rc, &Stream{notify: notify, resume: cursor, resuming: true}, log)
+}
+
+// subscribe is Subscribe and SubscribeFrom, for st as they made it.
+func subscribe(ctx context.Context, exec graphql.GraphExecutor, rc *graphql.OperationContext, made *Stream, log *slog.Logger) (st *Stream, refused *graphql.Response) {
 	if log == nil {
 		log = slog.Default()
 	}
-	st = &Stream{notify: notify, exec: exec, log: log, ch: make(chan model.SessionEvent, 1)}
+	st = made
+	st.exec, st.log, st.ch = exec, log, make(chan model.SessionEvent, 1)
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("subscription panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -170,8 +191,12 @@ func Resumed(ctx context.Context) bool {
 	return st != nil && st.sub != nil
 }
 
-// open opens the subscription st drives, for the resolver in ctx.
+// open opens the subscription st drives, for the resolver in ctx: after after, or where
+// SubscribeFrom said.
 func (st *Stream) open(ctx context.Context, r *Resolver, sessionID, after string) error {
+	if st.resuming {
+		after = st.resume
+	}
 	sub, err := r.Service.Subscribe(ctx, sessionID, after, st.notify)
 	if err != nil {
 		return err
@@ -223,7 +248,7 @@ func (st *Stream) Pump(ctx context.Context, out Output) (state StreamState) {
 		sc.buf.Reset()
 		if st.render(&sc.buf, m) {
 			sc.resp.Data = sc.buf.Bytes()
-			if !out.Send(&sc.resp) {
+			if !out.Send(&sc.resp, m.GetCursor()) {
 				return StreamIdle
 			}
 			continue
@@ -232,7 +257,7 @@ func (st *Stream) Pump(ctx context.Context, out Output) (state StreamState) {
 		if !ok {
 			return StreamFailed
 		}
-		if resp == nil || !out.Send(resp) {
+		if resp == nil || !out.Send(resp, m.GetCursor()) {
 			return StreamIdle // ctx ended, or the subscription is over for the transport
 		}
 	}

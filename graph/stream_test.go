@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,14 +116,15 @@ func (ts *testServer) subscribe(t testing.TB, doc, after string, vars map[string
 // frames is an Output that writes each result as a websocket transport frames it, into
 // one buffer used again, and counts them.
 type frames struct {
-	buf  bytes.Buffer
-	data []string // the results' data, when kept
-	keep bool
-	sent int
-	stop int // Send answers false from this result on, when not 0
+	buf     bytes.Buffer
+	data    []string // the results' data, when kept
+	cursors []string // the cursors Send was given, when kept
+	keep    bool
+	sent    int
+	stop    int // Send answers false from this result on, when not 0
 }
 
-func (f *frames) Send(resp *graphql.Response) bool {
+func (f *frames) Send(resp *graphql.Response, cursor string) bool {
 	if f.stop > 0 && f.sent >= f.stop {
 		return false
 	}
@@ -138,6 +140,7 @@ func (f *frames) Send(resp *graphql.Response) bool {
 	f.buf.WriteString("}}")
 	if f.keep {
 		f.data = append(f.data, string(resp.Data))
+		f.cursors = append(f.cursors, cursor)
 	}
 	return true
 }
@@ -187,6 +190,97 @@ func TestPumpSendsTheLogInTurns(t *testing.T) {
 	}
 	if !strings.Contains(out.data[len(out.data)-1], `"COMPLETED"`) {
 		t.Errorf("the last event is %s, not the run's end", out.data[len(out.data)-1])
+	}
+}
+
+// TestPumpSendsEachEventWithItsCursor: Send is given each event's cursor, the one its
+// data carries, whether the fast renderer or the executor rendered it, and whether or not
+// the operation selects the cursor.
+func TestPumpSendsEachEventWithItsCursor(t *testing.T) {
+	ts := newTestServer(t, 20)
+	start := ts.cursor(t)
+	ts.reply(t)
+	pump := func(doc string) *frames {
+		t.Helper()
+		st, refused := ts.subscribe(t, doc, start, nil, func() {})
+		if st == nil {
+			t.Fatalf("refused: %+v", refused.Errors)
+		}
+		defer st.Close()
+		out := &frames{keep: true}
+		pumpAll(ts, st, out)
+		return out
+	}
+	// The fast renderer, with the cursor selected.
+	fast := pump(chunkDoc)
+	var want []string
+	for _, d := range fast.data {
+		var ev struct{ MessageStream struct{ Cursor string } }
+		if err := json.Unmarshal([]byte(d), &ev); err != nil || ev.MessageStream.Cursor == "" {
+			t.Fatalf("%s: %v", d, err)
+		}
+		want = append(want, ev.MessageStream.Cursor)
+	}
+	if len(want) < 20 || !slices.Equal(fast.cursors, want) {
+		t.Fatalf("Send was given the cursors\n%q\nwant the data's\n%q", fast.cursors, want)
+	}
+	// No cursor selected; the executor renders MessageAdded (toolCalls has no plan).
+	bare := pump(`subscription($s: ID!, $a: String){ messageStream(sessionId: $s, after: $a){
+		__typename ... on MessageAdded { message { toolCalls { id } } } ... on MessageChunk { delta } } }`)
+	if !slices.Equal(bare.cursors, want) {
+		t.Errorf("without the cursor selected, Send was given\n%q\nwant\n%q", bare.cursors, want)
+	}
+	if len(bare.data) == 0 || !strings.Contains(bare.data[0], `"toolCalls":[]`) || strings.Contains(strings.Join(bare.data, ""), `"cursor"`) {
+		t.Errorf("data %q: want MessageAdded first, with its toolCalls, and no cursor", bare.data)
+	}
+}
+
+// TestSubscribeFromResumesAfterItsCursorWhateverAfterSays: SubscribeFrom starts after its
+// cursor, even when the operation's after is not a cursor at all, and refuses a cursor
+// that is malformed or another session's with the errors after gets.
+func TestSubscribeFromResumesAfterItsCursorWhateverAfterSays(t *testing.T) {
+	ts := newTestServer(t, 20)
+	start := ts.cursor(t)
+	ts.reply(t)
+	all := &frames{keep: true}
+	st, _ := ts.subscribe(t, chunkDoc, start, nil, func() {})
+	pumpAll(ts, st, all)
+	st.Close()
+	from := func(cursor, after string) (*Stream, *graphql.Response) {
+		ctx := graphql.StartOperationTrace(ts.ctx)
+		rc, errs := ts.exec.CreateOperationContext(ctx, &graphql.RawParams{Query: chunkDoc, Variables: map[string]any{"s": ts.sid, "a": after}})
+		if errs != nil {
+			t.Fatal(errs)
+		}
+		return SubscribeFrom(ctx, ts.exec, rc, cursor, func() {}, ts.log)
+	}
+	mid := len(all.cursors) / 2
+	st, refused := from(all.cursors[mid], "not a cursor")
+	if st == nil {
+		t.Fatalf("refused: %+v", refused.Errors)
+	}
+	rest := &frames{keep: true}
+	pumpAll(ts, st, rest)
+	st.Close()
+	if !slices.Equal(rest.cursors, all.cursors[mid+1:]) {
+		t.Errorf("resumed after event %d: cursors\n%q\nwant\n%q", mid, rest.cursors, all.cursors[mid+1:])
+	}
+	other := newTestServer(t, 1)
+	for cursor, says := range map[string]string{
+		"not a cursor":             "invalid cursor",
+		other.cursor(t):            "cursor belongs to another session",
+		strings.Repeat("a", 1<<16): "invalid cursor",
+	} {
+		st, refused := from(cursor, start)
+		if st != nil {
+			st.Close()
+			t.Errorf("%.20q: not refused", cursor)
+			continue
+		}
+		// (The test's executor has no error presenter: the message is the error's text.)
+		if len(refused.Errors) == 0 || !strings.HasSuffix(refused.Errors[0].Message, says) {
+			t.Errorf("%.20q: refused with %+v, want %q", cursor, refused.Errors, says)
+		}
 	}
 }
 

@@ -199,9 +199,9 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	gql.AddTransport(sockets)
 	gql.AddTransport(sse{keepAlive: cfg.KeepAlive, log: log, admit: crowd.admitStream})
 	gql.AddTransport(transport.Options{})
-	// plainHTTP: no subscriptions; checkedGET and checkedPOST check the request first.
-	gql.AddTransport(plainHTTP{checkedGET{transport.GET{}}})
-	gql.AddTransport(plainHTTP{checkedPOST{transport.POST{}}})
+	// plainHTTP: no subscriptions over POST and GET (see requests.go).
+	gql.AddTransport(plainHTTP{getQuery{}})
+	gql.AddTransport(plainHTTP{postJSON{}})
 	limiters := useLimits(gql, cfg) // query cost, introspection, rates, the query cache
 	gql.SetErrorPresenter(graph.ErrorPresenter(log))
 	gql.SetRecoverFunc(graph.Recover(log))

@@ -32,6 +32,11 @@ import (
 // expires (then after a last "next" with an UNAUTHENTICATED error), the stream just ends,
 // so that a client reconnects and resumes with its cursor. A comment line every keepAlive
 // keeps proxies from closing a quiet stream.
+//
+// Each event of a subscription carries its cursor as its id, and a request with a
+// Last-Event-ID header resumes its subscription after that cursor, whatever its after
+// argument says: a client reconnects as a browser's EventSource does, sending the same
+// request again with the last id it received (see graph.SubscribeFrom).
 type sse struct {
 	keepAlive    time.Duration
 	writeTimeout time.Duration // default 10s, as websockets'
@@ -155,7 +160,7 @@ func (t sse) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecut
 				return
 			}
 		}
-		t.stream(ctx, exec, rc, write)
+		t.stream(ctx, exec, rc, r.Header.Get("Last-Event-ID"), write)
 		release()
 	} else {
 		responses, rctx := exec.DispatchOperation(graphql.WithOperationContext(ctx, rc), rc)
@@ -177,11 +182,12 @@ func (t sse) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecut
 }
 
 // stream sends the events of the subscription rc as events "next" until it ends, on the
-// request's goroutine (see graph.Stream: the stream's rules are the websockets'). It
-// returns when the subscription really ended (the session was deleted, or the subscription
-// was refused or failed, its errors sent), when ctx ends, and, when the server shuts
-// down, once the server ends ctx (Do then ends the response without "complete").
-func (t sse) stream(ctx context.Context, exec graphql.GraphExecutor, rc *graphql.OperationContext, write sseWriter) {
+// request's goroutine (see graph.Stream: the stream's rules are the websockets'), from
+// after lastEventID when it is not empty. It returns when the subscription really ended
+// (the session was deleted, or the subscription was refused or failed, its errors sent),
+// when ctx ends, and, when the server shuts down, once the server ends ctx (Do then ends
+// the response without "complete").
+func (t sse) stream(ctx context.Context, exec graphql.GraphExecutor, rc *graphql.OperationContext, lastEventID string, write sseWriter) {
 	wake := make(chan struct{}, 1)
 	notify := func() {
 		select {
@@ -189,7 +195,13 @@ func (t sse) stream(ctx context.Context, exec graphql.GraphExecutor, rc *graphql
 		default:
 		}
 	}
-	st, refused := graph.Subscribe(ctx, exec, rc, notify, t.log)
+	var st *graph.Stream
+	var refused *graphql.Response
+	if lastEventID != "" {
+		st, refused = graph.SubscribeFrom(ctx, exec, rc, lastEventID, notify, t.log)
+	} else {
+		st, refused = graph.Subscribe(ctx, exec, rc, notify, t.log)
+	}
 	if st == nil {
 		write(nextEvent(refused))
 		return
@@ -222,18 +234,78 @@ func (t sse) stream(ctx context.Context, exec graphql.GraphExecutor, rc *graphql
 // the Output of a subscription's stream.
 type sseWriter func([]byte) bool
 
-// Send writes resp as an event "next".
-func (w sseWriter) Send(resp *graphql.Response) bool { return w(nextEvent(resp)) }
+// Send writes resp, the event at cursor, as an event "next" whose id is cursor.
+func (w sseWriter) Send(resp *graphql.Response, cursor string) bool {
+	buf := frames.Get().(*bytes.Buffer)
+	buf.Reset()
+	appendNext(buf, resp, cursor)
+	ok := w(buf.Bytes()) // written through, not kept
+	if buf.Cap() <= maxFrame {
+		frames.Put(buf)
+	}
+	return ok
+}
 
-// nextEvent renders a response as an event "next".
+// frames are the buffers Send frames events in; one that grew beyond maxFrame (an event
+// with a long message) is left to the collector rather than kept at its size.
+var frames = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxFrame = 64 << 10
+
+// nextEvent renders a response as an event "next" without an id: a query's or mutation's
+// answer, or a subscription's refusal.
 func nextEvent(resp *graphql.Response) []byte {
 	var buf bytes.Buffer
-	buf.WriteString("event: next\ndata: ")
-	b, err := json.Marshal(resp)
-	if err != nil {
-		b = []byte(`{"errors":[{"message":"internal error","extensions":{"code":"INTERNAL"}}]}`)
-	}
-	buf.Write(b)
-	buf.WriteString("\n\n")
+	appendNext(&buf, resp, "")
 	return buf.Bytes()
+}
+
+// appendNext writes resp as an event "next", with the id cursor unless it is empty. The
+// data is the response as json.Marshal writes it, on one line: the response's data is
+// written as it is, being compact JSON already (the fast renderer's, or the executor's),
+// unless it holds a line break, which would end the event's data line.
+func appendNext(buf *bytes.Buffer, resp *graphql.Response, cursor string) {
+	if cursor != "" {
+		buf.WriteString("id: ")
+		buf.WriteString(cursor) // base64url: never a line break
+		buf.WriteByte('\n')
+	}
+	buf.WriteString("event: next\ndata: ")
+	data := resp.Data
+	if resp.Label != "" || resp.Path != nil || resp.HasNext != nil ||
+		bytes.IndexByte(data, '\n') >= 0 || bytes.IndexByte(data, '\r') >= 0 {
+		b, err := json.Marshal(resp) // compacts the data; never the case for this server's responses
+		if err != nil {
+			b = []byte(`{"errors":[{"message":"internal error","extensions":{"code":"INTERNAL"}}]}`)
+		}
+		buf.Write(b)
+		buf.WriteString("\n\n")
+		return
+	}
+	buf.WriteByte('{')
+	if len(resp.Errors) > 0 {
+		buf.WriteString(`"errors":`)
+		buf.Write(mustJSON(resp.Errors))
+		buf.WriteByte(',')
+	}
+	buf.WriteString(`"data":`)
+	if len(data) == 0 {
+		buf.WriteString("null")
+	} else {
+		buf.Write(data)
+	}
+	if len(resp.Extensions) > 0 {
+		buf.WriteString(`,"extensions":`)
+		buf.Write(mustJSON(resp.Extensions))
+	}
+	buf.WriteString("}\n\n")
+}
+
+// mustJSON is v as JSON; errors and extensions of a response always marshal.
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return []byte("null")
+	}
+	return b
 }

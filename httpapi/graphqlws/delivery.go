@@ -68,5 +68,6 @@ func (c *conn) pump(s *sub) {
 }
 
 // Send is s as the Output of its stream: it writes one result as a frame "next" (or
-// "data"); false when s is over or the connection is gone.
-func (s *sub) Send(resp *graphql.Response) bool { return s.c.writeNext(s, resp) }
+// "data"); false when s is over or the connection is gone. Neither protocol frames an
+// event's cursor: it is in the data when the operation selects it.
+func (s *sub) Send(resp *graphql.Response, _ string) bool { return s.c.writeNext(s, resp) }

@@ -572,9 +572,10 @@ func (c *Client) Cancel(sessionID string) *Run {
 }
 
 // SSEEvent is one server-sent event as the server framed it: its name ("next",
-// "complete") and its data (empty for complete).
+// "complete"), its id ("" when it has none) and its data (empty for complete).
 type SSEEvent struct {
 	Event string
+	ID    string
 	Data  json.RawMessage
 }
 
@@ -582,11 +583,20 @@ type SSEEvent struct {
 // in order; the channel is closed when the stream ends, however it ends. Comment lines
 // (keep-alives) are skipped.
 func (c *Client) SSEStream(ctx context.Context, query string, vars map[string]any) (<-chan SSEEvent, error) {
+	return c.SSEResume(ctx, query, vars, "")
+}
+
+// SSEResume is SSEStream as a browser's EventSource reconnects: the same request, with a
+// Last-Event-ID header when lastEventID is not empty (the id of the last event received).
+func (c *Client) SSEResume(ctx context.Context, query string, vars map[string]any, lastEventID string) (<-chan SSEEvent, error) {
 	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
 	req, _ := http.NewRequestWithContext(ctx, "POST", c.Base+"/query", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if lastEventID != "" {
+		req.Header.Set("Last-Event-ID", lastEventID)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
@@ -619,6 +629,8 @@ func (c *Client) SSEStream(ctx context.Context, query string, vars map[string]an
 			case strings.HasPrefix(line, ":"):
 			case strings.HasPrefix(line, "event:"):
 				ev.Event = strings.TrimSpace(line[len("event:"):])
+			case strings.HasPrefix(line, "id:"):
+				ev.ID = strings.TrimPrefix(line[len("id:"):], " ")
 			case strings.HasPrefix(line, "data:"):
 				data = append(data, strings.TrimPrefix(line[len("data:"):], " "))
 			}
