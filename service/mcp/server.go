@@ -122,7 +122,11 @@ func (s *server) setState(st State, err error, attrs ...any) {
 		s.restarts++
 	}
 	s.mu.Unlock()
-	args := append([]any{"state", string(st), "was", string(prev)}, attrs...)
+	args := []any{"state", string(st)}
+	if prev != st {
+		args = append(args, "was", string(prev))
+	}
+	args = append(args, attrs...)
 	if err != nil {
 		args = append(args, "err", err.Error())
 	}

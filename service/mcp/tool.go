@@ -167,7 +167,9 @@ func (t *Tool) Call(ctx context.Context, arguments string, out Output) (string, 
 		return "", fmt.Errorf("the MCP server %q refused the call: %s", s.cfg.Name, cut(rpc.Message, maxErrorText))
 	}
 	s.count(t.name, outcomeFailed)
-	c.broken() // a connection that failed a call is started again
+	if errors.Is(err, sdk.ErrConnectionClosed) || errors.Is(err, sdk.ErrSessionMissing) {
+		c.broken() // the server is started (or reached) again
+	}
 	return "", fmt.Errorf("the MCP server %q failed: %s", s.cfg.Name, cut(err.Error(), maxErrorText))
 }
 
