@@ -258,7 +258,11 @@ func (a *App) Close(ctx context.Context) {
 	if a.cluster != nil {
 		a.cluster.Close()
 	}
-	<-mcpStopped
+	select {
+	case <-mcpStopped:
+	case <-ctx.Done():
+		a.Log.Warn("mcp servers: not all stopped within the shutdown timeout")
+	}
 	if err := a.Store.Close(); err != nil {
 		a.Log.Warn("store close", "err", err)
 	}
