@@ -19,12 +19,14 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/talkgraph/talkgraph/httpapi"
 	"github.com/talkgraph/talkgraph/jwtauth"
 	"github.com/talkgraph/talkgraph/service"
+	"github.com/talkgraph/talkgraph/service/mcp"
 	natsc "github.com/talkgraph/talkgraph/service/nats"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
@@ -36,6 +38,9 @@ type App struct {
 	Store   service.Store
 	Service *service.Service
 	Handler *httpapi.Server
+	// MCP runs the MCP servers of the configuration (nil when there are none, or no
+	// openai agent to use their tools).
+	MCP *mcp.Manager
 
 	http     *http.Server
 	cancelFn context.CancelFunc
@@ -47,6 +52,10 @@ type App struct {
 // left by a previous process, and prepares the HTTP handler. Logs go to logOut.
 func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 	log := newLogger(cfg, logOut)
+	servers, err := cfg.MCP.servers() // a malformed MCP_CONFIG stops start-up before anything opens
+	if err != nil {
+		return nil, err
+	}
 	tp, traces, err := tracing(ctx, cfg, log)
 	if err != nil {
 		return nil, err
@@ -62,11 +71,22 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 		shutdownTraces(traces)
 		return nil, err
 	}
-	agents, err := buildAgents(cfg)
+	var tools *mcp.Manager
+	switch {
+	case len(servers) == 0:
+	case cfg.OpenAI.BaseURL == "" && cfg.OpenAI.APIKey == "":
+		log.Warn("MCP_CONFIG names MCP servers, but the openai agent that would use their tools is not configured (OPENAI_BASE_URL or OPENAI_API_KEY): they are not started")
+	default:
+		tools = mcp.New(servers, mcp.Options{Limits: cfg.MCP.Limits, Log: log, Version: Build().Version})
+	}
+	agents, err := buildAgents(cfg, tools)
 	if err != nil {
 		store.Close()
 		shutdownTraces(traces)
 		return nil, err
+	}
+	if tools != nil {
+		tools.Start() // start-up does not wait for the servers
 	}
 	scfg := cfg.Service
 	var cluster *natsc.Cluster
@@ -77,6 +97,9 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 		cfg.Service.ReplicaID = scfg.ReplicaID
 		secret, err := busSecret(ctx, cfg, store)
 		if err != nil {
+			if tools != nil {
+				tools.Close()
+			}
 			store.Close()
 			shutdownTraces(traces)
 			return nil, fmt.Errorf("the bus secret: %w", err)
@@ -84,6 +107,9 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 		n := cfg.Nats
 		if cluster, err = natsc.Connect(cfg.NatsURL, natsc.Options{Name: scfg.ReplicaID, Log: log, Secret: secret,
 			CredsFile: n.Creds, NKeyFile: n.NKey, CAFile: n.CA, CertFile: n.TLSCert, KeyFile: n.TLSKey}); err != nil {
+			if tools != nil {
+				tools.Close()
+			}
 			store.Close()
 			shutdownTraces(traces)
 			return nil, fmt.Errorf("NATS_URL: %w", err)
@@ -94,6 +120,9 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 	scfg.Models = cfg.meteredModels()
 	svc, err := service.New(ctx, store, agents, scfg, log)
 	if err != nil {
+		if tools != nil {
+			tools.Close()
+		}
 		if cluster != nil {
 			cluster.Close()
 		}
@@ -109,10 +138,13 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 	b := Build()
 	hcfg.Build = map[string]string{"version": b.Version, "revision": b.Revision, "goversion": b.GoVersion}
 	hcfg.Tracing = tp
+	if tools != nil {
+		hcfg.Collectors = append(hcfg.Collectors, tools)
+	}
 	h := httpapi.New(svc, hcfg)
 	base, cancel := context.WithCancel(context.Background())
 	go releaseMemory(base, log, svc, svc.Sweep, h.Sweep)
-	a := &App{Config: cfg, Log: log, Store: store, Service: svc, Handler: h, cancelFn: cancel, cluster: cluster, traces: traces}
+	a := &App{Config: cfg, Log: log, Store: store, Service: svc, Handler: h, MCP: tools, cancelFn: cancel, cluster: cluster, traces: traces}
 	a.http = &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -170,8 +202,15 @@ func (a *App) ListenAndServe(ctx context.Context) error {
 	for _, ag := range a.Service.Agents() {
 		agents = append(agents, ag.Name)
 	}
+	var servers []string
+	if a.MCP != nil {
+		for name := range a.MCP.States() {
+			servers = append(servers, name)
+		}
+		slices.Sort(servers)
+	}
 	a.Log.Info("talkgraph listening: open "+browseURL(ln.Addr()),
-		"addr", ln.Addr().String(), "store", a.Config.RedactedDatabaseURL(), "agents", strings.Join(agents, ","),
+		"addr", ln.Addr().String(), "store", a.Config.RedactedDatabaseURL(), "agents", strings.Join(agents, ","), "mcp_servers", strings.Join(servers, ","),
 		"replica", a.Config.Service.ReplicaID, "traces", a.Config.Traces.Where(), "version", Build().String())
 	if a.Config.PprofAddr != "" {
 		// Bound before the API serves: once /readyz answers, so does the profiler.
@@ -202,6 +241,14 @@ func (a *App) ListenAndServe(ctx context.Context) error {
 // in-flight requests finish, and the store is closed.
 func (a *App) Close(ctx context.Context) {
 	a.Service.Close()
+	mcpStopped := make(chan struct{})
+	go func() { // the runs are over: their calls ended with them
+		defer close(mcpStopped)
+		if a.MCP != nil {
+			a.MCP.Close()
+			a.Log.Info("mcp servers stopped")
+		}
+	}()
 	a.Handler.Drain(ctx) // websockets deliver their last events, then close with 1001
 	a.cancelFn()         // ends every request context: server-sent events end without complete
 	if err := a.http.Shutdown(ctx); err != nil {
@@ -210,6 +257,11 @@ func (a *App) Close(ctx context.Context) {
 	}
 	if a.cluster != nil {
 		a.cluster.Close()
+	}
+	select {
+	case <-mcpStopped:
+	case <-ctx.Done():
+		a.Log.Warn("mcp servers: not all stopped within the shutdown timeout")
 	}
 	if err := a.Store.Close(); err != nil {
 		a.Log.Warn("store close", "err", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/talkgraph/talkgraph/jwtauth"
 	"github.com/talkgraph/talkgraph/service"
 	"github.com/talkgraph/talkgraph/service/demo"
+	"github.com/talkgraph/talkgraph/service/mcp"
 	"github.com/talkgraph/talkgraph/service/openai"
 	"github.com/talkgraph/talkgraph/service/sqlite"
 	"go.opentelemetry.io/otel/trace"
@@ -55,6 +56,8 @@ type Config struct {
 	SQLiteMaxBytes    int64
 
 	OpenAI OpenAIConfig
+	// MCP is the MCP servers whose tools the openai agent offers.
+	MCP MCPConfig
 
 	Service service.Config
 	HTTP    httpapi.HandlerConfig
@@ -87,6 +90,28 @@ type OpenAIConfig struct {
 	Tools []openai.Tool
 }
 
+// MCPConfig is the MCP servers whose tools the openai agent offers, and their limits.
+type MCPConfig struct {
+	// File is MCP_CONFIG, the configuration file Open reads the servers from.
+	File string
+	// Servers are more servers, for a program that embeds talkgraph (those of File come
+	// first).
+	Servers []mcp.ServerConfig
+	Limits  mcp.Limits
+}
+
+// servers reads the servers of File, followed by Servers.
+func (c MCPConfig) servers() ([]mcp.ServerConfig, error) {
+	if c.File == "" {
+		return c.Servers, nil
+	}
+	servers, err := mcp.ReadConfig(c.File, c.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("MCP_CONFIG (-mcp-config): %w", err)
+	}
+	return append(servers, c.Servers...), nil
+}
+
 // NatsConfig is how a replica reaches the others: the bus secret everything it sends is
 // sealed with (default: kept in the database the replicas share), and NATS's own
 // security, each a file (see natsc.Options).
@@ -106,7 +131,7 @@ type Setting struct {
 // defaults come from the packages that use them (service.DefaultConfig,
 // httpapi.DefaultHandlerConfig, …), so that each is written once.
 func Settings() []Setting {
-	svc, web := service.DefaultConfig(), httpapi.DefaultHandlerConfig()
+	svc, web, lim := service.DefaultConfig(), httpapi.DefaultHandlerConfig(), mcp.DefaultLimits()
 	str := func(p func(*Config) *string) func(*Config, string) error {
 		return func(c *Config, v string) error { *p(c) = v; return nil }
 	}
@@ -304,7 +329,7 @@ func Settings() []Setting {
 		{"max-user-bytes", "MAX_USER_BYTES", strconv.FormatInt(svc.MaxUserBytes, 10), "bytes one user may keep: what they wrote (messages, answers) and set (titles, settings) in their sessions", num64(1, func(c *Config) *int64 { return &c.Service.MaxUserBytes })},
 		{"max-queued-runs", "MAX_QUEUED_RUNS", itoa(svc.MaxQueuedRuns), "messages waiting in one session (busy policy ENQUEUE)", num(1, func(c *Config) *int { return &c.Service.MaxQueuedRuns })},
 		{"input-expiry", "INPUT_EXPIRY", fmtDur(svc.InputExpiry), "longest a question or a tool call awaiting approval waits; then it is withdrawn and the agent goes on (an agent may ask for less)", dur(time.Second, func(c *Config) *time.Duration { return &c.Service.InputExpiry })},
-		{"tool-policies", "TOOL_POLICIES", fmtPolicies(svc.ToolPolicies), "the server's default tool policies, as tool=POLICY pairs separated by commas (POLICY: ALLOW, ASK or DENY); a tool not named is ALLOW unless its agent says otherwise, and a session may override any", func(c *Config, v string) error {
+		{"tool-policies", "TOOL_POLICIES", fmtPolicies(svc.ToolPolicies), "the server's default tool policies, as tool=POLICY pairs separated by commas (POLICY: ALLOW, ASK or DENY); a name ending in * names every tool it begins (mcp__files__*=ASK: every tool of the MCP server files), the exact name winning over the longest such pattern; a tool not named is ALLOW unless its agent says otherwise (an MCP tool annotated readOnlyHint is ALLOW, any other ASK), and a session may override any", func(c *Config, v string) error {
 			ps, err := parsePolicies(v)
 			if err != nil {
 				return err
@@ -362,6 +387,14 @@ func Settings() []Setting {
 		{"shell-tool", "SHELL_TOOL", "false", "offer the openai agent a shell tool (runs commands on this machine!)", boolean(func(c *Config) *bool { return &c.OpenAI.Shell })},
 		{"shell-dir", "SHELL_DIR", ".", "working directory of the shell tool", str(func(c *Config) *string { return &c.OpenAI.ShellDir })},
 		{"shell-timeout", "SHELL_TIMEOUT", fmtDur(openai.DefaultShellTimeout), "longest shell tool command", dur(time.Second, func(c *Config) *time.Duration { return &c.OpenAI.ShellTimeout })},
+		{"mcp-config", "MCP_CONFIG", "", `a JSON file of MCP servers whose tools the openai agent offers, in the shape MCP clients share: {"mcpServers": {"<name>": {"command": "…", "args": […], "env": {…}}}} for one talkgraph starts, {"url": "https://…", "headers": {…}} for one it reaches over streamable HTTP; read at start, a malformed one stops it`, str(func(c *Config) *string { return &c.MCP.File })},
+		{"mcp-max-servers", "MCP_MAX_SERVERS", itoa(lim.MaxServers), "most servers MCP_CONFIG may name", num(1, func(c *Config) *int { return &c.MCP.Limits.MaxServers })},
+		{"mcp-max-tools", "MCP_MAX_TOOLS", itoa(lim.MaxTools), "most tools of one MCP server offered; the rest are left out (logged)", num(1, func(c *Config) *int { return &c.MCP.Limits.MaxTools })},
+		{"mcp-max-result-bytes", "MCP_MAX_RESULT_BYTES", itoa(lim.MaxResultBytes), "most bytes of an MCP tool's result the model reads, and of the progress it prints; the rest is cut, and the model told", num(1, func(c *Config) *int { return &c.MCP.Limits.MaxResultBytes })},
+		{"mcp-max-message-bytes", "MCP_MAX_MESSAGE_BYTES", itoa(lim.MaxMessageBytes), "largest message an MCP server may send (a line over stdio, an event or a response over HTTP); a server that sends a larger one is started again", num(1024, func(c *Config) *int { return &c.MCP.Limits.MaxMessageBytes })},
+		{"mcp-call-timeout", "MCP_CALL_TIMEOUT", fmtDur(lim.CallTimeout), "longest MCP tool call; then it is cancelled and the model told", dur(time.Second, func(c *Config) *time.Duration { return &c.MCP.Limits.CallTimeout })},
+		{"mcp-start-timeout", "MCP_START_TIMEOUT", fmtDur(lim.StartTimeout), "time an MCP server has to start (its process or connection, the handshake and the list of its tools); start-up does not wait for it", dur(time.Second, func(c *Config) *time.Duration { return &c.MCP.Limits.StartTimeout })},
+		{"mcp-start-attempts", "MCP_START_ATTEMPTS", itoa(lim.StartAttempts), "failed starts in a row after which an MCP server that never came up is given up (logged) until talkgraph starts again; one that was up is started again, with backoff, however often it dies", num(1, func(c *Config) *int { return &c.MCP.Limits.StartAttempts })},
 		{"otlp-endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT", "", "OpenTelemetry collector to send traces to, e.g. http://localhost:4318 (http/protobuf, to /v1/traces) or http://localhost:4317 (grpc); empty here and in OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: no traces", func(c *Config, v string) error {
 			c.Traces.Endpoint = v
 			return checkOTLPEndpoint(v)
@@ -536,6 +569,7 @@ func LoadConfig(args []string, getenv func(string) string) (Config, error) {
 	if c.DatabaseURL == "" {
 		c.DatabaseURL = "sqlite://" + filepath.ToSlash(filepath.Join(c.DataDir, "talkgraph.db"))
 	}
+
 	c.Service.StopTimeout = c.ShutdownTimeout / 2
 	return c, nil
 }
@@ -615,7 +649,8 @@ func authSecret(ctx context.Context, c Config, store service.Store) ([]byte, err
 	return []byte(strings.TrimSpace(string(b))), nil
 }
 
-// parsePolicies reads TOOL_POLICIES: tool=POLICY pairs separated by commas.
+// parsePolicies reads TOOL_POLICIES: tool=POLICY pairs separated by commas, where a tool
+// may be a pattern "prefix*".
 func parsePolicies(v string) (map[string]service.ToolPolicy, error) {
 	out := map[string]service.ToolPolicy{}
 	for _, pair := range strings.Split(v, ",") {
@@ -627,6 +662,9 @@ func parsePolicies(v string) (map[string]service.ToolPolicy, error) {
 		p := service.ToolPolicy(strings.ToUpper(strings.TrimSpace(policy)))
 		if tool = strings.TrimSpace(tool); !ok || tool == "" || !p.Valid() {
 			return nil, fmt.Errorf("want tool=ALLOW|ASK|DENY pairs separated by commas, got %q", pair)
+		}
+		if i := strings.IndexByte(tool, '*'); i >= 0 && i != len(tool)-1 {
+			return nil, fmt.Errorf("a * may only end a tool's name (mcp__files__*=ASK), got %q", pair)
 		}
 		out[tool] = p
 	}

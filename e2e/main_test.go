@@ -28,6 +28,12 @@ type testApp struct {
 // configuration. It is closed when the test ends.
 func startApp(t testing.TB, store string, change func(*app.Config)) *testApp {
 	t.Helper()
+	return serveApp(t, appConfig(t, store, change))
+}
+
+// appConfig is the configuration startApp serves.
+func appConfig(t testing.TB, store string, change func(*app.Config)) app.Config {
+	t.Helper()
 	env := map[string]string{"DATA_DIR": t.TempDir(), "DEMO_CHUNK_DELAY": "0s", "FLUSH_INTERVAL": "5ms", "RATE_LIMIT": "1000", "RATE_BURST": "1000",
 		// Every test client comes from 127.0.0.1: lift the per-address limits (abuse_test.go
 		// and crowding_test.go set their own).
@@ -48,7 +54,7 @@ func startApp(t testing.TB, store string, change func(*app.Config)) *testApp {
 	if change != nil {
 		change(&cfg)
 	}
-	return serveApp(t, cfg)
+	return cfg
 }
 
 func serveApp(t testing.TB, cfg app.Config) *testApp {

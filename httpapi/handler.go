@@ -90,6 +90,8 @@ type HandlerConfig struct {
 	Build map[string]string
 	// Tracing, when set, gives every GraphQL operation a span; nil: none, at no cost.
 	Tracing trace.TracerProvider
+	// Collectors are more metrics /metrics serves (those of MCP servers, say).
+	Collectors []prometheus.Collector
 }
 
 // DefaultHandlerConfig returns the defaults.
@@ -214,6 +216,7 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 		Help: "Always 1; its labels say which talkgraph runs.", ConstLabels: cfg.Build})
 	build.Set(1)
 	reg.MustRegister(build)
+	reg.MustRegister(cfg.Collectors...)
 
 	anonymous := newKeyedLimiter(cfg.AnonPerSecond, cfg.AnonBurst)
 	guests := newKeyedLimiter(cfg.GuestPerMinute/60, cfg.GuestBurst)

@@ -487,11 +487,11 @@ func checkAnswer(q *Question, answer string) error {
 		}
 	}
 	if q.AnswerSchema != "" {
-		sch, err := compileSchema(q.AnswerSchema)
+		sch, err := CompileSchema(q.AnswerSchema)
 		if err != nil {
 			return Errorf(EINTERNAL, "the question's answer schema: %v", err) // checked when asked
 		}
-		if err := sch.validate(answer); err != nil {
+		if err := sch.Validate(answer); err != nil {
 			return Errorf(EINVALID, "the answer does not fit the question's form: %s", err)
 		}
 	}
@@ -508,12 +508,12 @@ func (s *Service) checkArguments(ar *activeRun, sess *TalkSession, name, argumen
 	if !ok || info.InputSchema == "" {
 		return nil
 	}
-	sch, err := compileSchema(info.InputSchema)
+	sch, err := CompileSchema(info.InputSchema)
 	if err != nil {
 		s.log.Warn("a tool's input schema does not compile; edited arguments are taken unchecked", "tool", name, "err", err)
 		return nil
 	}
-	if err := sch.validate(arguments); err != nil {
+	if err := sch.Validate(arguments); err != nil {
 		return Errorf(EINVALID, "the arguments do not fit the tool's input schema: %s", err)
 	}
 	return nil
@@ -559,7 +559,7 @@ func (o *output) pose(spec QuestionSpec) (*waiting, error) {
 		if len(spec.AnswerSchema) > s.cfg.MaxMessageBytes {
 			return nil, Errorf(EINVALID, "the answer schema is longer than %d bytes", s.cfg.MaxMessageBytes)
 		}
-		if _, err := compileSchema(spec.AnswerSchema); err != nil {
+		if _, err := CompileSchema(spec.AnswerSchema); err != nil {
 			return nil, Errorf(EINVALID, "%v", err)
 		}
 	}

@@ -7,9 +7,10 @@ import (
 )
 
 // A tool's policy (ALLOW, ASK, DENY) is, from strongest to weakest: the session's
-// (Settings.ToolPolicies), the server's default for the tool (Config.ToolPolicies), the
-// agent's own default (ToolInfo.Policy), else ALLOW. The asking tool (ToolInfo.NoPolicy)
-// has none.
+// (Settings.ToolPolicies, by the tool's exact name), the server's default for the tool
+// (Config.ToolPolicies: its exact name, else the longest pattern "prefix*" that matches
+// it, such as "mcp__files__*" for every tool of one MCP server), the agent's own default
+// (ToolInfo.Policy), else ALLOW. The asking tool (ToolInfo.NoPolicy) has none.
 
 // ToolPolicyEntry is one tool's effective policy, as listed with a session's settings.
 type ToolPolicyEntry struct {
@@ -36,7 +37,7 @@ func (s *Service) policyOf(name string, own ToolPolicy, set Settings) ToolPolicy
 	if p, ok := set.ToolPolicies[name]; ok {
 		return p
 	}
-	if p, ok := s.cfg.ToolPolicies[name]; ok {
+	if p, ok := serverPolicy(s.cfg.ToolPolicies, name); ok {
 		return p
 	}
 	if own != "" {
@@ -45,11 +46,28 @@ func (s *Service) policyOf(name string, own ToolPolicy, set Settings) ToolPolicy
 	return PolicyAllow
 }
 
-// policies returns the effective policy of every tool agent offers with set, the asking
-// tool left out.
-func (s *Service) policies(agent string, set Settings) map[string]ToolPolicy {
+// serverPolicy is the server's policy for the tool name in ps: the one of its exact name,
+// else the one of the longest pattern (a name ending in "*") that name starts with.
+func serverPolicy(ps map[string]ToolPolicy, name string) (ToolPolicy, bool) {
+	if p, ok := ps[name]; ok {
+		return p, true
+	}
+	var best string
+	var policy ToolPolicy
+	for pattern, p := range ps {
+		prefix, ok := strings.CutSuffix(pattern, "*")
+		if ok && strings.HasPrefix(name, prefix) && len(pattern) > len(best) {
+			best, policy = pattern, p
+		}
+	}
+	return policy, best != ""
+}
+
+// policies returns the effective policy under set of every tool in tools (as an agent
+// lists them), the asking tool left out.
+func (s *Service) policies(tools []ToolInfo, set Settings) map[string]ToolPolicy {
 	out := map[string]ToolPolicy{}
-	for _, t := range s.toolsOf(agent, set) {
+	for _, t := range tools {
 		if !t.NoPolicy {
 			out[t.Name] = s.policyOf(t.Name, t.Policy, set)
 		}
@@ -60,7 +78,7 @@ func (s *Service) policies(agent string, set Settings) map[string]ToolPolicy {
 // ToolPolicies lists, for every tool the agent of set offers, its effective policy under
 // set, by tool name.
 func (s *Service) ToolPolicies(set Settings) []ToolPolicyEntry {
-	ps := s.policies(set.Agent, set)
+	ps := s.policies(s.toolsOf(set.Agent, set), set)
 	out := make([]ToolPolicyEntry, 0, len(ps))
 	for _, name := range sortedKeys(ps) {
 		out = append(out, ToolPolicyEntry{Tool: name, Policy: ps[name]})

@@ -72,8 +72,9 @@ type RunRequest struct {
 	Settings  Settings
 	// History is the session's messages, oldest first, each with its tool calls.
 	History []HistoryMessage
-	// Policies are the effective policies of the tools the agent lists (ToolLister) for
-	// this run's settings.
+	// Policies are the effective policies of the tools the agent listed (ToolLister) for
+	// this run's settings when the run began: the tools StartTool knows for this run. An
+	// agent whose tools come and go offers a model only the tools named here.
 	Policies map[string]ToolPolicy
 }
 
@@ -97,7 +98,10 @@ type ToolInfo struct {
 }
 
 // ToolLister is implemented by agents that call tools: Tools lists those a run with the
-// given settings offers, so that the service can apply their policies and show them.
+// given settings offers, so that the service can apply their policies and show them. The
+// list may change from one call to the next (tools of an MCP server that starts or
+// stops); the service lists them once as a run begins (RunRequest.Policies), and Tools
+// must be safe for concurrent use.
 type ToolLister interface {
 	Tools(Settings) []ToolInfo
 }

@@ -384,10 +384,10 @@ func (s *Service) startRunLocked(ar *activeRun) (RunRequest, error) {
 	}
 	if current {
 		if hist, ok := s.historyFromTail(st); ok {
-			return s.requestOf(sess, ar.run, hist), nil
+			return s.requestOf(sess, ar.run, ar.offered, hist), nil
 		}
 	}
-	return s.request(ar.ctx, sess, ar.run)
+	return s.request(ar.ctx, sess, ar.run, ar.offered)
 }
 
 // admit adds to t the move of run to RUNNING, the one way a run starts (at once with its
@@ -415,8 +415,9 @@ func (s *Service) safeRun(r Runner, ar *activeRun, req RunRequest) (err error) {
 	return r.Run(ar.ctx, req, &output{s: s, ar: ar})
 }
 
-// request builds what the agent gets: the settings and the whole history.
-func (s *Service) request(ctx context.Context, sess *TalkSession, run *Run) (RunRequest, error) {
+// request builds what the agent gets: the settings, the policies of the tools it offered
+// when the run began (offered) and the whole history.
+func (s *Service) request(ctx context.Context, sess *TalkSession, run *Run, offered []ToolInfo) (RunRequest, error) {
 	var msgs []*Message
 	var after int64
 	for {
@@ -434,13 +435,16 @@ func (s *Service) request(ctx context.Context, sess *TalkSession, run *Run) (Run
 	if err != nil {
 		return RunRequest{}, err
 	}
-	return s.requestOf(sess, run, hist), nil
+	return s.requestOf(sess, run, offered, hist), nil
 }
 
-// requestOf is what the agent of run gets, with the session's whole history.
-func (s *Service) requestOf(sess *TalkSession, run *Run, hist []*HistoryMessage) RunRequest {
+// requestOf is what the agent of run gets, with the session's whole history. Its
+// Policies are those of offered, the very list StartTool finds a call's tool in: an
+// agent whose tools come and go (MCP servers) offers a model only tools whose policy
+// the service knows.
+func (s *Service) requestOf(sess *TalkSession, run *Run, offered []ToolInfo, hist []*HistoryMessage) RunRequest {
 	req := RunRequest{SessionID: sess.ID, RunID: run.ID, UserID: sess.UserID, Settings: sess.Settings,
-		Policies: s.policies(run.Agent, sess.Settings)}
+		Policies: s.policies(offered, sess.Settings)}
 	req.History = make([]HistoryMessage, len(hist))
 	for i, h := range hist {
 		req.History[i] = *h

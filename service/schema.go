@@ -15,11 +15,13 @@ import (
 var printer = message.NewPrinter(language.English)
 
 // This file checks JSON against a JSON Schema (an answer against a question's
-// answerSchema, a tool call's edited arguments against the tool's input schema), with
-// github.com/santhosh-tekuri/jsonschema: a well-kept validator of every draft.
+// answerSchema, a tool call's arguments against the tool's input schema), with
+// github.com/santhosh-tekuri/jsonschema: a well-kept validator of every draft. Agents that
+// check a model's arguments before a tool runs (the openai agent's MCP tools) use the same
+// rule, so that a model and a user editing arguments are told the same.
 
-// jsonSchema is a compiled JSON Schema.
-type jsonSchema struct{ sch *jsonschema.Schema }
+// JSONSchema is a compiled JSON Schema. It is safe for concurrent use.
+type JSONSchema struct{ sch *jsonschema.Schema }
 
 // schemaURL is where a schema given as text is said to live: it names nothing real, and
 // references outside the schema are refused (noLoader), so a schema can read no file
@@ -33,8 +35,9 @@ func (noLoader) Load(url string) (any, error) {
 	return nil, fmt.Errorf("a schema may not refer outside itself (%s)", url)
 }
 
-// compileSchema compiles text, a JSON Schema; the error says what is wrong with it.
-func compileSchema(text string) (*jsonSchema, error) {
+// CompileSchema compiles text, a JSON Schema; the error says what is wrong with it. A
+// schema may not refer to anything outside itself: it reads no file and reaches no server.
+func CompileSchema(text string) (*JSONSchema, error) {
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
 	if err != nil {
 		return nil, fmt.Errorf("the schema is not JSON: %v", err)
@@ -48,12 +51,12 @@ func compileSchema(text string) (*jsonSchema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the schema is not valid: %s", strings.ReplaceAll(err.Error(), schemaURL, "the schema"))
 	}
-	return &jsonSchema{sch}, nil
+	return &JSONSchema{sch}, nil
 }
 
-// validate checks that text is JSON that satisfies the schema. The error names the first
+// Validate checks that text is JSON that satisfies the schema. The error names the first
 // place that does not, e.g. "at /age: must be >= 0 but found -1".
-func (s *jsonSchema) validate(text string) error {
+func (s *JSONSchema) Validate(text string) error {
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader([]byte(text)))
 	if err != nil {
 		return errors.New("it is not JSON")

@@ -52,7 +52,8 @@ type Config struct {
 	// InputExpiry is how long a question or a call awaiting approval waits at most; an
 	// agent may ask for less.
 	InputExpiry time.Duration
-	// ToolPolicies are the server's default policies by tool name (see policies.go).
+	// ToolPolicies are the server's default policies by tool name, or by a pattern
+	// "prefix*" for every tool whose name begins so (see policies.go).
 	ToolPolicies map[string]ToolPolicy
 
 	// With a store shared by several replicas (one that implements Coordinator):

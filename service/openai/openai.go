@@ -5,9 +5,10 @@
 // On every run the agent rebuilds the model's message list from the session history (the
 // history is the only checkpoint), streams the reply into service.Output as the model writes
 // it, and runs the tools the model calls: ask_user (always offered; it asks the user through
-// Output.Ask), shell (only when Config.EnableShell is set) and any Tool an embedder
-// registers in Config.Tools. Each tool call is shown live through Output.StartTool and its
-// ToolHandle.
+// Output.Ask), shell (only when Config.EnableShell is set), any Tool an embedder
+// registers in Config.Tools, and the tools of Config.ToolSets, which come and go while the
+// server runs (the tools of MCP servers). Each tool call is shown live through
+// Output.StartTool and its ToolHandle.
 //
 // What does not live here: storage, scheduling, GraphQL and the decision of which agent a
 // session uses. The package imports only the domain package service and the SDK.
@@ -73,6 +74,9 @@ type Config struct {
 	// Tools are offered to the model besides ask_user (and shell). Names must be unique,
 	// match [a-zA-Z0-9_-]{1,64} and not be ask_user, or shell when EnableShell is set.
 	Tools []Tool
+	// ToolSets are sets of tools that change while the server runs (see ToolSet), offered
+	// besides Tools.
+	ToolSets []ToolSet
 	// EnableShell offers the model the shell tool, which runs `sh -c <command>` on this
 	// machine with the server's privileges. Off by default; turn it on only where the
 	// people who can talk to the agent may run commands here.
@@ -98,9 +102,10 @@ type Agent struct {
 	cfg       Config
 	client    oai.ChatCompletionService
 	secret    *secret
-	tools     map[string]Tool
-	order     []string // the tools' names, in the order they are offered
+	tools     map[string]Tool // the tools that never change (Config.Tools and the built-in ones)
+	order     []string        // their names, in the order they are offered
 	toolDefs  map[string]oai.ChatCompletionToolUnionParam
+	sets      []ToolSet
 	idle      time.Duration
 	retries   int
 	maxDelay  time.Duration
@@ -134,6 +139,7 @@ func New(cfg Config) (*Agent, error) {
 		secret:    newSecret(cfg.APIKey),
 		tools:     make(map[string]Tool),
 		toolDefs:  make(map[string]oai.ChatCompletionToolUnionParam),
+		sets:      cfg.ToolSets,
 		idle:      cfg.IdleTimeout,
 		retries:   cfg.MaxRetries,
 		maxDelay:  30 * time.Second,
@@ -209,6 +215,7 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 
 	g := guard(out, a.secret)
 	rt := a.tracing(ctx, req, model)
+	tb := a.toolbox() // the run keeps the tools it began with
 	used := map[string]bool{"": true}
 	for _, h := range req.History {
 		for _, tc := range h.ToolCalls {
@@ -220,13 +227,19 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 	wire := rebuild(system, req.History)
 	// A run that resumes after the user decided on its calls (the server restarted while
 	// it waited) runs the calls approved meanwhile before it asks the model again.
-	if err := a.runApproved(ctx, wire, g, rt); err != nil {
+	if err := a.runApproved(ctx, tb, wire, g, rt); err != nil {
 		return err
 	}
 	var offered []oai.ChatCompletionToolUnionParam
-	for _, name := range a.order {
-		if !req.Denied(name) { // a denied tool is kept from the model
-			offered = append(offered, a.toolDefs[name])
+	for _, name := range tb.order {
+		_, known := req.Policies[name]
+		switch {
+		case req.Denied(name): // a denied tool is kept from the model
+		case tb.changing[name] && !known:
+			// Listed since the run began: the service does not know its policy, so it
+			// waits for the next run.
+		default:
+			offered = append(offered, tb.def(name))
 		}
 	}
 	params := oai.ChatCompletionNewParams{
@@ -257,7 +270,7 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 			return nil
 		}
 		params.Messages = append(params.Messages, assistantParam(t.text.String(), t.wireCalls()))
-		results := a.runCalls(ctx, t.calls, g, rt)
+		results := a.runCalls(ctx, tb, t.calls, g, rt)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
@@ -42,6 +44,23 @@ type Tool interface {
 	Call(ctx context.Context, arguments string, out ToolOutput) (string, error)
 }
 
+// ToolSet is a set of tools that changes while the server runs, such as the tools of MCP
+// servers that start, stop and start again. The agent asks for its tools as each run
+// begins, and a run keeps the tools it began with; the service lists them too
+// (service.ToolLister). Tools must be safe for concurrent use and cheap: it is called
+// for every run. Each tool's name follows Tool.Name's rule; a tool whose name does not, or
+// is taken by a tool of Config.Tools, a built-in one or another set's, is left out.
+type ToolSet interface {
+	Tools() []Tool
+}
+
+// PolicyDefaulter is an optional ability of a Tool: DefaultPolicy is the tool's own
+// default policy (service.ToolInfo.Policy: ALLOW, ASK or DENY), which the server's and
+// the session's policies override. A tool without it is ALLOW unless they say otherwise.
+type PolicyDefaulter interface {
+	DefaultPolicy() service.ToolPolicy
+}
+
 // ToolOutput streams what a tool prints while it runs. The user sees it live, as part of
 // the tool call; the model sees only the result. service.ToolHandle satisfies it.
 type ToolOutput interface {
@@ -66,13 +85,53 @@ func toolDef(t Tool) oai.ChatCompletionToolUnionParam {
 	return oai.ChatCompletionFunctionTool(def)
 }
 
+// toolbox is the tools of one run: the agent's own and those its ToolSets had as the run
+// began.
+type toolbox struct {
+	a        *Agent
+	byName   map[string]Tool
+	order    []string
+	changing map[string]bool // the names that came from a ToolSet
+}
+
+// toolbox returns the tools the agent offers now.
+func (a *Agent) toolbox() *toolbox {
+	if len(a.sets) == 0 {
+		return &toolbox{a: a, byName: a.tools, order: a.order}
+	}
+	tb := &toolbox{a: a, byName: maps.Clone(a.tools), order: slices.Clone(a.order), changing: map[string]bool{}}
+	for _, set := range a.sets {
+		for _, t := range set.Tools() {
+			if t == nil {
+				continue
+			}
+			name := t.Name()
+			if _, taken := tb.byName[name]; taken || !toolNameRE.MatchString(name) {
+				continue
+			}
+			tb.byName[name] = t
+			tb.order = append(tb.order, name)
+			tb.changing[name] = true
+		}
+	}
+	return tb
+}
+
+// def is how the tool name is offered to the model.
+func (tb *toolbox) def(name string) oai.ChatCompletionToolUnionParam {
+	if d, ok := tb.a.toolDefs[name]; ok {
+		return d
+	}
+	return toolDef(tb.byName[name])
+}
+
 // runCalls runs the calls of one model turn and returns what the model should read of
 // each, in their order. The calls that need no decision run first, in the model's order;
 // those that wait for the user's approval (service.ToolHandle.Approval) wait together, so
 // that the user may decide them in any order, and each runs as its decision comes. Calls
 // run one at a time. A call the user rejects (or the policy denies, or that expired or was
 // withdrawn) does not run, and the model reads why.
-func (a *Agent) runCalls(ctx context.Context, calls []*call, out service.Output, rt *runTrace) []string {
+func (a *Agent) runCalls(ctx context.Context, tb *toolbox, calls []*call, out service.Output, rt *runTrace) []string {
 	results := make([]string, len(calls))
 	type approved struct {
 		i    int
@@ -88,7 +147,7 @@ func (a *Agent) runCalls(ctx context.Context, calls []*call, out service.Output,
 		case a2.err != nil || ctx.Err() != nil: // the run ended
 			results[a2.i] = toolErrorText("not run: the run was stopped")
 		default:
-			results[a2.i] = a.runTool(ctx, c, a2.args, out, rt)
+			results[a2.i] = a.runTool(ctx, tb, c, a2.args, out, rt)
 		}
 	}
 	decided := make(chan approved, len(calls))
@@ -113,12 +172,12 @@ func (a *Agent) runCalls(ctx context.Context, calls []*call, out service.Output,
 
 // runTool runs one approved call with args and returns what the model should read. It
 // finishes the call's handle with the result or the error.
-func (a *Agent) runTool(ctx context.Context, c *call, args string, out service.Output, rt *runTrace) string {
+func (a *Agent) runTool(ctx context.Context, tb *toolbox, c *call, args string, out service.Output, rt *runTrace) string {
 	var result string
 	var err error
 	ctx, span := rt.startTool(ctx, c)
 	defer func() { rt.endTool(span, err, a.secret) }()
-	switch tool := a.tools[c.name]; {
+	switch tool := tb.byName[c.name]; {
 	case c.name == askUserName:
 		result, err = askUser(ctx, args, c.handle.ID(), out)
 	case tool == nil:
@@ -138,7 +197,7 @@ func (a *Agent) runTool(ctx context.Context, c *call, args string, out service.O
 // their results in their place. The service gives back each call's handle (by its
 // CallID); a call approved and then cut short by a crash is not among them: it ended
 // FAILED and is never run again.
-func (a *Agent) runApproved(ctx context.Context, wire []wireMsg, out service.Output, rt *runTrace) error {
+func (a *Agent) runApproved(ctx context.Context, tb *toolbox, wire []wireMsg, out service.Output, rt *runTrace) error {
 	for i := range wire {
 		tc := wire[i].pending
 		if tc == nil {
@@ -150,7 +209,7 @@ func (a *Agent) runApproved(ctx context.Context, wire []wireMsg, out service.Out
 		}
 		c := &call{modelID: tc.CallID, name: tc.Name, handle: h, id: wire[i].callID}
 		c.args.WriteString(tc.Arguments)
-		wire[i].content = a.runCalls(ctx, []*call{c}, out, rt)[0]
+		wire[i].content = a.runCalls(ctx, tb, []*call{c}, out, rt)[0]
 		wire[i].pending = nil
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -160,12 +219,17 @@ func (a *Agent) runApproved(ctx context.Context, wire []wireMsg, out service.Out
 }
 
 // Tools lists the agent's tools for the service (service.ToolLister): their names,
-// descriptions and input schemas; ask_user is the asking itself and has no policy.
+// descriptions, input schemas and own default policies (PolicyDefaulter), those of its
+// ToolSets as they are now; ask_user is the asking itself and has no policy.
 func (a *Agent) Tools(service.Settings) []service.ToolInfo {
-	out := make([]service.ToolInfo, 0, len(a.order))
-	for _, name := range a.order {
-		t := a.tools[name]
+	tb := a.toolbox()
+	out := make([]service.ToolInfo, 0, len(tb.order))
+	for _, name := range tb.order {
+		t := tb.byName[name]
 		info := service.ToolInfo{Name: name, Description: t.Description(), NoPolicy: name == askUserName}
+		if d, ok := t.(PolicyDefaulter); ok {
+			info.Policy = d.DefaultPolicy()
+		}
 		if params := t.Parameters(); params != nil {
 			if b, err := json.Marshal(params); err == nil {
 				info.InputSchema = string(b)
