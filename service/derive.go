@@ -20,6 +20,10 @@ type Changes struct {
 	Runs      []*Run
 	Questions []*Question
 	ToolCalls []*ToolCall
+	// Switches are the changes of BranchSelected events to which messages are on the
+	// current branch, in order: a store applies them after upserting Messages (the
+	// upserts never change whether a stored message is on the branch).
+	Switches []Switch
 	// EndedRuns are runs that reached a final status: their questions that were never
 	// answered are withdrawn (see Withdraws).
 	EndedRuns []string
@@ -63,6 +67,15 @@ func Derive(events []*Event) Changes {
 			if tc := ev.ToolCall; tc != nil {
 				c.ToolCalls = upsertRow(c.ToolCalls, calls, tc.ID, tc)
 			}
+		case EventBranchSelected:
+			if b := ev.Branch; b != nil {
+				for _, id := range b.Off {
+					c.Switches = append(c.Switches, Switch{ID: id})
+				}
+				for _, id := range b.On {
+					c.Switches = append(c.Switches, Switch{ID: id, On: true})
+				}
+			}
 		case EventSessionUpdated:
 			if ev.Session != nil {
 				c.Session = ev.Session
@@ -71,6 +84,24 @@ func Derive(events []*Event) Changes {
 		}
 	}
 	return c
+}
+
+// Switch puts one message on the current branch (On) or takes it off.
+type Switch struct {
+	ID string
+	On bool
+}
+
+// OnBranch reports whether m, a message row of the events, is on the current branch
+// after them, as a store keeps it: as its MessageAdded put it, then as Switches say.
+func (c *Changes) OnBranch(m *Message) bool {
+	on := !m.OffBranch
+	for _, sw := range c.Switches {
+		if sw.ID == m.ID {
+			on = sw.On
+		}
+	}
+	return on
 }
 
 // upsertRow puts row at the place of the row with the same id, or at the end.

@@ -14,11 +14,14 @@ const (
 	BusyInterrupt BusyPolicy = "INTERRUPT" // stop the run, keep its partial reply, start over
 	BusyEnqueue   BusyPolicy = "ENQUEUE"   // wait until the running agent is done
 	BusyReject    BusyPolicy = "REJECT"    // refuse the message with ECONFLICT
+	// BusySteer hands the message to the running agent at its next step (see
+	// Steerable); when nothing runs, or the agent cannot take it, it is ENQUEUE.
+	BusySteer BusyPolicy = "STEER"
 )
 
 // Valid reports whether p is one of the known policies.
 func (p BusyPolicy) Valid() bool {
-	return p == BusyInterrupt || p == BusyEnqueue || p == BusyReject
+	return p == BusyInterrupt || p == BusyEnqueue || p == BusyReject || p == BusySteer
 }
 
 // SessionStatus summarises what a session's agent is doing.
@@ -208,6 +211,14 @@ type Message struct {
 	// QuestionID links QUESTION and ANSWER messages to their question.
 	QuestionID string
 	CreatedAt  time.Time
+	// ParentID is the message before this one on its branch ("" for a session's first
+	// messages): the history is a tree (see "The conversation as a tree" in the service).
+	ParentID string `json:",omitempty"`
+	// OffBranch is set on a message added beside the current branch rather than at its
+	// end (an edit that waits for the agent, see Run.ReplyTo). Stores keep whether a
+	// message is on the current branch as its MessageAdded says, and as BranchSelected
+	// events change it after (Changes.Switches); later snapshots do not change it.
+	OffBranch bool `json:",omitempty"`
 }
 
 // Run is one execution of a session's agent.
@@ -222,6 +233,10 @@ type Run struct {
 	Agent string
 	// Owner is the replica that runs it (see Coordinator); empty on a single server.
 	Owner string
+	// ReplyTo, when set, is the message the run's reply follows (an edited message, or
+	// the parent of a regenerated reply): when the run starts, the branch through it,
+	// ending there, becomes the current one.
+	ReplyTo string `json:",omitempty"`
 	// Usage is what the agent reported its model read and wrote; nil when it reported
 	// nothing.
 	Usage      *Usage
@@ -306,6 +321,9 @@ const (
 	EventToolApprovalDecided   EventType = "ToolApprovalDecided"
 	// EventQuestionWithdrawn: a question stopped waiting without an answer (Question set).
 	EventQuestionWithdrawn EventType = "QuestionWithdrawn"
+	// EventBranchSelected: the current branch changed; Key is its last message (the
+	// leaf) and Branch says which messages left it and which joined it.
+	EventBranchSelected EventType = "BranchSelected"
 )
 
 // Chunky reports whether events of type t stream text (a delta at an offset) that the log
@@ -335,11 +353,19 @@ type Event struct {
 	// from that sequence number up to its own (see the log's compaction).
 	CoalescedFrom int64
 
-	Message  *Message     `json:",omitempty"`
-	Run      *Run         `json:",omitempty"`
-	Question *Question    `json:",omitempty"`
-	ToolCall *ToolCall    `json:",omitempty"`
-	Session  *TalkSession `json:",omitempty"`
+	Message  *Message      `json:",omitempty"`
+	Run      *Run          `json:",omitempty"`
+	Question *Question     `json:",omitempty"`
+	ToolCall *ToolCall     `json:",omitempty"`
+	Session  *TalkSession  `json:",omitempty"`
+	Branch   *BranchSwitch `json:",omitempty"`
+}
+
+// BranchSwitch is what a BranchSelected event changes: the messages that leave the
+// current branch (Off) and those that join it (On).
+type BranchSwitch struct {
+	Off []string `json:"off,omitempty"`
+	On  []string `json:"on,omitempty"`
 }
 
 // Cursor is the position after one event, as handed to clients. Off is the end offset, in

@@ -37,8 +37,10 @@ type Store interface {
 	// record whose (UserID, Key) exists, ERATELIMIT for an Admission refused, EINVALID for
 	// a malformed batch (see Batch.Check). A failure of the storage itself (EUNAVAILABLE)
 	// fails every batch of the call. For each batch written, the rows change as
-	// Batch.Derive says: every row of Changes upserted whole, the session's row as
-	// Changes.SessionRow says, and the questions Changes.Withdraws names withdrawn. Append
+	// Batch.Derive says: every row of Changes upserted whole (but for whether a stored
+	// message is on the current branch), then Changes.Switches applied in order, the
+	// session's row as Changes.SessionRow says, and the questions Changes.Withdraws names
+	// withdrawn. Append
 	// never changes the batches, their events or their payloads.
 	Append(ctx context.Context, batches []*Batch) (errs []error)
 
@@ -57,11 +59,23 @@ type Store interface {
 	// after is not nil.
 	Sessions(ctx context.Context, userID string, after *SessionPosition, limit int) ([]*TalkSession, error)
 
-	// Messages returns a page of the session's history ordered by Seq ascending, as the
-	// MessagePage says. Empty, not an error, for a session with no messages or none.
+	// Messages returns a page of the session's current branch ordered by Seq ascending,
+	// as the MessagePage says: the messages on it, which are the path from a first
+	// message to the branch's last (each message's parent is the one before it). Which
+	// messages are on it: each as its MessageAdded put it (Message.OffBranch), then as
+	// Changes.Switches say. It is one range of an index, however many branches the
+	// session has. Empty, not an error, for a session with no messages or none.
 	Messages(ctx context.Context, sessionID string, page MessagePage) ([]*Message, error)
-	// Message returns one message; ENOTFOUND when missing.
+	// Message returns one message, on the current branch or not; ENOTFOUND when missing.
 	Message(ctx context.Context, id string) (*Message, error)
+	// Children returns up to limit messages of the session whose parent is parentID
+	// ("" for its first messages), by Seq: a message's siblings, a branch's next steps.
+	Children(ctx context.Context, sessionID, parentID string, limit int) ([]*Message, error)
+	// CountMessages returns how many messages the session has, on every branch.
+	CountMessages(ctx context.Context, sessionID string) (int, error)
+	// SessionRuns returns the session's runs in one of the given statuses, oldest first
+	// (CreatedAt, then ID).
+	SessionRuns(ctx context.Context, sessionID string, statuses ...RunStatus) ([]*Run, error)
 
 	// Run returns one run; ENOTFOUND when missing.
 	Run(ctx context.Context, id string) (*Run, error)
@@ -340,7 +354,7 @@ type SessionPosition struct {
 	ID        string
 }
 
-// MessagePage selects part of a history ordered by Seq. After and Before bound the page
+// MessagePage selects part of a branch ordered by Seq. After and Before bound the page
 // whenever they are set (> 0). With Last set it takes the last Last messages of the
 // bounded range, otherwise the first First. The result is always in ascending Seq order.
 type MessagePage struct {

@@ -112,6 +112,9 @@ func cloneEvent(e *service.Event) *service.Event {
 	c.Question = cloneQuestion(e.Question)
 	c.ToolCall = cloneToolCall(e.ToolCall)
 	c.Session = cloneSession(e.Session)
+	if b := e.Branch; b != nil {
+		c.Branch = &service.BranchSwitch{Off: slices.Clone(b.Off), On: slices.Clone(b.On)}
+	}
 	return &c
 }
 

@@ -35,6 +35,7 @@ type Store struct {
 type sessionData struct {
 	session   *service.TalkSession
 	messages  map[string]struct{}
+	onBranch  map[string]bool // the messages on the current branch
 	runs      map[string]struct{}
 	questions map[string]struct{}
 	toolCalls map[string]struct{}
@@ -135,6 +136,7 @@ func (s *Store) append(b *service.Batch, ch *service.Changes) error {
 			bytes:     b.Create.Size(),
 			session:   cloneSession(b.Create),
 			messages:  make(map[string]struct{}),
+			onBranch:  make(map[string]bool),
 			runs:      make(map[string]struct{}),
 			questions: make(map[string]struct{}),
 			toolCalls: make(map[string]struct{}),
@@ -157,8 +159,21 @@ func (s *Store) append(b *service.Batch, ch *service.Changes) error {
 		sd.session = cloneSession(sd.session) // nothing of the event's payload is kept
 	}
 	for _, m := range ch.Messages {
+		if _, ok := sd.messages[m.ID]; !ok && !m.OffBranch {
+			sd.onBranch[m.ID] = true
+		}
 		s.messages[m.ID] = cloneMessage(m)
 		sd.messages[m.ID] = struct{}{}
+	}
+	for _, sw := range ch.Switches {
+		if _, ok := sd.messages[sw.ID]; !ok {
+			continue
+		}
+		if sw.On {
+			sd.onBranch[sw.ID] = true
+		} else {
+			delete(sd.onBranch, sw.ID)
+		}
 	}
 	for _, r := range ch.Runs {
 		s.runs[r.ID] = cloneRun(r)
@@ -419,8 +434,8 @@ func (s *Store) Messages(ctx context.Context, sessionID string, page service.Mes
 	if sd == nil {
 		return []*service.Message{}, nil
 	}
-	out := make([]*service.Message, 0, len(sd.messages))
-	for id := range sd.messages {
+	out := make([]*service.Message, 0, len(sd.onBranch))
+	for id := range sd.onBranch {
 		m := s.messages[id]
 		if page.After > 0 && m.Seq <= page.After || page.Before > 0 && m.Seq >= page.Before {
 			continue
@@ -437,9 +452,16 @@ func (s *Store) Messages(ctx context.Context, sessionID string, page service.Mes
 		out = out[:page.First]
 	}
 	for i, m := range out {
-		out[i] = cloneMessage(m)
+		out[i] = s.messageRow(sd, m)
 	}
 	return out, nil
+}
+
+// messageRow is a copy of m, a message of sd, saying whether it is on the current branch.
+func (s *Store) messageRow(sd *sessionData, m *service.Message) *service.Message {
+	c := cloneMessage(m)
+	c.OffBranch = !sd.onBranch[m.ID]
+	return c
 }
 
 // Message implements service.Store.
@@ -452,7 +474,67 @@ func (s *Store) Message(ctx context.Context, id string) (*service.Message, error
 	if m == nil {
 		return nil, service.Errorf(service.ENOTFOUND, "message %s not found", id)
 	}
-	return cloneMessage(m), nil
+	return s.messageRow(s.sessions[m.SessionID], m), nil
+}
+
+// Children implements service.Store.
+func (s *Store) Children(ctx context.Context, sessionID, parentID string, limit int) ([]*service.Message, error) {
+	if err := s.rlock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	out := []*service.Message{}
+	sd := s.sessions[sessionID]
+	if sd == nil {
+		return out, nil
+	}
+	for id := range sd.messages {
+		if m := s.messages[id]; m.ParentID == parentID {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b *service.Message) int {
+		return cmp.Or(cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.ID, b.ID))
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	for i, m := range out {
+		out[i] = s.messageRow(sd, m)
+	}
+	return out, nil
+}
+
+// CountMessages implements service.Store.
+func (s *Store) CountMessages(ctx context.Context, sessionID string) (int, error) {
+	if err := s.rlock(ctx); err != nil {
+		return 0, err
+	}
+	defer s.mu.RUnlock()
+	if sd := s.sessions[sessionID]; sd != nil {
+		return len(sd.messages), nil
+	}
+	return 0, nil
+}
+
+// SessionRuns implements service.Store.
+func (s *Store) SessionRuns(ctx context.Context, sessionID string, statuses ...service.RunStatus) ([]*service.Run, error) {
+	if err := s.rlock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	out := []*service.Run{}
+	if sd := s.sessions[sessionID]; sd != nil {
+		for id := range sd.runs {
+			if r := s.runs[id]; slices.Contains(statuses, r.Status) {
+				out = append(out, cloneRun(r))
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b *service.Run) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	return out, nil
 }
 
 // Run implements service.Store.

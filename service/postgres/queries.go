@@ -159,21 +159,31 @@ func scanSession(row scanner) (*service.TalkSession, error) {
 
 // Messages.
 
-const messageCols = `id, session_id, seq, role, kind, content, status, run_id, question_id, created_at, error`
+const messageCols = `id, session_id, seq, role, kind, content, status, run_id, question_id, created_at, error,
+	parent_id, on_branch`
 
 const (
 	qMessage = `SELECT ` + messageCols + ` FROM messages WHERE id = $1`
 	// Unset bounds are passed as the extremes of int64.
+	// The current branch is one range of the partial index messages_on_branch.
 	qMessagesFirst = `SELECT ` + messageCols + ` FROM messages WHERE session_id = $1 AND seq > $2 AND seq < $3
-		ORDER BY seq, id LIMIT $4`
+		AND on_branch ORDER BY seq, id LIMIT $4`
 	qMessagesLast = `SELECT ` + messageCols + ` FROM messages WHERE session_id = $1 AND seq > $2 AND seq < $3
-		ORDER BY seq DESC, id DESC LIMIT $4`
+		AND on_branch ORDER BY seq DESC, id DESC LIMIT $4`
+	qChildren = `SELECT ` + messageCols + ` FROM messages WHERE session_id = $1 AND parent_id = $2
+		ORDER BY seq, id LIMIT $3`
+	qCountMessages = `SELECT count(*) FROM messages WHERE session_id = $1`
+	// qSwitchBranch puts messages on the current branch or takes them off: (session, id,
+	// on) triples.
+	qSwitchBranch = `UPDATE messages m SET on_branch = v.on_branch
+		FROM unnest($1::text[], $2::text[], $3::boolean[]) AS v (session_id, id, on_branch)
+		WHERE m.id = v.id AND m.session_id = v.session_id`
 	// The WHERE of each upsert refuses to move a row to another session: the row is left
 	// alone then, and talkgraph_all_written fails the statement (see the migration).
 	qUpsertMessages = `WITH w AS (
 		INSERT INTO messages AS t (` + messageCols + `)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::bytea[], $7::text[],
-			$8::text[], $9::text[], $10::bigint[], $11::bytea[])
+			$8::text[], $9::text[], $10::bigint[], $11::bytea[], $13::text[], $14::boolean[])
 		ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, role = excluded.role, kind = excluded.kind,
 			content = excluded.content, status = excluded.status, run_id = excluded.run_id,
 			question_id = excluded.question_id, created_at = excluded.created_at, error = excluded.error
@@ -191,6 +201,8 @@ type messageRows struct {
 	status, runID, questionID []string
 	createdAt                 []int64
 	errText                   [][]byte
+	parentID                  []string
+	onBranch                  []bool
 }
 
 func (r *messageRows) add(m *service.Message) {
@@ -205,25 +217,29 @@ func (r *messageRows) add(m *service.Message) {
 	r.questionID = append(r.questionID, m.QuestionID)
 	r.createdAt = append(r.createdAt, dbTime(m.CreatedAt))
 	r.errText = append(r.errText, dbText(m.Error))
+	r.parentID = append(r.parentID, m.ParentID)
+	r.onBranch = append(r.onBranch, !m.OffBranch)
 }
 
 func (r *messageRows) args() []any {
 	return []any{r.id, r.sessionID, r.seq, r.role, r.kind, pgtype.FlatArray[[]byte](r.content), r.status, r.runID,
-		r.questionID, r.createdAt, pgtype.FlatArray[[]byte](r.errText), int64(len(r.id))}
+		r.questionID, r.createdAt, pgtype.FlatArray[[]byte](r.errText), int64(len(r.id)), r.parentID, r.onBranch}
 }
 
 func scanMessage(row scanner) (*service.Message, error) {
 	var m service.Message
 	var created int64
+	var on bool
 	err := row.Scan(&m.ID, &m.SessionID, &m.Seq, &m.Role, &m.Kind, textCol{&m.Content}, &m.Status, &m.RunID,
-		&m.QuestionID, &created, textCol{&m.Error})
-	m.CreatedAt = goTime(created)
+		&m.QuestionID, &created, textCol{&m.Error}, &m.ParentID, &on)
+	m.CreatedAt, m.OffBranch = goTime(created), !on
 	return &m, err
 }
 
 // Runs.
 
-const runCols = `id, session_id, user_id, status, error, agent, created_at, started_at, finished_at, usage, owner`
+const runCols = `id, session_id, user_id, status, error, agent, created_at, started_at, finished_at, usage, owner,
+	reply_to`
 
 // activeStatuses are the statuses of runs that are not over.
 const activeStatuses = `('QUEUED', 'RUNNING', 'WAITING_FOR_INPUT')`
@@ -231,13 +247,16 @@ const activeStatuses = `('QUEUED', 'RUNNING', 'WAITING_FOR_INPUT')`
 const (
 	qRun          = `SELECT ` + runCols + ` FROM runs WHERE id = $1`
 	qRunsByStatus = `SELECT ` + runCols + ` FROM runs WHERE status = ANY($1::text[]) ORDER BY created_at, id`
-	qUpsertRuns   = `WITH w AS (
+	qSessionRuns  = `SELECT ` + runCols + ` FROM runs WHERE session_id = $1 AND status = ANY($2::text[])
+		ORDER BY created_at, id`
+	qUpsertRuns = `WITH w AS (
 		INSERT INTO runs AS t (` + runCols + `)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::bigint[],
-			$8::bigint[], $9::bigint[], $10::text[], $11::text[])
+			$8::bigint[], $9::bigint[], $10::text[], $11::text[], $13::text[])
 		ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id, status = excluded.status, error = excluded.error,
 			agent = excluded.agent, created_at = excluded.created_at, started_at = excluded.started_at,
-			finished_at = excluded.finished_at, usage = excluded.usage, owner = excluded.owner
+			finished_at = excluded.finished_at, usage = excluded.usage, owner = excluded.owner,
+			reply_to = excluded.reply_to
 		WHERE t.session_id = excluded.session_id
 		RETURNING 1)
 		SELECT talkgraph_all_written((SELECT count(*) FROM w), $12)`
@@ -252,6 +271,7 @@ type runRows struct {
 	startedAt, finishedAt         []pgtype.Int8
 	usage                         []pgtype.Text
 	owner                         []string
+	replyTo                       []string
 }
 
 // add adds r, with usage its Usage as JSON ("" for none).
@@ -267,12 +287,13 @@ func (rs *runRows) add(r *service.Run, usage string) {
 	rs.finishedAt = append(rs.finishedAt, dbNullTime(r.FinishedAt))
 	rs.usage = append(rs.usage, pgtype.Text{String: usage, Valid: usage != ""})
 	rs.owner = append(rs.owner, r.Owner)
+	rs.replyTo = append(rs.replyTo, r.ReplyTo)
 }
 
 func (rs *runRows) args() []any {
 	return []any{rs.id, rs.sessionID, rs.userID, rs.status, pgtype.FlatArray[[]byte](rs.errText), rs.agent, rs.createdAt,
 		pgtype.FlatArray[pgtype.Int8](rs.startedAt), pgtype.FlatArray[pgtype.Int8](rs.finishedAt),
-		pgtype.FlatArray[pgtype.Text](rs.usage), rs.owner, int64(len(rs.id))}
+		pgtype.FlatArray[pgtype.Text](rs.usage), rs.owner, int64(len(rs.id)), rs.replyTo}
 }
 
 func scanRun(row scanner) (*service.Run, error) {
@@ -281,7 +302,7 @@ func scanRun(row scanner) (*service.Run, error) {
 	var started, finished *int64
 	var usage []byte
 	err := row.Scan(&r.ID, &r.SessionID, &r.UserID, &r.Status, textCol{&r.Error}, &r.Agent, &created, &started,
-		&finished, &usage, &r.Owner)
+		&finished, &usage, &r.Owner, &r.ReplyTo)
 	if err != nil {
 		return nil, err
 	}
@@ -457,13 +478,13 @@ func scanToolCall(row scanner) (*service.ToolCall, error) {
 // Events.
 
 const eventCols = `session_id, seq, type, at, key, message_id, delta, delta_offset, coalesced_from,
-	message, run, question, tool_call, session`
+	message, run, question, tool_call, session, branch`
 
 const (
 	qEvents       = `SELECT ` + eventCols + ` FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`
 	qInsertEvents = `INSERT INTO events (` + eventCols + `)
 		SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::bytea[],
-			$8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[])`
+			$8::bigint[], $9::bigint[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[])`
 	// qRewriteEvents replaces events at their Seqs (for compaction).
 	qRewriteEvents = `UPDATE events e SET delta = v.delta, delta_offset = v.delta_offset, coalesced_from = v.coalesced_from
 		FROM unnest($2::bigint[], $3::bytea[], $4::bigint[], $5::bigint[]) AS v (seq, delta, delta_offset, coalesced_from)
@@ -476,15 +497,15 @@ type eventRow struct {
 	seq, at, offset, coalescedFrom int64
 	typ, key, messageID            string
 	delta                          []byte
-	payloads                       [5]pgtype.Text // message, run, question, tool call, session
+	payloads                       [6]pgtype.Text // message, run, question, tool call, session, branch
 }
 
 // encodeEvent encodes e for qInsertEvents.
 func encodeEvent(e *service.Event) (eventRow, error) {
 	r := eventRow{seq: e.Seq, at: dbTime(e.At), offset: int64(e.Offset), coalescedFrom: e.CoalescedFrom,
 		typ: string(e.Type), key: e.Key, messageID: e.MessageID, delta: dbText(e.Delta)}
-	for i, p := range []any{e.Message, e.Run, e.Question, e.ToolCall, e.Session} {
-		if isNil := [...]bool{e.Message == nil, e.Run == nil, e.Question == nil, e.ToolCall == nil, e.Session == nil}[i]; isNil {
+	for i, p := range []any{e.Message, e.Run, e.Question, e.ToolCall, e.Session, e.Branch} {
+		if isNil := [...]bool{e.Message == nil, e.Run == nil, e.Question == nil, e.ToolCall == nil, e.Session == nil, e.Branch == nil}[i]; isNil {
 			continue
 		}
 		b, err := json.Marshal(p)
@@ -506,6 +527,7 @@ type eventRows struct {
 	delta                            [][]byte
 	offset, coalescedFrom            []int64
 	message, run, question, tc, sess []pgtype.Text
+	branch                           []pgtype.Text
 }
 
 func (r *eventRows) add(sessionID string, e *eventRow) {
@@ -523,12 +545,13 @@ func (r *eventRows) add(sessionID string, e *eventRow) {
 	r.question = append(r.question, e.payloads[2])
 	r.tc = append(r.tc, e.payloads[3])
 	r.sess = append(r.sess, e.payloads[4])
+	r.branch = append(r.branch, e.payloads[5])
 }
 
 func (r *eventRows) args() []any {
 	t := func(v []pgtype.Text) any { return pgtype.FlatArray[pgtype.Text](v) }
 	return []any{r.sessionID, r.seq, r.typ, r.at, r.key, r.messageID, pgtype.FlatArray[[]byte](r.delta), r.offset,
-		r.coalescedFrom, t(r.message), t(r.run), t(r.question), t(r.tc), t(r.sess)}
+		r.coalescedFrom, t(r.message), t(r.run), t(r.question), t(r.tc), t(r.sess), t(r.branch)}
 }
 
 // rewriteArgs are the arguments of qRewriteEvents for the folded events of a session.
@@ -544,14 +567,14 @@ func rewriteArgs(sessionID string, folded []*service.Event) []any {
 func scanEvent(row scanner) (*service.Event, error) {
 	var e service.Event
 	var at int64
-	var payloads [5][]byte
+	var payloads [6][]byte
 	err := row.Scan(&e.SessionID, &e.Seq, &e.Type, &at, &e.Key, &e.MessageID, textCol{&e.Delta}, &e.Offset,
-		&e.CoalescedFrom, &payloads[0], &payloads[1], &payloads[2], &payloads[3], &payloads[4])
+		&e.CoalescedFrom, &payloads[0], &payloads[1], &payloads[2], &payloads[3], &payloads[4], &payloads[5])
 	if err != nil {
 		return nil, err
 	}
 	e.At = goTime(at)
-	for i, dst := range []any{&e.Message, &e.Run, &e.Question, &e.ToolCall, &e.Session} {
+	for i, dst := range []any{&e.Message, &e.Run, &e.Question, &e.ToolCall, &e.Session, &e.Branch} {
 		if payloads[i] != nil {
 			if err := json.Unmarshal(payloads[i], dst); err != nil {
 				return nil, err
@@ -635,7 +658,7 @@ const (
 		FOR UPDATE SKIP LOCKED)
 		UPDATE runs SET owner = $1 FROM orphans WHERE runs.id = orphans.id
 		RETURNING runs.id, runs.session_id, runs.user_id, runs.status, runs.error, runs.agent, runs.created_at,
-			runs.started_at, runs.finished_at, runs.usage, runs.owner`
+			runs.started_at, runs.finished_at, runs.usage, runs.owner, runs.reply_to`
 	qActiveRun = `SELECT ` + runCols + ` FROM runs WHERE session_id = $1 AND status IN ` + activeStatuses + `
 		ORDER BY created_at, id LIMIT 1`
 )

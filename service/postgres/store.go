@@ -641,6 +641,9 @@ func queueWrites(wb *pgx.Batch, preps []*prep, idxs []int) {
 		qs       []questionWithChoices
 		calls    []*service.ToolCall
 		ended    [2][]string // (run, session) pairs
+		swSess   []string    // (session, message, on) triples
+		swMsg    []string
+		swOn     []bool
 	)
 	for _, i := range idxs {
 		p := preps[i]
@@ -675,6 +678,18 @@ func queueWrites(wb *pgx.Batch, preps []*prep, idxs []int) {
 		calls = append(calls, ch.ToolCalls...)
 		for _, run := range ch.EndedRuns {
 			ended[0], ended[1] = append(ended[0], run), append(ended[1], id)
+		}
+		// A batch's switches in one statement: the last of each message's holds.
+		last := map[string]bool{}
+		var order []string
+		for _, sw := range ch.Switches {
+			if _, ok := last[sw.ID]; !ok {
+				order = append(order, sw.ID)
+			}
+			last[sw.ID] = sw.On
+		}
+		for _, mid := range order {
+			swSess, swMsg, swOn = append(swSess, id), append(swMsg, mid), append(swOn, last[mid])
 		}
 	}
 	if len(deletes) > 0 {
@@ -736,6 +751,9 @@ func queueWrites(wb *pgx.Batch, preps []*prep, idxs []int) {
 			rows.add(tc)
 		}
 		wb.Queue(qUpsertToolCalls, rows.args()...)
+	}
+	if len(swSess) > 0 {
+		wb.Queue(qSwitchBranch, swSess, swMsg, swOn)
 	}
 	if len(ended[0]) > 0 {
 		wb.Queue(qWithdrawQuestions, ended[0], ended[1])
@@ -832,6 +850,39 @@ func (s *Store) Messages(ctx context.Context, sessionID string, page service.Mes
 // Message implements service.Store.
 func (s *Store) Message(ctx context.Context, id string) (*service.Message, error) {
 	return getOne(ctx, s, "message", id, qMessage, scanMessage, id)
+}
+
+// Children implements service.Store.
+func (s *Store) Children(ctx context.Context, sessionID, parentID string, limit int) ([]*service.Message, error) {
+	return getAll(ctx, s, "children", scanMessage, qChildren, sessionID, parentID, sqlLimit(limit))
+}
+
+// CountMessages implements service.Store.
+func (s *Store) CountMessages(ctx context.Context, sessionID string) (int, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	var n int
+	if !storable([]any{sessionID}) {
+		return 0, nil
+	}
+	err := s.pool.QueryRow(ctx, qCountMessages, sessionID).Scan(&n)
+	if brokenConn(err) && ctx.Err() == nil { // once: the pool replaces the connection
+		err = s.pool.QueryRow(ctx, qCountMessages, sessionID).Scan(&n)
+	}
+	if err != nil {
+		return 0, fail("counting messages", err)
+	}
+	return n, nil
+}
+
+// SessionRuns implements service.Store.
+func (s *Store) SessionRuns(ctx context.Context, sessionID string, statuses ...service.RunStatus) ([]*service.Run, error) {
+	list := make([]string, len(statuses))
+	for i, st := range statuses {
+		list[i] = string(st)
+	}
+	return getAll(ctx, s, "runs of a session", scanRun, qSessionRuns, sessionID, list)
 }
 
 // Run implements service.Store.

@@ -56,17 +56,26 @@ func scanSession(sc scanner) (*service.TalkSession, error) {
 
 // Messages.
 
-const messageCols = `id, session_id, seq, role, kind, content, status, run_id, question_id, created_at, error`
+const messageCols = `id, session_id, seq, role, kind, content, status, run_id, question_id, created_at, error,
+	parent_id, on_branch`
 
 const (
 	qMessage = `SELECT ` + messageCols + ` FROM messages WHERE id = ?`
 	// Unset bounds are passed as the extremes of int64.
+	// The current branch is one range of the partial index messages_on_branch.
 	qMessagesFirst = `SELECT ` + messageCols + ` FROM messages WHERE session_id = ? AND seq > ? AND seq < ?
-		ORDER BY seq, id LIMIT ?`
+		AND on_branch = 1 ORDER BY seq, id LIMIT ?`
 	qMessagesLast = `SELECT ` + messageCols + ` FROM messages WHERE session_id = ? AND seq > ? AND seq < ?
-		ORDER BY seq DESC, id DESC LIMIT ?`
+		AND on_branch = 1 ORDER BY seq DESC, id DESC LIMIT ?`
+	qChildren = `SELECT ` + messageCols + ` FROM messages WHERE session_id = ? AND parent_id = ?
+		ORDER BY seq, id LIMIT ?`
+	qCountMessages = `SELECT count(*) FROM messages WHERE session_id = ?`
+	// qSwitchBranch puts the messages named by a JSON array on the current branch (1) or
+	// takes them off (0).
+	qSwitchBranch = `UPDATE messages SET on_branch = ? WHERE session_id = ? AND id IN (SELECT value FROM json_each(?))`
 	// The WHERE of each upsert refuses to move a row to another session: nothing changes
-	// then, which the caller sees as fewer rows affected than sent.
+	// then, which the caller sees as fewer rows affected than sent. A stored message keeps
+	// its parent and whether it is on the branch (see service.Store.Append).
 	upsertMessageTail = `ON CONFLICT (id) DO UPDATE SET seq = excluded.seq,
 		role = excluded.role, kind = excluded.kind, content = excluded.content, status = excluded.status,
 		run_id = excluded.run_id, question_id = excluded.question_id, created_at = excluded.created_at,
@@ -77,23 +86,26 @@ const (
 )
 
 // qUpsertMessages upserts n messages.
-var qUpsertMessages = multiRow(`INSERT INTO messages (`+messageCols+`)`, 11, upsertMessageTail)
+var qUpsertMessages = multiRow(`INSERT INTO messages (`+messageCols+`)`, 13, upsertMessageTail)
 
 func messageArgs(m *service.Message) []any {
 	return []any{m.ID, m.SessionID, m.Seq, string(m.Role), string(m.Kind), m.Content, string(m.Status),
-		m.RunID, m.QuestionID, dbTime(m.CreatedAt), m.Error}
+		m.RunID, m.QuestionID, dbTime(m.CreatedAt), m.Error, m.ParentID, !m.OffBranch}
 }
 
 func scanMessage(sc scanner) (*service.Message, error) {
 	var m service.Message
+	var on bool
 	err := sc.Scan(&m.ID, &m.SessionID, &m.Seq, &m.Role, &m.Kind, &m.Content, &m.Status, &m.RunID, &m.QuestionID,
-		timeCol{&m.CreatedAt}, &m.Error)
+		timeCol{&m.CreatedAt}, &m.Error, &m.ParentID, &on)
+	m.OffBranch = !on
 	return &m, err
 }
 
 // Runs.
 
-const runCols = `id, session_id, user_id, status, error, agent, created_at, started_at, finished_at, usage, owner`
+const runCols = `id, session_id, user_id, status, error, agent, created_at, started_at, finished_at, usage, owner,
+	reply_to`
 
 const (
 	qRun = `SELECT ` + runCols + ` FROM runs WHERE id = ?`
@@ -102,16 +114,18 @@ const (
 	// The statuses come as one JSON array.
 	qRunsByStatus = `SELECT ` + runCols + ` FROM runs WHERE status IN (SELECT value FROM json_each(?))
 		ORDER BY created_at, id`
+	qSessionRuns = `SELECT ` + runCols + ` FROM runs WHERE session_id = ? AND status IN (SELECT value FROM json_each(?))
+		ORDER BY created_at, id`
 	upsertRunTail = `ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id, status = excluded.status,
 		error = excluded.error, agent = excluded.agent, created_at = excluded.created_at,
 		started_at = excluded.started_at, finished_at = excluded.finished_at, usage = excluded.usage,
-		owner = excluded.owner
+		owner = excluded.owner, reply_to = excluded.reply_to
 		WHERE runs.session_id = excluded.session_id`
 	qRunSession = `SELECT session_id FROM runs WHERE id = ?`
 )
 
 // qUpsertRuns upserts n runs.
-var qUpsertRuns = multiRow(`INSERT INTO runs (`+runCols+`)`, 11, upsertRunTail)
+var qUpsertRuns = multiRow(`INSERT INTO runs (`+runCols+`)`, 12, upsertRunTail)
 
 func runArgs(r *service.Run) []any {
 	var usage any // NULL when none was reported
@@ -120,13 +134,13 @@ func runArgs(r *service.Run) []any {
 		usage = string(b)
 	}
 	return []any{r.ID, r.SessionID, r.UserID, string(r.Status), r.Error, r.Agent, dbTime(r.CreatedAt),
-		dbNullTime(r.StartedAt), dbNullTime(r.FinishedAt), usage, r.Owner}
+		dbNullTime(r.StartedAt), dbNullTime(r.FinishedAt), usage, r.Owner, r.ReplyTo}
 }
 
 func scanRun(sc scanner) (*service.Run, error) {
 	var r service.Run
 	err := sc.Scan(&r.ID, &r.SessionID, &r.UserID, &r.Status, &r.Error, &r.Agent, timeCol{&r.CreatedAt},
-		nullTimeCol{&r.StartedAt}, nullTimeCol{&r.FinishedAt}, jsonCol{&r.Usage}, &r.Owner)
+		nullTimeCol{&r.StartedAt}, nullTimeCol{&r.FinishedAt}, jsonCol{&r.Usage}, &r.Owner, &r.ReplyTo)
 	return &r, err
 }
 
@@ -223,7 +237,7 @@ func scanToolCall(sc scanner) (*service.ToolCall, error) {
 // Events.
 
 const eventCols = `session_id, seq, type, at, key, message_id, delta, delta_offset, coalesced_from,
-	message, run, question, tool_call, session`
+	message, run, question, tool_call, session, branch`
 
 const (
 	qEvents = `SELECT ` + eventCols + ` FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`
@@ -279,14 +293,14 @@ var rowBatchSizes = []int{512, 64, 8, 1}
 
 // qInsertEvents inserts n events. Append has checked that none is there yet; OR IGNORE
 // spares SQLite a statement journal for each insert (Append checks the count inserted).
-var qInsertEvents = multiRow(`INSERT OR IGNORE INTO events (`+eventCols+`)`, 14, "")
+var qInsertEvents = multiRow(`INSERT OR IGNORE INTO events (`+eventCols+`)`, 15, "")
 
 // eventArgs encodes e, an event of session sessionID, for qInsertEvent; payloads are
 // stored as JSON.
 func eventArgs(e *service.Event, sessionID string) ([]any, error) {
-	payloads := []any{e.Message, e.Run, e.Question, e.ToolCall, e.Session}
-	isNil := []bool{e.Message == nil, e.Run == nil, e.Question == nil, e.ToolCall == nil, e.Session == nil}
-	args := make([]any, 0, 15)
+	payloads := []any{e.Message, e.Run, e.Question, e.ToolCall, e.Session, e.Branch}
+	isNil := []bool{e.Message == nil, e.Run == nil, e.Question == nil, e.ToolCall == nil, e.Session == nil, e.Branch == nil}
+	args := make([]any, 0, 16)
 	args = append(args, sessionID, e.Seq, string(e.Type), dbTime(e.At), e.Key, e.MessageID, e.Delta, e.Offset,
 		e.CoalescedFrom)
 	for i, p := range payloads {
@@ -307,7 +321,7 @@ func scanEvent(sc scanner) (*service.Event, error) {
 	var e service.Event
 	err := sc.Scan(&e.SessionID, &e.Seq, &e.Type, timeCol{&e.At}, &e.Key, &e.MessageID, &e.Delta, &e.Offset,
 		&e.CoalescedFrom, jsonCol{&e.Message}, jsonCol{&e.Run}, jsonCol{&e.Question}, jsonCol{&e.ToolCall},
-		jsonCol{&e.Session})
+		jsonCol{&e.Session}, jsonCol{&e.Branch})
 	if err != nil {
 		return nil, err
 	}
@@ -468,6 +482,7 @@ var writes = []string{
 	qInsertSession, qUpdateSession, qDeleteSession, qGrowSession,
 	qRewriteEvent, qDropEvents, qInsertIdempotency, qDeleteMessages, qDeleteRuns,
 	qDeleteQuestions, qDeleteToolCalls, qDeleteEvents, qDeleteIdempotency, qWithdrawQuestions,
+	qSwitchBranch,
 }
 
 func init() {
@@ -487,4 +502,5 @@ func scanChunk(sc scanner) (*service.Event, error) {
 var reads = []string{
 	qSession, qSessions, qSessionsAft, qMessage, qMessagesFirst, qMessagesLast, qRun, qRunsByStatus,
 	qQuestion, qQuestions, qToolCalls, qToolCall, qEvents, qChunks, qCountEvents, qIdempotency, qFootprint,
+	qChildren, qCountMessages, qSessionRuns,
 }

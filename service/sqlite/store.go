@@ -377,6 +377,12 @@ func (w *txWriter) changes(accepted []int, batches []*service.Batch, chs []servi
 	toolCalls := &upserts{what: "tool call", query: qUpsertToolCalls, owner: qToolCallSession}
 	type withdrawal struct{ run, session string }
 	var withdrawals []withdrawal
+	type switching struct {
+		session string
+		on      bool
+		ids     []string
+	}
+	var switches []switching
 	for _, i := range accepted {
 		b := batches[i]
 		if len(b.Events) == 0 {
@@ -418,6 +424,13 @@ func (w *txWriter) changes(accepted []int, batches []*service.Batch, chs []servi
 		for _, run := range ch.EndedRuns {
 			withdrawals = append(withdrawals, withdrawal{run, b.SessionID})
 		}
+		for _, sw := range ch.Switches {
+			if n := len(switches); n > 0 && switches[n-1].session == b.SessionID && switches[n-1].on == sw.On {
+				switches[n-1].ids = append(switches[n-1].ids, sw.ID)
+				continue
+			}
+			switches = append(switches, switching{b.SessionID, sw.On, []string{sw.ID}})
+		}
 	}
 	for _, sc := range sessions {
 		if err := w.updateSession(sc); err != nil {
@@ -438,6 +451,17 @@ func (w *txWriter) changes(accepted []int, batches []*service.Batch, chs []servi
 		}
 		if short {
 			return w.refusedRow(u, batches, errs)
+		}
+	}
+	// Branches switch once every message is written, in the events' order, one statement
+	// for each stretch of messages that leave or join.
+	for _, sw := range switches {
+		list, err := json.Marshal(sw.ids)
+		if err != nil {
+			return -1, err
+		}
+		if _, err := w.exec(qSwitchBranch, sw.on, sw.session, string(list)); err != nil {
+			return -1, err
 		}
 	}
 	// Questions are withdrawn after every question is written (a run ends after it asked),
@@ -655,6 +679,32 @@ func (s *Store) RunsByStatus(ctx context.Context, statuses ...service.RunStatus)
 		return nil, err
 	}
 	return getAll(ctx, s, "runs by status", scanRun, qRunsByStatus, string(list))
+}
+
+// Children implements service.Store.
+func (s *Store) Children(ctx context.Context, sessionID, parentID string, limit int) ([]*service.Message, error) {
+	return getAll(ctx, s, "children", scanMessage, qChildren, sessionID, parentID, sqlLimit(limit))
+}
+
+// CountMessages implements service.Store.
+func (s *Store) CountMessages(ctx context.Context, sessionID string) (int, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	var n int
+	if err := s.stmt(qCountMessages).QueryRowContext(context.WithoutCancel(ctx), sessionID).Scan(&n); err != nil {
+		return 0, s.fail("counting messages", err)
+	}
+	return n, nil
+}
+
+// SessionRuns implements service.Store.
+func (s *Store) SessionRuns(ctx context.Context, sessionID string, statuses ...service.RunStatus) ([]*service.Run, error) {
+	list, err := json.Marshal(append([]service.RunStatus{}, statuses...))
+	if err != nil {
+		return nil, err
+	}
+	return getAll(ctx, s, "runs of a session", scanRun, qSessionRuns, sessionID, string(list))
 }
 
 // Question implements service.Store.
