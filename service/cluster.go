@@ -62,6 +62,9 @@ type Command struct {
 	Settings   *SettingsInput `json:"settings,omitempty"`
 	Answers    []Answer       `json:"answers,omitempty"`
 	Decisions  []Decision     `json:"decisions,omitempty"`
+	MessageID  string         `json:"messageId,omitempty"`
+	RunID      string         `json:"runId,omitempty"`
+	Policy     BusyPolicy     `json:"policy,omitempty"`
 }
 
 // Command operations.
@@ -73,6 +76,9 @@ const (
 	opRename   = "rename"
 	opSettings = "settings"
 	opInputs   = "inputs"
+	opEdit     = "editMessage"
+	opRegen    = "regenerate"
+	opSelect   = "selectBranch"
 )
 
 // Reply is what a command returned: its error's code and message, or its results.

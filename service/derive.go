@@ -92,18 +92,6 @@ type Switch struct {
 	On bool
 }
 
-// OnBranch reports whether m, a message row of the events, is on the current branch
-// after them, as a store keeps it: as its MessageAdded put it, then as Switches say.
-func (c *Changes) OnBranch(m *Message) bool {
-	on := !m.OffBranch
-	for _, sw := range c.Switches {
-		if sw.ID == m.ID {
-			on = sw.On
-		}
-	}
-	return on
-}
-
 // upsertRow puts row at the place of the row with the same id, or at the end.
 func upsertRow[T any](rows []*T, index map[string]int, id string, row *T) []*T {
 	if i, ok := index[id]; ok {

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -10,12 +11,23 @@ import (
 // AddMessage stores a user message in the caller's session and starts a run for it, or
 // queues one, by the session's busy policy: INTERRUPT stops the active run (kept
 // INTERRUPTED with its partial reply) and withdraws queued ones, ENQUEUE queues the new
-// run, REJECT refuses with ECONFLICT and stores nothing. With an idempotency key, a retry
-// answers the message and run the first call created. ENOTFOUND when the session is
-// missing or not the caller's; EINVALID for empty or oversized content or key; ERATELIMIT
-// when too many runs wait; EUNAVAILABLE when it cannot be written. A message that is
-// refused changes nothing: the running agent goes on as it was.
+// run, REJECT refuses with ECONFLICT and stores nothing, STEER hands the message to the
+// running agent (see AddMessageWith). With an idempotency key, a retry answers the
+// message and run the first call created. ENOTFOUND when the session is missing or not
+// the caller's; EINVALID for empty or oversized content or key; ERATELIMIT when too many
+// runs wait; EUNAVAILABLE when it cannot be written. A message that is refused changes
+// nothing: the running agent goes on as it was.
 func (s *Service) AddMessage(ctx context.Context, sessionID, content, key string) (*Message, *Run, error) {
+	return s.AddMessageWith(ctx, sessionID, content, key, "")
+}
+
+// AddMessageWith is AddMessage with the busy policy for this message alone (policy; ""
+// for the session's). Under STEER, while the session's agent runs and can take it (a
+// Steerable agent, its run RUNNING), the message joins the branch at once and is handed
+// to the agent at its next step (Output.Steers); the run returned is that running run.
+// Otherwise STEER is ENQUEUE. A steer the agent never took starts the next run once its
+// run completes or fails.
+func (s *Service) AddMessageWith(ctx context.Context, sessionID, content, key string, policy BusyPolicy) (*Message, *Run, error) {
 	u, err := user(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -26,14 +38,17 @@ func (s *Service) AddMessage(ctx context.Context, sessionID, content, key string
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
+	if policy != "" && !policy.Valid() {
+		return nil, nil, Errorf(EINVALID, "unknown busy policy %q", truncate(string(policy), 20))
+	}
 	if err := s.checkOpen(); err != nil {
 		return nil, nil, err
 	}
 	if err := checkID("session ID", sessionID); err != nil {
 		return nil, nil, err
 	}
-	r, err := s.peers.route(ctx, &Command{Op: opAdd, UserID: u, SessionID: sessionID, Content: content, Key: key}, func(ctx context.Context) (*Reply, error) {
-		m, run, err := s.addMessage(ctx, u, sessionID, content, key)
+	r, err := s.peers.route(ctx, &Command{Op: opAdd, UserID: u, SessionID: sessionID, Content: content, Key: key, Policy: policy}, func(ctx context.Context) (*Reply, error) {
+		m, run, err := s.addMessage(ctx, u, sessionID, addition{content: content, key: key, policy: policy})
 		return &Reply{Message: m, Run: run}, err
 	})
 	if err != nil {
@@ -45,28 +60,52 @@ func (s *Service) AddMessage(ctx context.Context, sessionID, content, key string
 	return r.Message, r.Run, nil
 }
 
-// addMessage is AddMessage where the session's agent runs.
-func (s *Service) addMessage(ctx context.Context, u, sessionID, content, key string) (*Message, *Run, error) {
+// addition is what a command adds to a session: a user message with its run (addMessage,
+// editMessage), or a run alone (regenerate).
+type addition struct {
+	content, key string
+	// policy is the busy policy asked for ("": the session's).
+	policy BusyPolicy
+	// edited is the message an edit replaces (the new one goes beside it); regenerated
+	// the reply a regeneration replaces (the run replies to its parent).
+	edited, regenerated *Message
+}
+
+// addMessage is AddMessage, editMessage and regenerate where the session's agent runs.
+func (s *Service) addMessage(ctx context.Context, u, sessionID string, a addition) (*Message, *Run, error) {
 	sess, st, unlock, err := s.lockSession(ctx, sessionID)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer unlock()
 
-	if key != "" {
-		rec, err := s.store.Idempotency(ctx, u, key)
+	if a.key != "" {
+		rec, err := s.store.Idempotency(ctx, u, a.key)
 		switch {
 		case err == nil:
-			return s.replay(ctx, rec, sessionID, content)
+			return s.replay(ctx, rec, sessionID, a.content)
 		case ErrorCode(err) != ENOTFOUND:
 			return nil, nil, err
 		}
 	}
-	if err := s.checkQuota(ctx, u, 0, int64(len(content))); err != nil {
+	if a.regenerated == nil {
+		if err := s.checkQuota(ctx, u, 0, int64(len(a.content))); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := s.checkTreeLimits(ctx, st, a); err != nil {
 		return nil, nil, err
 	}
-	if st.active != nil || len(st.queue) > 0 {
-		switch sess.Settings.BusyPolicy {
+	policy := a.policy
+	if policy == "" {
+		policy = sess.Settings.BusyPolicy
+	}
+	if policy == BusySteer && (a.edited != nil || a.regenerated != nil || !s.steerable(st.active)) {
+		policy = BusyEnqueue // an edit or a regeneration is not a steer; nor is a message no agent takes
+	}
+	busy := st.active != nil || len(st.queue) > 0
+	if busy {
+		switch policy {
 		case BusyReject:
 			return nil, nil, Errorf(ECONFLICT, "the agent is still working on this session")
 		case BusyEnqueue:
@@ -75,6 +114,16 @@ func (s *Service) addMessage(ctx context.Context, u, sessionID, content, key str
 			}
 		}
 	}
+	if policy == BusySteer {
+		t, msg, run := s.planSteer(st, sess, u, a)
+		if err := s.commitLocked(ctx, t); err != nil {
+			return nil, nil, err
+		}
+		return msg, run, nil
+	}
+	// An edit or a regeneration that does not wait switches to its branch in the same
+	// write; one that waits switches when its run starts (Run.ReplyTo).
+	switchNow := (a.edited != nil || a.regenerated != nil) && (!busy || policy == BusyInterrupt)
 
 	// A run that can start at once starts in the same write: RUNNING follows QUEUED.
 	// Where the store is shared, it admits the run only while the user has fewer than
@@ -82,19 +131,26 @@ func (s *Service) addMessage(ctx context.Context, u, sessionID, content, key str
 	// QUEUED and waits for a slot.
 	tryAdmit := true
 	for {
-		t, msg, run, admitted := s.planAdd(ctx, st, sess, u, content, key, tryAdmit)
-		err := s.commitLocked(ctx, t)
+		t, msg, run, admitted, err := s.planAdd(ctx, st, sess, u, a, policy, switchNow, tryAdmit)
+		if err != nil {
+			return nil, nil, err
+		}
+		err = s.commitLocked(ctx, t)
 		switch {
 		case err == nil:
-			m, r := *msg, *run
+			r := *run
+			if msg == nil {
+				return nil, &r, nil
+			}
+			m := *msg
 			return &m, &r, nil
 		case admitted && ErrorCode(err) == ERATELIMIT:
 			tryAdmit = false
 			continue
-		case ErrorCode(err) == ECONFLICT && key != "":
+		case ErrorCode(err) == ECONFLICT && a.key != "":
 			// Another request with the key won the race: answer what it created.
-			if rec, rerr := s.store.Idempotency(ctx, u, key); rerr == nil {
-				return s.replay(ctx, rec, sessionID, content)
+			if rec, rerr := s.store.Idempotency(ctx, u, a.key); rerr == nil {
+				return s.replay(ctx, rec, sessionID, a.content)
 			}
 		}
 		return nil, nil, err
@@ -103,13 +159,15 @@ func (s *Service) addMessage(ctx context.Context, u, sessionID, content, key str
 
 // planAdd builds addMessage's write: the message, its run (RUNNING at once when
 // tryAdmit and a slot is free here: admitted), and what the busy policy does to the runs
-// before it.
-func (s *Service) planAdd(ctx context.Context, st *sessionState, sess *TalkSession, u, content, key string, tryAdmit bool) (t *txn, msg *Message, run *Run, admitted bool) {
+// before it. With switchNow, an edit's or a regeneration's branch becomes current in it.
+// An error means that nothing was planned (the switch could not be read); t is then
+// discarded unwritten.
+func (s *Service) planAdd(ctx context.Context, st *sessionState, sess *TalkSession, u string, a addition, policy BusyPolicy, switchNow, tryAdmit bool) (t *txn, msg *Message, run *Run, admitted bool, err error) {
 	t = s.begin(st)
 	// willStart: the new run becomes the active one (nothing else runs, or INTERRUPT ends
 	// what runs).
-	willStart := st.active == nil || sess.Settings.BusyPolicy == BusyInterrupt
-	if (st.active != nil || len(st.queue) > 0) && sess.Settings.BusyPolicy == BusyInterrupt {
+	willStart := st.active == nil || policy == BusyInterrupt
+	if (st.active != nil || len(st.queue) > 0) && policy == BusyInterrupt {
 		// Queued runs are covered by the new run, which reads the whole history. They
 		// leave the queue first, so that stopping the active run starts none of them.
 		now := s.now()
@@ -126,24 +184,58 @@ func (s *Service) planAdd(ctx context.Context, st *sessionState, sess *TalkSessi
 		if ar := st.active; ar != nil {
 			s.planFinish(t, ar, RunInterrupted, "")
 		}
+	} else if ar := st.active; ar != nil && !ar.sealed && !ar.parked {
+		// What the running agent wrote so far comes before the new message on the branch.
+		s.writeText(t, ar)
+	}
+	var sw *Event // the switch of an edit or a regeneration that does not wait
+	if switchNow {
+		to := ""
+		switch {
+		case a.edited != nil:
+			to = a.edited.ParentID
+		case a.regenerated != nil:
+			to = a.regenerated.ParentID
+		}
+		if sw, err = s.switchTo(ctx, t, to, false); err != nil {
+			return nil, nil, nil, false, err
+		}
 	}
 
 	now := s.now()
 	run = &Run{ID: newID(), SessionID: sess.ID, UserID: u, Status: RunQueued, Agent: sess.Settings.Agent, Owner: s.peers.id(), CreatedAt: now}
-	msg = &Message{ID: newID(), SessionID: sess.ID, Role: RoleUser, Kind: KindText, Content: content,
-		Status: MessageComplete, RunID: run.ID, CreatedAt: now}
-	added := *msg
-	s.add(t, &Event{Type: EventMessageAdded, Message: &added, At: now}, runEvent(run))
-	msg.Seq = added.Seq
-	if sess.Title == "" {
-		// An untitled session is named after its first message.
-		named := *sess
-		named.Title = truncate(strings.Join(strings.Fields(content), " "), 60)
-		named.UpdatedAt = now
-		s.add(t, &Event{Type: EventSessionUpdated, Session: &named})
+	if a.regenerated != nil {
+		run.ReplyTo = a.regenerated.ParentID
+		if sw != nil {
+			s.add(t, sw)
+		}
+		s.add(t, runEvent(run))
+	} else {
+		msg = &Message{ID: newID(), SessionID: sess.ID, Role: RoleUser, Kind: KindText, Content: a.content,
+			Status: MessageComplete, RunID: run.ID, CreatedAt: now}
+		var evs []*Event
+		if e := a.edited; e != nil {
+			// Beside the edited message; its branch becomes current now or when its run
+			// starts.
+			run.ReplyTo = msg.ID
+			msg.ParentID, msg.OffBranch = e.ParentID, true
+			if switchNow {
+				if sw == nil {
+					sw = &Event{Type: EventBranchSelected, Branch: &BranchSwitch{}}
+				}
+				sw.Key, sw.Branch.On = msg.ID, append(sw.Branch.On, msg.ID)
+				evs = append(evs, sw)
+			}
+		}
+		added := *msg
+		evs = append([]*Event{{Type: EventMessageAdded, Message: &added, At: now}}, evs...)
+		s.add(t, append(evs, runEvent(run))...)
+		msg.Seq, msg.ParentID = added.Seq, added.ParentID
+		msg.OffBranch = !switchNow && a.edited != nil
+		s.titleFrom(t, sess, a.content, now)
 	}
-	if key != "" {
-		t.b.Idempotency = &IdempotencyRecord{UserID: u, Key: key, SessionID: sess.ID, MessageID: msg.ID, RunID: run.ID, CreatedAt: now}
+	if a.key != "" && msg != nil {
+		t.b.Idempotency = &IdempotencyRecord{UserID: u, Key: a.key, SessionID: sess.ID, MessageID: msg.ID, RunID: run.ID, CreatedAt: now}
 	}
 	admitted = tryAdmit && willStart && s.sched.tryAcquire(u)
 	if admitted {
@@ -151,10 +243,21 @@ func (s *Service) planAdd(ctx context.Context, st *sessionState, sess *TalkSessi
 		t.onAbort(func() { s.sched.release(u) })
 	}
 	t.onCommit(func() {
-		s.counted(u, 0, int64(len(content)))
+		s.counted(u, 0, int64(len(a.content)))
 		s.queueLocked(st, run, admitted, ctx)
 	})
-	return t, msg, run, admitted
+	return t, msg, run, admitted, nil
+}
+
+// titleFrom names an untitled session after its first message, in t.
+func (s *Service) titleFrom(t *txn, sess *TalkSession, content string, now time.Time) {
+	if sess.Title != "" {
+		return
+	}
+	named := *sess
+	named.Title = truncate(strings.Join(strings.Fields(content), " "), 60)
+	named.UpdatedAt = now
+	s.add(t, &Event{Type: EventSessionUpdated, Session: &named})
 }
 
 // replay answers a retried addMessage with what the first call created.

@@ -337,11 +337,20 @@ func (r *replicas) handle(ctx context.Context, cmd *Command) *Reply {
 	ctx = context.WithValue(WithUser(ctx, cmd.UserID), forwardedKey{}, true)
 	switch cmd.Op {
 	case opAdd:
-		m, run, err := s.AddMessage(ctx, cmd.SessionID, cmd.Content, cmd.Key)
+		m, run, err := s.AddMessageWith(ctx, cmd.SessionID, cmd.Content, cmd.Key, cmd.Policy)
 		return replyOf(&Reply{Message: m, Run: run}, err)
 	case opCancel:
-		run, err := s.CancelRun(ctx, cmd.SessionID)
+		run, err := s.StopRun(ctx, cmd.SessionID, cmd.RunID)
 		return replyOf(&Reply{Run: run}, err)
+	case opEdit:
+		m, run, err := s.EditMessage(ctx, cmd.MessageID, cmd.Content)
+		return replyOf(&Reply{Message: m, Run: run}, err)
+	case opRegen:
+		run, err := s.Regenerate(ctx, cmd.MessageID)
+		return replyOf(&Reply{Run: run}, err)
+	case opSelect:
+		v, err := s.SelectBranch(ctx, cmd.MessageID)
+		return replyOf(sessionReply(v), err)
 	case opRespond: // from a replica of an earlier release
 		q, run, err := s.Respond(ctx, cmd.QuestionID, cmd.Answer)
 		return replyOf(&Reply{Question: q, Run: run}, err)

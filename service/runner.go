@@ -133,6 +133,12 @@ type Output interface {
 	// ReportUsage adds what one call of model cost to the run's usage. EINVALID for
 	// negative counts.
 	ReportUsage(model string, u Usage) error
+	// Steers returns the messages the user sent to the run with the busy policy STEER
+	// since the last call, oldest first, and hands them over: add them to the
+	// conversation (as user messages) before the next step. When it returns any, the
+	// reply written so far is complete, and text written after starts a new assistant
+	// message. Only a Steerable agent gets steers; others may ignore this method.
+	Steers() ([]Message, error)
 }
 
 // QuestionSpec is a question an agent asks.

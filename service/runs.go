@@ -45,6 +45,10 @@ type activeRun struct {
 	announced bool
 	text      textStream
 
+	// steers are the user's messages sent to the run with STEER that its agent has not
+	// taken yet (see steer.go), oldest first.
+	steers []*Message
+
 	// inputs are what the run waits on (see inputs.go), by question or tool call ID.
 	inputs map[string]*waiting
 	// settings are the session's settings the run works with, and offered the tools its
@@ -186,7 +190,7 @@ func (s *Service) resumeLocked(ar *activeRun, from context.Context) {
 	ar.seal()
 	st.active = nil
 	next := s.startLocked(st, ar.run, true, false, from)
-	next.tools = ar.tools
+	next.tools, next.steers = ar.tools, ar.steers
 	s.unparkLocked(ar)
 }
 
@@ -375,6 +379,16 @@ func (s *Service) startRunLocked(ar *activeRun) (RunRequest, error) {
 	current := s.sole
 	if ar.run.Status != RunRunning {
 		t := s.begin(st)
+		if to := ar.run.ReplyTo; to != "" {
+			// An edit or a regeneration that waited: its branch becomes current now.
+			sw, err := s.switchTo(ar.ctx, t, to, false)
+			if err != nil {
+				return RunRequest{}, err
+			}
+			if sw != nil {
+				s.add(t, sw)
+			}
+		}
 		snap := s.admit(t, ar.run)
 		t.onCommit(func() { ar.run.setState(snap) })
 		if err := s.commitLocked(ar.ctx, t); err != nil {
@@ -463,6 +477,18 @@ func (s *Service) historyFromTail(st *sessionState) ([]*HistoryMessage, bool) {
 	}
 	c := Derive(evs)
 	msgs := c.Messages
+	if len(c.Switches) > 0 {
+		on := make(map[string]bool, len(msgs))
+		for _, m := range msgs {
+			on[m.ID] = !m.OffBranch
+		}
+		for _, sw := range c.Switches {
+			on[sw.ID] = sw.On
+		}
+		msgs = slices.DeleteFunc(slices.Clone(msgs), func(m *Message) bool { return !on[m.ID] })
+	} else {
+		msgs = slices.DeleteFunc(slices.Clone(msgs), func(m *Message) bool { return m.OffBranch })
+	}
 	slices.SortStableFunc(msgs, func(a, b *Message) int { return cmp.Compare(a.Seq, b.Seq) })
 	qs := make([]*Question, len(c.Questions))
 	for i, q := range c.Questions {
@@ -572,6 +598,7 @@ func (s *Service) planFinish(t *txn, ar *activeRun, status RunStatus, errMsg str
 	now := s.now()
 	snap.Status, snap.Error, snap.FinishedAt = status, errMsg, &now
 	s.add(t, runEvent(&snap))
+	s.planSteersLeft(t, ar, status)
 	t.onCommit(func() {
 		ar.run.setState(&snap)
 		s.countRun(status)
@@ -584,6 +611,14 @@ func (s *Service) planFinish(t *txn, ar *activeRun, status RunStatus, errMsg str
 // when the session is missing or not the caller's; EUNAVAILABLE when the end cannot be
 // written, and then the run goes on as it was.
 func (s *Service) CancelRun(ctx context.Context, sessionID string) (*Run, error) {
+	return s.StopRun(ctx, sessionID, "")
+}
+
+// StopRun is CancelRun for the run runID of the session ("": its active run). A queued
+// run is cancelled before it starts (its message stays on the branch); the active one
+// stops as CancelRun says. It returns nil when the run has ended already. ENOTFOUND for a
+// run that is missing, of another session or not the caller's.
+func (s *Service) StopRun(ctx context.Context, sessionID, runID string) (*Run, error) {
 	u, err := user(ctx)
 	if err != nil {
 		return nil, err
@@ -591,8 +626,13 @@ func (s *Service) CancelRun(ctx context.Context, sessionID string) (*Run, error)
 	if err := checkID("session ID", sessionID); err != nil {
 		return nil, err
 	}
-	r, err := s.peers.route(ctx, &Command{Op: opCancel, UserID: u, SessionID: sessionID}, func(ctx context.Context) (*Reply, error) {
-		run, err := s.cancelRun(ctx, sessionID)
+	if runID != "" {
+		if err := checkID("run ID", runID); err != nil {
+			return nil, err
+		}
+	}
+	r, err := s.peers.route(ctx, &Command{Op: opCancel, UserID: u, SessionID: sessionID, RunID: runID}, func(ctx context.Context) (*Reply, error) {
+		run, err := s.cancelRun(ctx, sessionID, runID)
 		return &Reply{Run: run}, err
 	})
 	if err != nil {
@@ -605,7 +645,7 @@ func (s *Service) CancelRun(ctx context.Context, sessionID string) (*Run, error)
 }
 
 // cancelRun is CancelRun where the session's agent runs.
-func (s *Service) cancelRun(ctx context.Context, sessionID string) (*Run, error) {
+func (s *Service) cancelRun(ctx context.Context, sessionID, runID string) (*Run, error) {
 	if s.closed.Load() { // what this process held is stored as it was: not "nothing ran"
 		return nil, Errorf(EUNAVAILABLE, "the server is shutting down")
 	}
@@ -615,6 +655,9 @@ func (s *Service) cancelRun(ctx context.Context, sessionID string) (*Run, error)
 	}
 	defer unlock()
 	ar := st.active
+	if runID != "" && (ar == nil || ar.run.ID != runID) {
+		return s.cancelQueuedLocked(ctx, st, runID)
+	}
 	if ar == nil {
 		return nil, nil
 	}
@@ -625,6 +668,34 @@ func (s *Service) cancelRun(ctx context.Context, sessionID string) (*Run, error)
 	}
 	r := *ar.run
 	return &r, nil
+}
+
+// cancelQueuedLocked cancels the session's queued run runID before it starts; nil when
+// the run has ended already, ENOTFOUND when the session has no such run.
+func (s *Service) cancelQueuedLocked(ctx context.Context, st *sessionState, runID string) (*Run, error) {
+	i := slices.IndexFunc(st.queue, func(r *Run) bool { return r.ID == runID })
+	if i < 0 {
+		r, err := s.store.Run(ctx, runID)
+		if ErrorCode(err) == ENOTFOUND || (err == nil && r.SessionID != st.id) {
+			return nil, Errorf(ENOTFOUND, "run not found")
+		} else if err != nil {
+			return nil, err
+		}
+		return nil, nil // it ended already
+	}
+	snap := *st.queue[i]
+	now := s.now()
+	snap.Status, snap.FinishedAt = RunCancelled, &now
+	t := s.begin(st)
+	s.add(t, runEvent(&snap))
+	t.onCommit(func() {
+		s.keepQueuedLocked(st, func(r *Run) bool { return r.ID != runID })
+		s.countRun(RunCancelled)
+	})
+	if err := s.commitLocked(ctx, t); err != nil {
+		return nil, err
+	}
+	return &snap, nil
 }
 
 // Run returns a run of the caller's; ENOTFOUND when missing or another user's.

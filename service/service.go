@@ -24,6 +24,12 @@ type Config struct {
 	Workers         int // runs executing at once on this server
 	RunsPerUser     int // runs executing at once for one user
 	MaxQueuedRuns   int // runs waiting in one session (busy policy ENQUEUE)
+	// MaxSessionMessages bounds the messages of one session, on every branch;
+	// MaxBranches the versions of one message (its siblings, itself included), which
+	// edits and regenerations add; MaxForkMessages the messages a fork copies.
+	MaxSessionMessages int
+	MaxBranches        int
+	MaxForkMessages    int
 	// MaxSessionsPerUser and MaxUserBytes bound what one user keeps: sessions, and what
 	// they wrote and set in them (see Derive's Bytes).
 	MaxSessionsPerUser int
@@ -82,14 +88,17 @@ const OtherModel = "other"
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxMessageBytes: 32 << 10,
-		MaxReplyBytes:   1 << 20,
-		MaxTitleLength:  200,
-		MaxPageSize:     100,
-		DefaultPageSize: 20,
-		Workers:         16,
-		RunsPerUser:     2,
-		MaxQueuedRuns:   20,
+		MaxMessageBytes:    32 << 10,
+		MaxReplyBytes:      1 << 20,
+		MaxTitleLength:     200,
+		MaxPageSize:        100,
+		DefaultPageSize:    20,
+		Workers:            16,
+		RunsPerUser:        2,
+		MaxQueuedRuns:      20,
+		MaxSessionMessages: 10000,
+		MaxBranches:        100,
+		MaxForkMessages:    1000,
 
 		MaxSessionsPerUser: 1000,
 		MaxUserBytes:       100 << 20,
@@ -123,6 +132,9 @@ func (c *Config) fill() {
 	pick(&c.Workers, d.Workers)
 	pick(&c.RunsPerUser, d.RunsPerUser)
 	pick(&c.MaxQueuedRuns, d.MaxQueuedRuns)
+	pick(&c.MaxSessionMessages, d.MaxSessionMessages)
+	pick(&c.MaxBranches, d.MaxBranches)
+	pick(&c.MaxForkMessages, d.MaxForkMessages)
 	pick(&c.MaxSessionsPerUser, d.MaxSessionsPerUser)
 	if c.MaxUserBytes <= 0 {
 		c.MaxUserBytes = d.MaxUserBytes

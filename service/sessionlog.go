@@ -44,6 +44,12 @@ type sessionLog struct {
 	writing   bool
 	deleted   bool
 
+	// leaf is the last message of the session's current branch ("" for none), known
+	// when leafKnown: durable events move it (a message added on the branch, a
+	// BranchSelected), and it is read from the store again after the end was reset.
+	leaf      string
+	leafKnown bool
+
 	// flush is the writer's side of the log: when its streamed text goes next.
 	flush flushState
 }
@@ -76,8 +82,22 @@ type txn struct {
 	st   *sessionState
 	b    Batch
 	next int64 // the Seq the next event gets
-	done []func()
-	undo []func()
+	// leaf is the current branch's last message as the events so far leave it, known
+	// when leafKnown (see Service.add).
+	leaf      string
+	leafKnown bool
+	done      []func()
+	undo      []func()
+}
+
+// added returns the message that t's MessageAdded of id carries, if t has one.
+func (t *txn) added(id string) (*Message, bool) {
+	for _, ev := range t.b.Events {
+		if ev.Type == EventMessageAdded && ev.Message != nil && ev.Message.ID == id {
+			return ev.Message, true
+		}
+	}
+	return nil, false
 }
 
 // onCommit registers f to run, under the session's lock, once the write is durable.
@@ -97,7 +117,7 @@ func (l *sessionLog) waitIdle() {
 // the end.
 func (l *sessionLog) begin(st *sessionState) *txn {
 	l.waitIdle()
-	return &txn{st: st, b: Batch{SessionID: l.id}, next: l.end.Seq + 1}
+	return &txn{st: st, b: Batch{SessionID: l.id}, next: l.end.Seq + 1, leaf: l.leaf, leafKnown: l.leafKnown}
 }
 
 // commit writes t with w, the log's gate closed meanwhile, and settles it. The session's
@@ -170,6 +190,9 @@ func (l *sessionLog) append(evs []*Event) {
 		return
 	}
 	l.end = CursorOf(evs[len(evs)-1])
+	if l.leafKnown {
+		l.leaf = leafAfter(l.leaf, evs)
+	}
 	l.tail = append(l.tail, evs...)
 	if len(l.tail) >= 2*l.maxTail {
 		// Keep the newest maxTail; readers that fall behind read from the store. Trimming
@@ -184,8 +207,22 @@ func (l *sessionLog) append(evs []*Event) {
 // have not read comes from the store. Readers are woken.
 func (l *sessionLog) resetEnd(end Cursor) {
 	l.end = end
+	l.leaf, l.leafKnown = "", false
 	l.tail, l.tailStart = nil, end.Seq+1
 	l.wake()
+}
+
+// leafAfter returns the current branch's last message after evs, leaf before them.
+func leafAfter(leaf string, evs []*Event) string {
+	for _, ev := range evs {
+		switch {
+		case ev.Type == EventMessageAdded && ev.Message != nil && !ev.Message.OffBranch:
+			leaf = ev.Message.ID
+		case ev.Type == EventBranchSelected:
+			leaf = ev.Key
+		}
+	}
+	return leaf
 }
 
 // markDeleted ends the log: the session was deleted, here or elsewhere.

@@ -177,7 +177,7 @@ func (s *Service) readyLocked(ctx context.Context, st *sessionState) error {
 		return Errorf(ENOTFOUND, "session not found")
 	}
 	if st.log.synced {
-		return nil
+		return s.loadLeafLocked(ctx, st)
 	}
 	// A state is created from a session read before it; an older state of the session may
 	// have written more in between. The log continues from what is stored.
@@ -197,7 +197,7 @@ func (s *Service) readyLocked(ctx context.Context, st *sessionState) error {
 		st.log.resetEnd(end)
 	}
 	st.log.synced = true
-	return nil
+	return s.loadLeafLocked(ctx, st)
 }
 
 // storedEnd returns the position after the session's last stored event, whose Seq is
@@ -232,11 +232,53 @@ func (s *Service) add(t *txn, evs ...*Event) {
 		if ev.At.IsZero() {
 			ev.At = now
 		}
-		if ev.Type == EventMessageAdded && ev.Message != nil {
-			ev.Message.Seq = ev.Seq
+		switch {
+		case ev.Type == EventMessageAdded && ev.Message != nil:
+			m := ev.Message
+			m.Seq = ev.Seq
+			if !m.OffBranch {
+				// A message joins the current branch at its end: its parent is the
+				// branch's last message, and it becomes the last.
+				if m.ParentID == "" {
+					m.ParentID = s.leafOf(t)
+				}
+				t.leaf = m.ID
+			}
+		case ev.Type == EventBranchSelected:
+			t.leaf, t.leafKnown = ev.Key, true
 		}
 		t.b.Events = append(t.b.Events, ev)
 	}
+}
+
+// leafOf returns the current branch's last message as t's events so far leave it,
+// reading the store once when this process does not know it (a session just loaded, or
+// whose log was read again).
+func (s *Service) leafOf(t *txn) string {
+	if !t.leafKnown {
+		if err := s.loadLeafLocked(context.Background(), t.st); err != nil {
+			s.log.Warn("reading the current branch", "session", t.st.id, "err", err)
+		}
+		t.leaf, t.leafKnown = t.st.log.leaf, true
+	}
+	return t.leaf
+}
+
+// loadLeafLocked reads the current branch's last message from the store, unless st's
+// log knows it.
+func (s *Service) loadLeafLocked(ctx context.Context, st *sessionState) error {
+	if st.log.leafKnown {
+		return nil
+	}
+	last, err := s.store.Messages(ctx, st.id, MessagePage{Last: 1})
+	if err != nil {
+		return err
+	}
+	st.log.leaf, st.log.leafKnown = "", true
+	if len(last) == 1 {
+		st.log.leaf = last[0].ID
+	}
+	return nil
 }
 
 // commitLocked writes t and, once it is durable, applies it (see sessionLog.settle and

@@ -96,7 +96,7 @@ func (s *Service) announce(t *txn, ar *activeRun) int64 {
 	m := *ar.msg
 	s.add(t, &Event{Type: EventMessageAdded, Message: &m})
 	msg := ar.msg
-	t.onCommit(func() { msg.Seq = m.Seq; ar.announced = ar.msg == msg })
+	t.onCommit(func() { msg.Seq, msg.ParentID = m.Seq, m.ParentID; ar.announced = ar.msg == msg })
 	return m.Seq
 }
 
@@ -137,6 +137,9 @@ func (s *Service) completeMessage(t *txn, ar *activeRun, status MessageStatus, e
 	s.chunk(t, &ar.text, EventMessageChunk, m.ID, m.ID)
 	done := *m
 	done.Seq, done.Content, done.Status = seq, ar.text.all(), status
+	if ev, ok := t.added(m.ID); ok { // announced in this very write
+		done.ParentID = ev.ParentID
+	}
 	if status == MessageFailed {
 		done.Error = errMsg
 	}

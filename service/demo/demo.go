@@ -156,6 +156,17 @@ func (a *Agent) run(ctx context.Context, req service.RunRequest, out service.Out
 			if err := pause(ctx, time.Until(start.Add(time.Duration(i)*delay))); err != nil {
 				return err
 			}
+			if i > 1 { // between two chunks, it takes what the user steered it with
+				steers, err := out.Steers()
+				if err != nil {
+					return err
+				}
+				for _, m := range steers {
+					if err := out.Text(" [steered: " + m.Content + "] "); err != nil {
+						return err
+					}
+				}
+			}
 			if err := out.Text(fmt.Sprintf("chunk %d. ", i)); err != nil {
 				return err
 			}
@@ -391,3 +402,7 @@ func pause(ctx context.Context, d time.Duration) error {
 // ModelFor names the model the demo agent's runs report their usage under
 // (service.ModelNamer).
 func (a *Agent) ModelFor(service.Settings) string { return Model }
+
+// TakesSteers implements service.Steerable: /slow takes a steer between two chunks and
+// streams " [steered: <content>] " there; its other commands end before they would.
+func (a *Agent) TakesSteers() bool { return true }

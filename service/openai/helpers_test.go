@@ -38,11 +38,28 @@ type recorder struct {
 	// decide, when set, answers the Approval of each call, as the user would.
 	decide func(ctx context.Context, name, args string) (string, error)
 	usage  []usageRec
+	steers []service.Message
 }
 
 type usageRec struct {
 	model string
 	usage service.Usage
+}
+
+// Steers hands over the messages a test queued with steer.
+func (r *recorder) Steers() ([]service.Message, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.steers
+	r.steers = nil
+	return out, nil
+}
+
+// steer queues a message for the agent's next Steers.
+func (r *recorder) steer(content string) {
+	r.mu.Lock()
+	r.steers = append(r.steers, service.Message{Role: service.RoleUser, Content: content})
+	r.mu.Unlock()
 }
 
 func (r *recorder) ReportUsage(model string, u service.Usage) error {

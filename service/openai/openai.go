@@ -266,19 +266,37 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 		if err != nil {
 			return err
 		}
+		if len(t.calls) > 0 {
+			params.Messages = append(params.Messages, assistantParam(t.text.String(), t.wireCalls()))
+			results := a.runCalls(ctx, tb, t.calls, g, rt)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			for i, c := range t.calls {
+				params.Messages = append(params.Messages, oai.ToolMessage(results[i], c.id))
+			}
+		}
+		// What the user sent meanwhile with STEER goes to the model before its next call,
+		// after the tool results; a reply that was done goes on with it.
+		steers, err := g.Steers()
+		if err != nil {
+			return err
+		}
 		if len(t.calls) == 0 {
-			return nil
+			if len(steers) == 0 {
+				return nil
+			}
+			params.Messages = append(params.Messages, assistantParam(t.text.String(), nil))
 		}
-		params.Messages = append(params.Messages, assistantParam(t.text.String(), t.wireCalls()))
-		results := a.runCalls(ctx, tb, t.calls, g, rt)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		for i, c := range t.calls {
-			params.Messages = append(params.Messages, oai.ToolMessage(results[i], c.id))
+		for _, m := range steers {
+			params.Messages = append(params.Messages, oai.UserMessage(m.Content))
 		}
 	}
 }
+
+// TakesSteers implements service.Steerable: messages sent with STEER reach the model
+// before its next call.
+func (a *Agent) TakesSteers() bool { return true }
 
 // ModelFor names the model a run with set uses: the session's model, or the agent's
 // default (service.ModelNamer).

@@ -186,6 +186,14 @@ func (g *guardedOutput) ReportUsage(model string, u service.Usage) error {
 	return g.out.ReportUsage(model, u)
 }
 
+// Steers writes out the text held back first: it belongs to the reply before the steer.
+func (g *guardedOutput) Steers() ([]service.Message, error) {
+	if err := g.flush(); err != nil {
+		return nil, err
+	}
+	return g.out.Steers()
+}
+
 type guardedHandle struct {
 	h   service.ToolHandle
 	key *secret

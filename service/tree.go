@@ -1,0 +1,372 @@
+package service
+
+import (
+	"context"
+	"slices"
+)
+
+// The conversation as a tree.
+//
+// Every message has a parent (Message.ParentID): the message before it on its branch.
+// A session has one current branch, the path from a first message to its last message
+// (the leaf); it is what the history pages through and all an agent ever reads. A
+// message joins the current branch at its end when it is added (Service.add gives it the
+// leaf as its parent); only an edit that waits for the agent is added beside it
+// (Message.OffBranch) and joins it when its run starts (Run.ReplyTo). Every other change
+// of branch is a BranchSelected event, which names the new leaf and the messages that
+// leave and join the branch: the log stays append-only, so every cursor stays valid, and
+// a follower rebuilds the branch from MessageAdded's parents and BranchSelected's leaf.
+
+// EditMessage adds a new user message beside the caller's message messageID (same
+// parent), makes its branch current and starts a run for it, by the session's busy
+// policy as AddMessage does (STEER acting as ENQUEUE). Under ENQUEUE, while the agent
+// works, the new message waits beside the branch, and its branch becomes current when
+// its run starts. ENOTFOUND for a message that is missing or not the caller's; EINVALID
+// for an assistant message or bad content; ERATELIMIT when MaxBranches versions of the
+// message exist; ECONFLICT under REJECT while the agent works.
+func (s *Service) EditMessage(ctx context.Context, messageID, content string) (*Message, *Run, error) {
+	u, err := user(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.checkText("message", content); err != nil {
+		return nil, nil, err
+	}
+	m, err := s.ownMessage(ctx, u, messageID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if m.Role != RoleUser || m.Kind != KindText {
+		return nil, nil, Errorf(EINVALID, "only a message you wrote can be edited; regenerate the agent's reply instead")
+	}
+	r, err := s.peers.route(ctx, &Command{Op: opEdit, UserID: u, SessionID: m.SessionID, MessageID: messageID, Content: content}, func(ctx context.Context) (*Reply, error) {
+		msg, run, err := s.addMessage(ctx, u, m.SessionID, addition{content: content, edited: m})
+		return &Reply{Message: msg, Run: run}, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	s.annotate(ctx, m.SessionID, r.Run.ID)
+	return r.Message, r.Run, nil
+}
+
+// Regenerate starts a run of the caller's session whose reply is a new assistant message
+// beside the reply messageID, on the history up to its parent, by the session's busy
+// policy as EditMessage does. ENOTFOUND for a message that is missing or not the
+// caller's; EINVALID for a user message.
+func (s *Service) Regenerate(ctx context.Context, messageID string) (*Run, error) {
+	u, err := user(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.ownMessage(ctx, u, messageID)
+	if err != nil {
+		return nil, err
+	}
+	if m.Role != RoleAssistant {
+		return nil, Errorf(EINVALID, "only the agent's reply can be regenerated; edit your message instead")
+	}
+	if m.ParentID == "" {
+		return nil, Errorf(EINVALID, "this reply answers nothing to regenerate it from")
+	}
+	r, err := s.peers.route(ctx, &Command{Op: opRegen, UserID: u, SessionID: m.SessionID, MessageID: messageID}, func(ctx context.Context) (*Reply, error) {
+		_, run, err := s.addMessage(ctx, u, m.SessionID, addition{regenerated: m})
+		return &Reply{Run: run}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.annotate(ctx, m.SessionID, r.Run.ID)
+	return r.Run, nil
+}
+
+// SelectBranch makes the branch through the caller's message messageID current,
+// continuing below it at each step to the child added last, and returns the session.
+// ECONFLICT while the session's agent works or runs wait: their replies go to the end of
+// the current branch. ENOTFOUND for a message that is missing or not the caller's.
+func (s *Service) SelectBranch(ctx context.Context, messageID string) (*SessionView, error) {
+	u, err := user(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.ownMessage(ctx, u, messageID)
+	if err != nil {
+		return nil, err
+	}
+	var view *SessionView
+	_, err = s.peers.route(ctx, &Command{Op: opSelect, UserID: u, SessionID: m.SessionID, MessageID: messageID}, func(ctx context.Context) (*Reply, error) {
+		v, err := s.selectBranch(ctx, m)
+		view = v
+		return sessionReply(v), err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if view == nil { // switched on another replica
+		return s.View(ctx, m.SessionID)
+	}
+	return view, nil
+}
+
+func (s *Service) selectBranch(ctx context.Context, m *Message) (*SessionView, error) {
+	sess, st, unlock, err := s.lockSession(ctx, m.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if st.active != nil || len(st.queue) > 0 {
+		return nil, Errorf(ECONFLICT, "the agent is working on this session: stop it, or wait, before switching branches")
+	}
+	t := s.begin(st)
+	sw, err := s.switchTo(ctx, t, m.ID, true)
+	if err != nil {
+		return nil, err
+	}
+	if sw != nil {
+		s.add(t, sw)
+		if err := s.commitLocked(ctx, t); err != nil {
+			return nil, err
+		}
+	}
+	v := s.viewLocked(sess, st)
+	return v, nil
+}
+
+// ForkSession makes a new session of the caller's holding the current branch of
+// messageID's session up to messageID, with the source's settings and title (or title,
+// when not empty), and its own history from then on. The copies are new messages with
+// their text and status (a question or an answer becomes plain text; tool calls are not
+// copied). ENOTFOUND for a message (or session) that is missing or not the caller's;
+// EINVALID for a message off the current branch, a bad title, or more than
+// MaxForkMessages messages; ECONFLICT for a message still being written.
+func (s *Service) ForkSession(ctx context.Context, messageID, title string) (*SessionView, error) {
+	u, err := user(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkOpen(); err != nil {
+		return nil, err
+	}
+	title = trimTitle(title)
+	if err := s.checkTitle(title); err != nil {
+		return nil, err
+	}
+	m, err := s.ownMessage(ctx, u, messageID)
+	if err != nil {
+		return nil, err
+	}
+	src, err := s.session(ctx, m.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	if m.OffBranch {
+		return nil, Errorf(EINVALID, "fork from a message of the current branch: select its branch first")
+	}
+	if m.Status == MessageStreaming {
+		return nil, Errorf(ECONFLICT, "the message is still being written")
+	}
+	msgs, err := s.store.Messages(ctx, m.SessionID, MessagePage{Before: m.Seq + 1, First: s.cfg.MaxForkMessages + 1})
+	if err != nil {
+		return nil, err
+	}
+	if len(msgs) > s.cfg.MaxForkMessages {
+		return nil, Errorf(EINVALID, "a fork copies at most %d messages", s.cfg.MaxForkMessages)
+	}
+	if len(msgs) == 0 || msgs[len(msgs)-1].ID != m.ID {
+		return nil, Errorf(EINVALID, "fork from a message of the current branch: select its branch first")
+	}
+	if title == "" {
+		title = src.Title
+	}
+	now := s.now()
+	sess := &TalkSession{ID: newID(), UserID: u, Title: title, Settings: src.Settings, CreatedAt: now, UpdatedAt: now}
+	b := &Batch{SessionID: sess.ID, Create: sess}
+	parent := ""
+	var bytes int64
+	for i, old := range msgs {
+		cp := &Message{ID: newID(), SessionID: sess.ID, Seq: int64(i + 1), Role: old.Role, Kind: KindText,
+			Content: old.Content, Status: old.Status, Error: old.Error, ParentID: parent, CreatedAt: old.CreatedAt}
+		if cp.Status == MessageStreaming {
+			cp.Status = MessageInterrupted
+		}
+		if cp.Role == RoleUser {
+			bytes += int64(len(cp.Content))
+		}
+		parent = cp.ID
+		b.Events = append(b.Events, &Event{SessionID: sess.ID, Seq: cp.Seq, Type: EventMessageAdded, At: now, Message: cp})
+	}
+	if err := s.checkQuota(ctx, u, 1, sess.Size()+bytes); err != nil {
+		return nil, err
+	}
+	if err := s.writer.write(ctx, b); err != nil {
+		return nil, err
+	}
+	s.counted(u, 1, sess.Size()+bytes)
+	s.annotate(ctx, sess.ID, "")
+	end := Cursor{Seq: int64(len(b.Events))}
+	return &SessionView{TalkSession: sess, Status: SessionIdle, StreamCursor: EncodeCursor(sess.ID, end)}, nil
+}
+
+// Siblings returns the IDs of m's siblings, m included, oldest first: the messages of its
+// session with its parent. m is a message the caller was given.
+func (s *Service) Siblings(ctx context.Context, m *Message) ([]string, error) {
+	kids, err := s.store.Children(ctx, m.SessionID, m.ParentID, s.cfg.MaxBranches+1)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(kids))
+	for _, k := range kids {
+		ids = append(ids, k.ID)
+	}
+	if !slices.Contains(ids, m.ID) { // a message of an event, not in the store yet
+		ids = append(ids, m.ID)
+	}
+	return ids, nil
+}
+
+// QueuedRuns returns the runs of v's session that wait their turn behind its active
+// run, oldest first.
+func (s *Service) QueuedRuns(ctx context.Context, v *SessionView) ([]*Run, error) {
+	runs, err := s.store.SessionRuns(ctx, v.ID, RunQueued)
+	if err != nil {
+		return nil, err
+	}
+	if v.ActiveRun != nil {
+		runs = slices.DeleteFunc(runs, func(r *Run) bool { return r.ID == v.ActiveRun.ID })
+	}
+	return runs, nil
+}
+
+// ownMessage returns message id when it is the caller's (u's); ENOTFOUND otherwise.
+func (s *Service) ownMessage(ctx context.Context, u, id string) (*Message, error) {
+	if err := checkID("message ID", id); err != nil {
+		return nil, err
+	}
+	m, err := s.store.Message(ctx, id)
+	if ErrorCode(err) == ENOTFOUND {
+		return nil, Errorf(ENOTFOUND, "message not found")
+	} else if err != nil {
+		return nil, err
+	}
+	sess, err := s.store.Session(ctx, m.SessionID)
+	if ErrorCode(err) == ENOTFOUND || (err == nil && sess.UserID != u) {
+		return nil, Errorf(ENOTFOUND, "message not found")
+	} else if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// checkTreeLimits refuses an addition that would take the session past
+// MaxSessionMessages messages, or a message past MaxBranches versions.
+func (s *Service) checkTreeLimits(ctx context.Context, st *sessionState, a addition) error {
+	n, err := s.store.CountMessages(ctx, st.id)
+	if err != nil {
+		return err
+	}
+	if n >= s.cfg.MaxSessionMessages {
+		return Errorf(ERATELIMIT, "this session holds %d messages, the most it can: fork it or start a new one", n)
+	}
+	var beside *Message
+	switch {
+	case a.edited != nil:
+		beside = a.edited
+	case a.regenerated != nil:
+		beside = a.regenerated
+	default:
+		return nil
+	}
+	kids, err := s.store.Children(ctx, st.id, beside.ParentID, s.cfg.MaxBranches)
+	if err != nil {
+		return err
+	}
+	if len(kids) >= s.cfg.MaxBranches {
+		return Errorf(ERATELIMIT, "this message has %d versions, the most it can have", len(kids))
+	}
+	return nil
+}
+
+// switchTo returns the BranchSelected event that makes current, after t's events so
+// far, the branch through target ("" for none: the empty branch), ending there, or, with
+// descend, continuing below it at each step to the child added last; nil when that
+// branch is current already. The session's lock is held.
+func (s *Service) switchTo(ctx context.Context, t *txn, target string, descend bool) (*Event, error) {
+	st := t.st
+	leaf := s.leafOf(t)
+	// Up from target to the first message on the current branch (the fork point).
+	var up []*Message
+	forkSeq := int64(0)
+	for id := target; id != ""; {
+		m, err := s.store.Message(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if m.SessionID != st.id {
+			return nil, Errorf(ENOTFOUND, "message not found")
+		}
+		if !m.OffBranch {
+			forkSeq = m.Seq
+			break
+		}
+		up = append(up, m)
+		if len(up) > s.cfg.MaxSessionMessages {
+			return nil, Errorf(EINTERNAL, "the message's branch does not end")
+		}
+		id = m.ParentID
+	}
+	slices.Reverse(up)
+	var next []string // the new branch below the fork point
+	for _, m := range up {
+		next = append(next, m.ID)
+	}
+	to := target
+	if descend && target != "" {
+		for at := target; len(next) <= s.cfg.MaxSessionMessages; {
+			kids, err := s.store.Children(ctx, st.id, at, 0)
+			if err != nil {
+				return nil, err
+			}
+			if len(kids) == 0 {
+				break
+			}
+			at = kids[len(kids)-1].ID
+			next, to = append(next, at), at
+		}
+	}
+	// The current branch below the fork point.
+	var old []string
+	for after := forkSeq; ; {
+		page, err := s.store.Messages(ctx, st.id, MessagePage{After: after, First: 500})
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range page {
+			old = append(old, m.ID)
+		}
+		if len(page) < 500 {
+			break
+		}
+		after = page[len(page)-1].Seq
+	}
+	// and what t added to it so far.
+	for _, ev := range t.b.Events {
+		if ev.Type == EventMessageAdded && ev.Message != nil && !ev.Message.OffBranch {
+			old = append(old, ev.Message.ID)
+		}
+	}
+	sw := &BranchSwitch{}
+	for _, id := range old {
+		if !slices.Contains(next, id) {
+			sw.Off = append(sw.Off, id)
+		}
+	}
+	for _, id := range next {
+		if !slices.Contains(old, id) {
+			sw.On = append(sw.On, id)
+		}
+	}
+	if len(sw.Off) == 0 && len(sw.On) == 0 && to == leaf {
+		return nil, nil
+	}
+	return &Event{Type: EventBranchSelected, Key: to, Branch: sw}, nil
+}
