@@ -17,6 +17,8 @@ type AddMessageInput struct {
 	Content   string `json:"content"`
 	// Retrying with the same key creates nothing new and answers the same.
 	IdempotencyKey *string `json:"idempotencyKey"`
+	// The busy policy for this message alone; the session's when null.
+	BusyPolicy *BusyPolicy `json:"busyPolicy"`
 }
 
 // GetSessionId returns AddMessageInput.SessionId, and is useful for accessing the field via an interface.
@@ -27,6 +29,9 @@ func (v *AddMessageInput) GetContent() string { return v.Content }
 
 // GetIdempotencyKey returns AddMessageInput.IdempotencyKey, and is useful for accessing the field via an interface.
 func (v *AddMessageInput) GetIdempotencyKey() *string { return v.IdempotencyKey }
+
+// GetBusyPolicy returns AddMessageInput.BusyPolicy, and is useful for accessing the field via an interface.
+func (v *AddMessageInput) GetBusyPolicy() *BusyPolicy { return v.BusyPolicy }
 
 // AddMessagePayload includes the requested fields of the GraphQL type AddMessagePayload.
 type AddMessagePayload struct {
@@ -49,12 +54,15 @@ const (
 	BusyPolicyEnqueue BusyPolicy = "ENQUEUE"
 	// A new message is refused with CONFLICT while the agent works.
 	BusyPolicyReject BusyPolicy = "REJECT"
+	// A new message is handed to the running agent at its next step; when nothing runs, or the agent cannot take it, it is queued as ENQUEUE does.
+	BusyPolicySteer BusyPolicy = "STEER"
 )
 
 var AllBusyPolicy = []BusyPolicy{
 	BusyPolicyInterrupt,
 	BusyPolicyEnqueue,
 	BusyPolicyReject,
+	BusyPolicySteer,
 }
 
 type CreateTalkSessionInput struct {
@@ -107,6 +115,7 @@ func (v *DecideToolCallPayload) GetRun() Run { return v.Run }
 // One entry of a session's event log.
 //
 // Event is implemented by the following types:
+// EventBranchSelected
 // EventMessageAdded
 // EventMessageChunk
 // EventMessageCompleted
@@ -131,6 +140,7 @@ type Event interface {
 	GetAt() time.Time
 }
 
+func (v *EventBranchSelected) implementsGraphQLInterfaceEvent()        {}
 func (v *EventMessageAdded) implementsGraphQLInterfaceEvent()          {}
 func (v *EventMessageChunk) implementsGraphQLInterfaceEvent()          {}
 func (v *EventMessageCompleted) implementsGraphQLInterfaceEvent()      {}
@@ -159,6 +169,9 @@ func __unmarshalEvent(b []byte, v *Event) error {
 	}
 
 	switch tn.TypeName {
+	case "BranchSelected":
+		*v = new(EventBranchSelected)
+		return json.Unmarshal(b, *v)
 	case "MessageAdded":
 		*v = new(EventMessageAdded)
 		return json.Unmarshal(b, *v)
@@ -211,6 +224,14 @@ func __marshalEvent(v *Event) ([]byte, error) {
 
 	var typename string
 	switch v := (*v).(type) {
+	case *EventBranchSelected:
+		typename = "BranchSelected"
+
+		result := struct {
+			TypeName string `json:"__typename"`
+			*EventBranchSelected
+		}{typename, v}
+		return json.Marshal(result)
 	case *EventMessageAdded:
 		typename = "MessageAdded"
 
@@ -322,6 +343,22 @@ func __marshalEvent(v *Event) ([]byte, error) {
 			`unexpected concrete type for Event: "%T"`, v)
 	}
 }
+
+// Event includes the GraphQL fields of BranchSelected requested by the fragment Event.
+// The GraphQL type's documentation follows.
+//
+// One entry of a session's event log.
+type EventBranchSelected struct {
+	// Resume after this event with messageStream(after: cursor).
+	Cursor string    `json:"cursor"`
+	At     time.Time `json:"at"`
+}
+
+// GetCursor returns EventBranchSelected.Cursor, and is useful for accessing the field via an interface.
+func (v *EventBranchSelected) GetCursor() string { return v.Cursor }
+
+// GetAt returns EventBranchSelected.At, and is useful for accessing the field via an interface.
+func (v *EventBranchSelected) GetAt() time.Time { return v.At }
 
 // Event includes the GraphQL fields of MessageAdded requested by the fragment Event.
 // The GraphQL type's documentation follows.
@@ -1307,7 +1344,7 @@ func (v *addMessageResponse) GetAddMessage() AddMessagePayload { return v.AddMes
 
 // cancelRunResponse is returned by cancelRun on success.
 type cancelRunResponse struct {
-	// The stop button: ends the active run, keeping its partial reply. Null when nothing was running.
+	// The stop button: ends the active run, keeping its partial reply. With runId, cancels that run, queued or active. Null when nothing was running (or the run has ended).
 	CancelRun *Run `json:"cancelRun"`
 }
 

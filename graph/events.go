@@ -36,6 +36,8 @@ func (r *Resolver) event(ctx context.Context, ev *service.Event) model.SessionEv
 		return &model.ToolApprovalDecided{Cursor: cur, At: ev.At, ToolCall: ev.ToolCall}
 	case service.EventQuestionWithdrawn:
 		return &model.QuestionWithdrawn{Cursor: cur, At: ev.At, Question: ev.Question}
+	case service.EventBranchSelected:
+		return &model.BranchSelected{Cursor: cur, At: ev.At, LeafID: ev.Key}
 	case service.EventSessionUpdated:
 		// The event carries the session's row as it was: a replay shows the title and
 		// settings of then, and the cursor of the event; the state (status, active run,

@@ -35,6 +35,9 @@ var renderable = map[string]objectType{
 	"MessageCompleted": event[*model.MessageCompleted]("MessageCompleted", map[string]field{
 		"message": object("Message", func(e *model.MessageCompleted) *service.HistoryMessage { return e.Message }),
 	}),
+	"BranchSelected": event[*model.BranchSelected]("BranchSelected", map[string]field{
+		"leafId": scalar(func(buf *bytes.Buffer, e *model.BranchSelected) { writeID(buf, e.LeafID) }),
+	}),
 	"RunStatusChanged": event[*model.RunStatusChanged]("RunStatusChanged", map[string]field{
 		"run": object("Run", func(e *model.RunStatusChanged) *service.Run { return e.Run }),
 	}),
@@ -48,6 +51,7 @@ var renderable = map[string]objectType{
 		"error":     scalar(func(buf *bytes.Buffer, m *service.HistoryMessage) { writeOptString(buf, m.Error) }),
 		"runId":     scalar(func(buf *bytes.Buffer, m *service.HistoryMessage) { writeID(buf, m.RunID) }),
 		"createdAt": scalar(func(buf *bytes.Buffer, m *service.HistoryMessage) { writeTime(buf, m.CreatedAt) }),
+		"parentId":  scalar(func(buf *bytes.Buffer, m *service.HistoryMessage) { writeOptString(buf, m.ParentID) }),
 	}),
 	"Run": objectOf("Run", map[string]field{
 		"id":         scalar(func(buf *bytes.Buffer, r *service.Run) { writeID(buf, r.ID) }),
@@ -116,6 +120,8 @@ func eventType(m model.SessionEvent) string {
 		if e.Run != nil {
 			return "RunStatusChanged"
 		}
+	case *model.BranchSelected:
+		return "BranchSelected"
 	}
 	return ""
 }

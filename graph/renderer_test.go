@@ -19,13 +19,14 @@ import (
 // executor. A field the schema gains must be added either to renderable (with its writer)
 // or here.
 var leftToExecutor = map[string]string{
-	"Message.question":  "an object of a type the renderer does not write (Question)",
-	"Message.toolCalls": "its resolver reads the message's tool calls from the store: more than the event holds",
+	"Message.question":   "an object of a type the renderer does not write (Question)",
+	"Message.toolCalls":  "its resolver reads the message's tool calls from the store: more than the event holds",
+	"Message.siblingIds": "its resolver reads the message's siblings from the store: more than the event holds",
 }
 
 // renderedTypes are the types the fast renderer is meant to write; the test fails if one
 // of them goes missing from renderable.
-var renderedTypes = []string{"MessageChunk", "ToolCallOutput", "MessageAdded", "MessageCompleted", "RunStatusChanged", "Message", "Run", "Usage"}
+var renderedTypes = []string{"MessageChunk", "ToolCallOutput", "MessageAdded", "MessageCompleted", "RunStatusChanged", "BranchSelected", "Message", "Run", "Usage"}
 
 // TestRenderableMatchesTheSchema checks the fast renderer's field table against
 // schema.graphqls: every field of a type it writes is written by the table or listed in
@@ -122,8 +123,9 @@ var renderDocuments = map[string]string{
 		... on MessageCompleted { message { ...M } }
 		... on RunStatusChanged { run { id sessionId status error agent usage { inputTokens outputTokens cachedInputTokens } createdAt startedAt finishedAt } }
 		... on ToolCallOutput { toolCallId messageId delta offset }
+		... on BranchSelected { leafId }
 	} }
-	fragment M on Message { id sessionId role kind content status error runId createdAt }`,
+	fragment M on Message { id sessionId role kind content status error runId createdAt parentId }`,
 	"aliases and repeats": `subscription($s: ID!, $a: String){ ev: messageStream(sessionId: $s, after: $a){
 		kind: __typename
 		... on MessageChunk { text: delta delta at: offset offset kind: __typename messageId }
@@ -203,6 +205,10 @@ func sampleEvents() []model.SessionEvent {
 		&model.MessageChunk{Cursor: "c", At: local, MessageID: "m-1", Delta: "", Offset: 0},
 		&model.ToolCallOutput{Cursor: "c2", At: at, ToolCallID: "t-1", MessageID: "m-1", Delta: text, Offset: 3},
 		&model.MessageAdded{Cursor: "c3", At: at, Message: msg("", "")},
+		&model.MessageAdded{Cursor: "c3p", At: at, Message: &service.HistoryMessage{Message: service.Message{ID: "m-2",
+			SessionID: "s-1", Role: service.RoleUser, Kind: service.KindText, Content: text, Status: service.MessageComplete,
+			ParentID: "m-1", CreatedAt: at}}},
+		&model.BranchSelected{Cursor: "c8", At: at, LeafID: "m-2"},
 		&model.MessageCompleted{Cursor: "c4", At: at, Message: msg("it failed: <"+text+">", "r-1")},
 		&model.RunStatusChanged{Cursor: "c5", At: at, Run: &service.Run{ID: "r-1", SessionID: "s-1", Status: service.RunQueued,
 			Agent: "demo", CreatedAt: at}},

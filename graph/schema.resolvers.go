@@ -30,6 +30,16 @@ func (r *messageResolver) ToolCalls(ctx context.Context, obj *service.HistoryMes
 	return r.Service.ToolCalls(ctx, obj.SessionID, obj.ID)
 }
 
+// ParentID is the resolver for the parentId field.
+func (r *messageResolver) ParentID(ctx context.Context, obj *service.HistoryMessage) (*string, error) {
+	return optional(obj.ParentID), nil
+}
+
+// SiblingIds is the resolver for the siblingIds field.
+func (r *messageResolver) SiblingIds(ctx context.Context, obj *service.HistoryMessage) ([]string, error) {
+	return r.Service.Siblings(ctx, &obj.Message)
+}
+
 // CreateTalkSession is the resolver for the createTalkSession field.
 func (r *mutationResolver) CreateTalkSession(ctx context.Context, input *model.CreateTalkSessionInput) (*service.SessionView, error) {
 	var title string
@@ -67,7 +77,11 @@ func (r *mutationResolver) AddMessage(ctx context.Context, input model.AddMessag
 	if input.IdempotencyKey != nil {
 		key = *input.IdempotencyKey
 	}
-	msg, run, err := r.Service.AddMessage(ctx, input.SessionID, input.Content, key)
+	var policy service.BusyPolicy
+	if input.BusyPolicy != nil {
+		policy = *input.BusyPolicy
+	}
+	msg, run, err := r.Service.AddMessageWith(ctx, input.SessionID, input.Content, key, policy)
 	if err != nil {
 		return nil, err
 	}
@@ -117,8 +131,44 @@ func (r *mutationResolver) RespondToInputs(ctx context.Context, input model.Resp
 }
 
 // CancelRun is the resolver for the cancelRun field.
-func (r *mutationResolver) CancelRun(ctx context.Context, sessionID string) (*service.Run, error) {
-	return r.Service.CancelRun(ctx, sessionID)
+func (r *mutationResolver) CancelRun(ctx context.Context, sessionID string, runID *string) (*service.Run, error) {
+	var id string
+	if runID != nil {
+		id = *runID
+	}
+	return r.Service.StopRun(ctx, sessionID, id)
+}
+
+// EditMessage is the resolver for the editMessage field.
+func (r *mutationResolver) EditMessage(ctx context.Context, input model.EditMessageInput) (*model.AddMessagePayload, error) {
+	msg, run, err := r.Service.EditMessage(ctx, input.MessageID, input.Content)
+	if err != nil {
+		return nil, err
+	}
+	return &model.AddMessagePayload{Message: &service.HistoryMessage{Message: *msg, Loaded: true}, Run: run}, nil
+}
+
+// Regenerate is the resolver for the regenerate field.
+func (r *mutationResolver) Regenerate(ctx context.Context, input model.RegenerateInput) (*model.RegeneratePayload, error) {
+	run, err := r.Service.Regenerate(ctx, input.MessageID)
+	if err != nil {
+		return nil, err
+	}
+	return &model.RegeneratePayload{Run: run}, nil
+}
+
+// SelectBranch is the resolver for the selectBranch field.
+func (r *mutationResolver) SelectBranch(ctx context.Context, input model.SelectBranchInput) (*service.SessionView, error) {
+	return r.Service.SelectBranch(ctx, input.MessageID)
+}
+
+// ForkSession is the resolver for the forkSession field.
+func (r *mutationResolver) ForkSession(ctx context.Context, input model.ForkSessionInput) (*service.SessionView, error) {
+	var title string
+	if input.Title != nil {
+		title = *input.Title
+	}
+	return r.Service.ForkSession(ctx, input.MessageID, title)
 }
 
 // Viewer is the resolver for the viewer field.
@@ -253,6 +303,11 @@ func (r *talkSessionResolver) Messages(ctx context.Context, obj *service.Session
 		conn.PageInfo.EndCursor = &conn.Edges[n-1].Cursor
 	}
 	return conn, nil
+}
+
+// QueuedRuns is the resolver for the queuedRuns field.
+func (r *talkSessionResolver) QueuedRuns(ctx context.Context, obj *service.SessionView) ([]*service.Run, error) {
+	return r.Service.QueuedRuns(ctx, obj)
 }
 
 // Reason is the resolver for the reason field.

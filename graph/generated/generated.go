@@ -59,23 +59,31 @@ type ComplexityRoot struct {
 		Tools       func(childComplexity int) int
 	}
 
+	BranchSelected struct {
+		At     func(childComplexity int) int
+		Cursor func(childComplexity int) int
+		LeafID func(childComplexity int) int
+	}
+
 	DecideToolCallPayload struct {
 		Run      func(childComplexity int) int
 		ToolCall func(childComplexity int) int
 	}
 
 	Message struct {
-		Content   func(childComplexity int) int
-		CreatedAt func(childComplexity int) int
-		Error     func(childComplexity int) int
-		ID        func(childComplexity int) int
-		Kind      func(childComplexity int) int
-		Question  func(childComplexity int) int
-		Role      func(childComplexity int) int
-		RunID     func(childComplexity int) int
-		SessionID func(childComplexity int) int
-		Status    func(childComplexity int) int
-		ToolCalls func(childComplexity int) int
+		Content    func(childComplexity int) int
+		CreatedAt  func(childComplexity int) int
+		Error      func(childComplexity int) int
+		ID         func(childComplexity int) int
+		Kind       func(childComplexity int) int
+		ParentID   func(childComplexity int) int
+		Question   func(childComplexity int) int
+		Role       func(childComplexity int) int
+		RunID      func(childComplexity int) int
+		SessionID  func(childComplexity int) int
+		SiblingIds func(childComplexity int) int
+		Status     func(childComplexity int) int
+		ToolCalls  func(childComplexity int) int
 	}
 
 	MessageAdded struct {
@@ -110,13 +118,17 @@ type ComplexityRoot struct {
 
 	Mutation struct {
 		AddMessage                func(childComplexity int, input model.AddMessageInput) int
-		CancelRun                 func(childComplexity int, sessionID string) int
+		CancelRun                 func(childComplexity int, sessionID string, runID *string) int
 		CreateTalkSession         func(childComplexity int, input *model.CreateTalkSessionInput) int
 		DecideToolCall            func(childComplexity int, input model.DecideToolCallInput) int
 		DeleteTalkSession         func(childComplexity int, id string) int
+		EditMessage               func(childComplexity int, input model.EditMessageInput) int
+		ForkSession               func(childComplexity int, input model.ForkSessionInput) int
+		Regenerate                func(childComplexity int, input model.RegenerateInput) int
 		RenameTalkSession         func(childComplexity int, input model.RenameTalkSessionInput) int
 		RespondToInputs           func(childComplexity int, input model.RespondToInputsInput) int
 		RespondToQuestion         func(childComplexity int, input model.RespondToQuestionInput) int
+		SelectBranch              func(childComplexity int, input model.SelectBranchInput) int
 		UpdateTalkSessionSettings func(childComplexity int, input model.UpdateTalkSessionSettingsInput) int
 	}
 
@@ -167,6 +179,10 @@ type ComplexityRoot struct {
 		At       func(childComplexity int) int
 		Cursor   func(childComplexity int) int
 		Question func(childComplexity int) int
+	}
+
+	RegeneratePayload struct {
+		Run func(childComplexity int) int
 	}
 
 	RespondToInputsPayload struct {
@@ -225,6 +241,7 @@ type ComplexityRoot struct {
 		PendingApprovals func(childComplexity int) int
 		PendingQuestion  func(childComplexity int) int
 		PendingQuestions func(childComplexity int) int
+		QueuedRuns       func(childComplexity int) int
 		Settings         func(childComplexity int) int
 		Status           func(childComplexity int) int
 		StreamCursor     func(childComplexity int) int
@@ -330,6 +347,9 @@ type MessageResolver interface {
 	Error(ctx context.Context, obj *service.HistoryMessage) (*string, error)
 
 	ToolCalls(ctx context.Context, obj *service.HistoryMessage) ([]*service.ToolCall, error)
+
+	ParentID(ctx context.Context, obj *service.HistoryMessage) (*string, error)
+	SiblingIds(ctx context.Context, obj *service.HistoryMessage) ([]string, error)
 }
 type MutationResolver interface {
 	CreateTalkSession(ctx context.Context, input *model.CreateTalkSessionInput) (*service.SessionView, error)
@@ -340,7 +360,11 @@ type MutationResolver interface {
 	RespondToQuestion(ctx context.Context, input model.RespondToQuestionInput) (*model.RespondToQuestionPayload, error)
 	DecideToolCall(ctx context.Context, input model.DecideToolCallInput) (*model.DecideToolCallPayload, error)
 	RespondToInputs(ctx context.Context, input model.RespondToInputsInput) (*model.RespondToInputsPayload, error)
-	CancelRun(ctx context.Context, sessionID string) (*service.Run, error)
+	CancelRun(ctx context.Context, sessionID string, runID *string) (*service.Run, error)
+	EditMessage(ctx context.Context, input model.EditMessageInput) (*model.AddMessagePayload, error)
+	Regenerate(ctx context.Context, input model.RegenerateInput) (*model.RegeneratePayload, error)
+	SelectBranch(ctx context.Context, input model.SelectBranchInput) (*service.SessionView, error)
+	ForkSession(ctx context.Context, input model.ForkSessionInput) (*service.SessionView, error)
 }
 type QueryResolver interface {
 	Viewer(ctx context.Context) (*model.Viewer, error)
@@ -365,6 +389,8 @@ type SubscriptionResolver interface {
 }
 type TalkSessionResolver interface {
 	Messages(ctx context.Context, obj *service.SessionView, first *int, after *string, last *int, before *string) (*model.MessageConnection, error)
+
+	QueuedRuns(ctx context.Context, obj *service.SessionView) ([]*service.Run, error)
 }
 type ToolApprovalResolver interface {
 	Reason(ctx context.Context, obj *service.ToolApproval) (*string, error)
@@ -427,6 +453,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.AgentInfo.Tools(childComplexity), true
 
+	case "BranchSelected.at":
+		if e.ComplexityRoot.BranchSelected.At == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BranchSelected.At(childComplexity), true
+	case "BranchSelected.cursor":
+		if e.ComplexityRoot.BranchSelected.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BranchSelected.Cursor(childComplexity), true
+	case "BranchSelected.leafId":
+		if e.ComplexityRoot.BranchSelected.LeafID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.BranchSelected.LeafID(childComplexity), true
+
 	case "DecideToolCallPayload.run":
 		if e.ComplexityRoot.DecideToolCallPayload.Run == nil {
 			break
@@ -470,6 +515,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Message.Kind(childComplexity), true
+	case "Message.parentId":
+		if e.ComplexityRoot.Message.ParentID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Message.ParentID(childComplexity), true
 	case "Message.question":
 		if e.ComplexityRoot.Message.Question == nil {
 			break
@@ -494,6 +545,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Message.SessionID(childComplexity), true
+	case "Message.siblingIds":
+		if e.ComplexityRoot.Message.SiblingIds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Message.SiblingIds(childComplexity), true
 	case "Message.status":
 		if e.ComplexityRoot.Message.Status == nil {
 			break
@@ -623,7 +680,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.CancelRun(childComplexity, args["sessionId"].(string)), true
+		return e.ComplexityRoot.Mutation.CancelRun(childComplexity, args["sessionId"].(string), args["runId"].(*string)), true
 	case "Mutation.createTalkSession":
 		if e.ComplexityRoot.Mutation.CreateTalkSession == nil {
 			break
@@ -657,6 +714,39 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteTalkSession(childComplexity, args["id"].(string)), true
+	case "Mutation.editMessage":
+		if e.ComplexityRoot.Mutation.EditMessage == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_editMessage_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.EditMessage(childComplexity, args["input"].(model.EditMessageInput)), true
+	case "Mutation.forkSession":
+		if e.ComplexityRoot.Mutation.ForkSession == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_forkSession_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ForkSession(childComplexity, args["input"].(model.ForkSessionInput)), true
+	case "Mutation.regenerate":
+		if e.ComplexityRoot.Mutation.Regenerate == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_regenerate_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.Regenerate(childComplexity, args["input"].(model.RegenerateInput)), true
 	case "Mutation.renameTalkSession":
 		if e.ComplexityRoot.Mutation.RenameTalkSession == nil {
 			break
@@ -690,6 +780,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RespondToQuestion(childComplexity, args["input"].(model.RespondToQuestionInput)), true
+	case "Mutation.selectBranch":
+		if e.ComplexityRoot.Mutation.SelectBranch == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_selectBranch_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SelectBranch(childComplexity, args["input"].(model.SelectBranchInput)), true
 	case "Mutation.updateTalkSessionSettings":
 		if e.ComplexityRoot.Mutation.UpdateTalkSessionSettings == nil {
 			break
@@ -909,6 +1010,13 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.QuestionWithdrawn.Question(childComplexity), true
+
+	case "RegeneratePayload.run":
+		if e.ComplexityRoot.RegeneratePayload.Run == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RegeneratePayload.Run(childComplexity), true
 
 	case "RespondToInputsPayload.questions":
 		if e.ComplexityRoot.RespondToInputsPayload.Questions == nil {
@@ -1131,6 +1239,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TalkSession.PendingQuestions(childComplexity), true
+	case "TalkSession.queuedRuns":
+		if e.ComplexityRoot.TalkSession.QueuedRuns == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TalkSession.QueuedRuns(childComplexity), true
 	case "TalkSession.settings":
 		if e.ComplexityRoot.TalkSession.Settings == nil {
 			break
@@ -1486,9 +1600,13 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 		ec.unmarshalInputAddMessageInput,
 		ec.unmarshalInputCreateTalkSessionInput,
 		ec.unmarshalInputDecideToolCallInput,
+		ec.unmarshalInputEditMessageInput,
+		ec.unmarshalInputForkSessionInput,
+		ec.unmarshalInputRegenerateInput,
 		ec.unmarshalInputRenameTalkSessionInput,
 		ec.unmarshalInputRespondToInputsInput,
 		ec.unmarshalInputRespondToQuestionInput,
+		ec.unmarshalInputSelectBranchInput,
 		ec.unmarshalInputSessionSettingsInput,
 		ec.unmarshalInputToolPolicyInput,
 		ec.unmarshalInputUpdateTalkSessionSettingsInput,
@@ -1626,8 +1744,16 @@ type Mutation {
   decideToolCall(input: DecideToolCallInput!): DecideToolCallPayload!
   "Answers several questions and decides several tool calls of one session at once: all of them, or none and an error naming the first that failed."
   respondToInputs(input: RespondToInputsInput!): RespondToInputsPayload!
-  "The stop button: ends the active run, keeping its partial reply. Null when nothing was running."
-  cancelRun(sessionId: ID!): Run
+  "The stop button: ends the active run, keeping its partial reply. With runId, cancels that run, queued or active. Null when nothing was running (or the run has ended)."
+  cancelRun(sessionId: ID!, runId: ID): Run
+  "Adds a new user message beside the given one (same parent), makes its branch current and starts a run, by the session's busy policy. The old branch stays."
+  editMessage(input: EditMessageInput!): AddMessagePayload!
+  "Starts a run whose reply is a new assistant message beside the given one, on the history up to its parent."
+  regenerate(input: RegenerateInput!): RegeneratePayload!
+  "Makes the branch through the given message current, continuing below it to the child added last."
+  selectBranch(input: SelectBranchInput!): TalkSession!
+  "A new session of yours holding the current branch up to the given message."
+  forkSession(input: ForkSessionInput!): TalkSession!
 }
 
 type Subscription {
@@ -1693,6 +1819,8 @@ enum BusyPolicy {
   ENQUEUE
   "A new message is refused with CONFLICT while the agent works."
   REJECT
+  "A new message is handed to the running agent at its next step; when nothing runs, or the agent cannot take it, it is queued as ENQUEUE does."
+  STEER
 }
 
 enum SessionStatus {
@@ -1787,6 +1915,34 @@ input AddMessageInput {
   content: String!
   "Retrying with the same key creates nothing new and answers the same."
   idempotencyKey: String
+  "The busy policy for this message alone; the session's when null."
+  busyPolicy: BusyPolicy
+}
+
+input EditMessageInput {
+  "A user message of yours."
+  messageId: ID!
+  content: String!
+}
+
+input RegenerateInput {
+  "An assistant message of yours."
+  messageId: ID!
+}
+
+type RegeneratePayload {
+  run: Run!
+}
+
+input SelectBranchInput {
+  messageId: ID!
+}
+
+input ForkSessionInput {
+  "The last message the new session holds: a message of the current branch."
+  messageId: ID!
+  "The new session's title; the old one's when null."
+  title: String
 }
 
 type AddMessagePayload {
@@ -1848,6 +2004,8 @@ type TalkSession {
   messages(first: Int, after: String, last: Int, before: String): MessageConnection!
   "Subscribe with after: this cursor to follow on from the history just loaded."
   streamCursor: String!
+  "The runs waiting their turn, oldest first."
+  queuedRuns: [Run!]!
 }
 
 type Message {
@@ -1865,6 +2023,10 @@ type Message {
   "Tools the agent called while writing this message."
   toolCalls: [ToolCall!]!
   createdAt: Time!
+  "The message before this one on its branch; null for the first."
+  parentId: ID
+  "The messages with the same parent, oldest first, this one included: the versions to switch between."
+  siblingIds: [ID!]!
 }
 
 type Run {
@@ -2073,6 +2235,13 @@ type SessionUpdated implements SessionEvent {
   at: Time!
   session: TalkSession!
 }
+
+"The current branch changed: it now ends with leafId. With each MessageAdded's message.parentId, a follower rebuilds the branch."
+type BranchSelected implements SessionEvent {
+  cursor: String!
+  at: Time!
+  leafId: ID!
+}
 `, BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
@@ -2137,6 +2306,10 @@ func (ec *executionContext) childFields_Message(ctx context.Context, field graph
 		return ec.fieldContext_Message_toolCalls(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_Message_createdAt(ctx, field)
+	case "parentId":
+		return ec.fieldContext_Message_parentId(ctx, field)
+	case "siblingIds":
+		return ec.fieldContext_Message_siblingIds(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Message", field.Name)
 }
@@ -2205,6 +2378,14 @@ func (ec *executionContext) childFields_Question(ctx context.Context, field grap
 		return ec.fieldContext_Question_withdrawnReason(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Question", field.Name)
+}
+
+func (ec *executionContext) childFields_RegeneratePayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "run":
+		return ec.fieldContext_RegeneratePayload_run(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RegeneratePayload", field.Name)
 }
 
 func (ec *executionContext) childFields_RespondToInputsPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2297,6 +2478,8 @@ func (ec *executionContext) childFields_TalkSession(ctx context.Context, field g
 		return ec.fieldContext_TalkSession_messages(ctx, field)
 	case "streamCursor":
 		return ec.fieldContext_TalkSession_streamCursor(ctx, field)
+	case "queuedRuns":
+		return ec.fieldContext_TalkSession_queuedRuns(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type TalkSession", field.Name)
 }
@@ -2554,6 +2737,14 @@ func (ec *executionContext) field_Mutation_cancelRun_args(ctx context.Context, r
 		return nil, err
 	}
 	args["sessionId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "runId",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOID2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["runId"] = arg1
 	return args, nil
 }
 
@@ -2599,6 +2790,48 @@ func (ec *executionContext) field_Mutation_deleteTalkSession_args(ctx context.Co
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_editMessage_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.EditMessageInput, error) {
+			return ec.unmarshalNEditMessageInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐEditMessageInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_forkSession_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.ForkSessionInput, error) {
+			return ec.unmarshalNForkSessionInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐForkSessionInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_regenerate_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.RegenerateInput, error) {
+			return ec.unmarshalNRegenerateInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐRegenerateInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_renameTalkSession_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -2633,6 +2866,20 @@ func (ec *executionContext) field_Mutation_respondToQuestion_args(ctx context.Co
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.RespondToQuestionInput, error) {
 			return ec.unmarshalNRespondToQuestionInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐRespondToQuestionInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_selectBranch_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.SelectBranchInput, error) {
+			return ec.unmarshalNSelectBranchInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐSelectBranchInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -2981,6 +3228,75 @@ func (ec *executionContext) fieldContext_AgentInfo_tools(_ context.Context, fiel
 	return fc, nil
 }
 
+func (ec *executionContext) _BranchSelected_cursor(ctx context.Context, field graphql.CollectedField, obj *model.BranchSelected) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_BranchSelected_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_BranchSelected_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("BranchSelected", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _BranchSelected_at(ctx context.Context, field graphql.CollectedField, obj *model.BranchSelected) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_BranchSelected_at(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.At, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_BranchSelected_at(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("BranchSelected", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _BranchSelected_leafId(ctx context.Context, field graphql.CollectedField, obj *model.BranchSelected) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_BranchSelected_leafId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LeafID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_BranchSelected_leafId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("BranchSelected", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
 func (ec *executionContext) _DecideToolCallPayload_toolCall(ctx context.Context, field graphql.CollectedField, obj *model.DecideToolCallPayload) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3314,6 +3630,52 @@ func (ec *executionContext) _Message_createdAt(ctx context.Context, field graphq
 }
 func (ec *executionContext) fieldContext_Message_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Message", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _Message_parentId(ctx context.Context, field graphql.CollectedField, obj *service.HistoryMessage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Message_parentId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Message().ParentID(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOID2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Message_parentId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Message", field, true, true, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _Message_siblingIds(ctx context.Context, field graphql.CollectedField, obj *service.HistoryMessage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Message_siblingIds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Message().SiblingIds(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNID2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Message_siblingIds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Message", field, true, true, errors.New("field of type ID does not have child fields"))
 }
 
 func (ec *executionContext) _MessageAdded_cursor(ctx context.Context, field graphql.CollectedField, obj *model.MessageAdded) (ret graphql.Marshaler) {
@@ -4068,7 +4430,7 @@ func (ec *executionContext) _Mutation_cancelRun(ctx context.Context, field graph
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().CancelRun(ctx, fc.Args["sessionId"].(string))
+			return ec.Resolvers.Mutation().CancelRun(ctx, fc.Args["sessionId"].(string), fc.Args["runId"].(*string))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *service.Run) graphql.Marshaler {
@@ -4096,6 +4458,182 @@ func (ec *executionContext) fieldContext_Mutation_cancelRun(ctx context.Context,
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_cancelRun_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_editMessage(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_editMessage(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().EditMessage(ctx, fc.Args["input"].(model.EditMessageInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.AddMessagePayload) graphql.Marshaler {
+			return ec.marshalNAddMessagePayload2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐAddMessagePayload(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_editMessage(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AddMessagePayload(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_editMessage_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_regenerate(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_regenerate(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().Regenerate(ctx, fc.Args["input"].(model.RegenerateInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.RegeneratePayload) graphql.Marshaler {
+			return ec.marshalNRegeneratePayload2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐRegeneratePayload(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_regenerate(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_RegeneratePayload(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_regenerate_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_selectBranch(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_selectBranch(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SelectBranch(ctx, fc.Args["input"].(model.SelectBranchInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.SessionView) graphql.Marshaler {
+			return ec.marshalNTalkSession2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐSessionView(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_selectBranch(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TalkSession(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_selectBranch_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_forkSession(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_forkSession(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ForkSession(ctx, fc.Args["input"].(model.ForkSessionInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.SessionView) graphql.Marshaler {
+			return ec.marshalNTalkSession2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐSessionView(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_forkSession(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TalkSession(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_forkSession_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -4994,6 +5532,38 @@ func (ec *executionContext) fieldContext_QuestionWithdrawn_question(_ context.Co
 		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Question(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _RegeneratePayload_run(ctx context.Context, field graphql.CollectedField, obj *model.RegeneratePayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RegeneratePayload_run(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Run, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.Run) graphql.Marshaler {
+			return ec.marshalNRun2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐRun(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RegeneratePayload_run(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "RegeneratePayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Run(ctx, field)
 		},
 	}
 	return fc, nil
@@ -6062,6 +6632,38 @@ func (ec *executionContext) _TalkSession_streamCursor(ctx context.Context, field
 }
 func (ec *executionContext) fieldContext_TalkSession_streamCursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("TalkSession", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _TalkSession_queuedRuns(ctx context.Context, field graphql.CollectedField, obj *service.SessionView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TalkSession_queuedRuns(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.TalkSession().QueuedRuns(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*service.Run) graphql.Marshaler {
+			return ec.marshalNRun2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐRunᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TalkSession_queuedRuns(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "TalkSession",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Run(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _TalkSessionConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.TalkSessionConnection) (ret graphql.Marshaler) {
@@ -8356,7 +8958,7 @@ func (ec *executionContext) unmarshalInputAddMessageInput(ctx context.Context, o
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"sessionId", "content", "idempotencyKey"}
+	fieldsInOrder := [...]string{"sessionId", "content", "idempotencyKey", "busyPolicy"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -8384,6 +8986,13 @@ func (ec *executionContext) unmarshalInputAddMessageInput(ctx context.Context, o
 				return it, err
 			}
 			it.IdempotencyKey = data
+		case "busyPolicy":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("busyPolicy"))
+			data, err := ec.unmarshalOBusyPolicy2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐBusyPolicy(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.BusyPolicy = data
 		}
 	}
 	return it, nil
@@ -8472,6 +9081,110 @@ func (ec *executionContext) unmarshalInputDecideToolCallInput(ctx context.Contex
 				return it, err
 			}
 			it.Reason = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputEditMessageInput(ctx context.Context, obj any) (model.EditMessageInput, error) {
+	var it model.EditMessageInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"messageId", "content"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "messageId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("messageId"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MessageID = data
+		case "content":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("content"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Content = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputForkSessionInput(ctx context.Context, obj any) (model.ForkSessionInput, error) {
+	var it model.ForkSessionInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"messageId", "title"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "messageId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("messageId"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MessageID = data
+		case "title":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("title"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Title = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputRegenerateInput(ctx context.Context, obj any) (model.RegenerateInput, error) {
+	var it model.RegenerateInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"messageId"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "messageId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("messageId"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MessageID = data
 		}
 	}
 	return it, nil
@@ -8590,6 +9303,36 @@ func (ec *executionContext) unmarshalInputRespondToQuestionInput(ctx context.Con
 				return it, err
 			}
 			it.Answer = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputSelectBranchInput(ctx context.Context, obj any) (model.SelectBranchInput, error) {
+	var it model.SelectBranchInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"messageId"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "messageId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("messageId"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MessageID = data
 		}
 	}
 	return it, nil
@@ -8833,6 +9576,13 @@ func (ec *executionContext) _SessionEvent(ctx context.Context, sel ast.Selection
 			return graphql.Null
 		}
 		return ec._MessageAdded(ctx, sel, obj)
+	case model.BranchSelected:
+		return ec._BranchSelected(ctx, sel, &obj)
+	case *model.BranchSelected:
+		if obj == nil {
+			return graphql.Null
+		}
+		return ec._BranchSelected(ctx, sel, obj)
 	default:
 		if typedObj, ok := obj.(graphql.Marshaler); ok {
 			return typedObj
@@ -8913,6 +9663,54 @@ func (ec *executionContext) _AgentInfo(ctx context.Context, sel ast.SelectionSet
 			}
 		case "tools":
 			out.Values[i] = ec._AgentInfo_tools(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var branchSelectedImplementors = []string{"BranchSelected", "SessionEvent"}
+
+func (ec *executionContext) _BranchSelected(ctx context.Context, sel ast.SelectionSet, obj *model.BranchSelected) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, branchSelectedImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("BranchSelected")
+		case "cursor":
+			out.Values[i] = ec._BranchSelected_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "at":
+			out.Values[i] = ec._BranchSelected_at(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "leafId":
+			out.Values[i] = ec._BranchSelected_leafId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -9113,6 +9911,82 @@ func (ec *executionContext) _Message(ctx context.Context, sel ast.SelectionSet, 
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "parentId":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Message_parentId(ctx, field, obj)
+				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "siblingIds":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Message_siblingIds(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -9455,6 +10329,34 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 				return ec._Mutation_cancelRun(ctx, field)
 			})
 			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "editMessage":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_editMessage(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "regenerate":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_regenerate(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "selectBranch":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_selectBranch(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "forkSession":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_forkSession(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
 		default:
@@ -10004,6 +10906,44 @@ func (ec *executionContext) _QuestionWithdrawn(ctx context.Context, sel ast.Sele
 	return out
 }
 
+var regeneratePayloadImplementors = []string{"RegeneratePayload"}
+
+func (ec *executionContext) _RegeneratePayload(ctx context.Context, sel ast.SelectionSet, obj *model.RegeneratePayload) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, regeneratePayloadImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RegeneratePayload")
+		case "run":
+			out.Values[i] = ec._RegeneratePayload_run(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
 var respondToInputsPayloadImplementors = []string{"RespondToInputsPayload"}
 
 func (ec *executionContext) _RespondToInputsPayload(ctx context.Context, sel ast.SelectionSet, obj *model.RespondToInputsPayload) graphql.Marshaler {
@@ -10523,6 +11463,44 @@ func (ec *executionContext) _TalkSession(ctx context.Context, sel ast.SelectionS
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "queuedRuns":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._TalkSession_queuedRuns(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -11841,6 +12819,16 @@ func (ec *executionContext) marshalNDecideToolCallPayload2ᚖgithubᚗcomᚋtalk
 	return ec._DecideToolCallPayload(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalNEditMessageInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐEditMessageInput(ctx context.Context, v any) (model.EditMessageInput, error) {
+	res, err := ec.unmarshalInputEditMessageInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNForkSessionInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐForkSessionInput(ctx context.Context, v any) (model.ForkSessionInput, error) {
+	res, err := ec.unmarshalInputForkSessionInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNID2string(ctx context.Context, v any) (string, error) {
 	res, err := graphql.UnmarshalID(v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -11855,6 +12843,35 @@ func (ec *executionContext) marshalNID2string(ctx context.Context, sel ast.Selec
 		}
 	}
 	return res
+}
+
+func (ec *executionContext) unmarshalNID2ᚕstringᚄ(ctx context.Context, v any) ([]string, error) {
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]string, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNID2string(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalNID2ᚕstringᚄ(ctx context.Context, sel ast.SelectionSet, v []string) graphql.Marshaler {
+	ret := make(graphql.Array, len(v))
+	for i := range v {
+		ret[i] = ec.marshalNID2string(ctx, sel, v[i])
+	}
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
 }
 
 func (ec *executionContext) unmarshalNInt2int(ctx context.Context, v any) (int, error) {
@@ -11989,6 +13006,21 @@ func (ec *executionContext) marshalNQuestion2ᚖgithubᚗcomᚋtalkgraphᚋtalkg
 	return ec._Question(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalNRegenerateInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐRegenerateInput(ctx context.Context, v any) (model.RegenerateInput, error) {
+	res, err := ec.unmarshalInputRegenerateInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNRegeneratePayload2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐRegeneratePayload(ctx context.Context, sel ast.SelectionSet, v *model.RegeneratePayload) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._RegeneratePayload(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNRenameTalkSessionInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐRenameTalkSessionInput(ctx context.Context, v any) (model.RenameTalkSessionInput, error) {
 	res, err := ec.unmarshalInputRenameTalkSessionInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -12046,6 +13078,22 @@ func (ec *executionContext) marshalNRole2githubᚗcomᚋtalkgraphᚋtalkgraphᚋ
 	return res
 }
 
+func (ec *executionContext) marshalNRun2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐRunᚄ(ctx context.Context, sel ast.SelectionSet, v []*service.Run) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNRun2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐRun(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
 func (ec *executionContext) marshalNRun2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐRun(ctx context.Context, sel ast.SelectionSet, v *service.Run) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
@@ -12071,6 +13119,11 @@ func (ec *executionContext) marshalNRunStatus2githubᚗcomᚋtalkgraphᚋtalkgra
 		}
 	}
 	return res
+}
+
+func (ec *executionContext) unmarshalNSelectBranchInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐSelectBranchInput(ctx context.Context, v any) (model.SelectBranchInput, error) {
+	res, err := ec.unmarshalInputSelectBranchInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalNSessionEvent2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐSessionEvent(ctx context.Context, sel ast.SelectionSet, v model.SessionEvent) graphql.Marshaler {
@@ -12570,6 +13623,24 @@ func (ec *executionContext) marshalOID2string(ctx context.Context, sel ast.Selec
 	_ = sel
 	_ = ctx
 	res := graphql.MarshalID(v)
+	return res
+}
+
+func (ec *executionContext) unmarshalOID2ᚖstring(ctx context.Context, v any) (*string, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := graphql.UnmarshalID(v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOID2ᚖstring(ctx context.Context, sel ast.SelectionSet, v *string) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalID(*v)
 	return res
 }
 

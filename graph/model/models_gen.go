@@ -21,12 +21,27 @@ type AddMessageInput struct {
 	Content   string `json:"content"`
 	// Retrying with the same key creates nothing new and answers the same.
 	IdempotencyKey *string `json:"idempotencyKey,omitempty"`
+	// The busy policy for this message alone; the session's when null.
+	BusyPolicy *service.BusyPolicy `json:"busyPolicy,omitempty"`
 }
 
 type AddMessagePayload struct {
 	Message *service.HistoryMessage `json:"message"`
 	Run     *service.Run            `json:"run"`
 }
+
+// The current branch changed: it now ends with leafId. With each MessageAdded's message.parentId, a follower rebuilds the branch.
+type BranchSelected struct {
+	Cursor string    `json:"cursor"`
+	At     time.Time `json:"at"`
+	LeafID string    `json:"leafId"`
+}
+
+func (BranchSelected) IsSessionEvent() {}
+
+// Resume after this event with messageStream(after: cursor).
+func (this BranchSelected) GetCursor() string { return this.Cursor }
+func (this BranchSelected) GetAt() time.Time  { return this.At }
 
 type CreateTalkSessionInput struct {
 	Title    *string               `json:"title,omitempty"`
@@ -45,6 +60,19 @@ type DecideToolCallInput struct {
 type DecideToolCallPayload struct {
 	ToolCall *service.ToolCall `json:"toolCall"`
 	Run      *service.Run      `json:"run"`
+}
+
+type EditMessageInput struct {
+	// A user message of yours.
+	MessageID string `json:"messageId"`
+	Content   string `json:"content"`
+}
+
+type ForkSessionInput struct {
+	// The last message the new session holds: a message of the current branch.
+	MessageID string `json:"messageId"`
+	// The new session's title; the old one's when null.
+	Title *string `json:"title,omitempty"`
 }
 
 // A user message was accepted, or an assistant message began.
@@ -150,6 +178,15 @@ func (QuestionWithdrawn) IsSessionEvent() {}
 func (this QuestionWithdrawn) GetCursor() string { return this.Cursor }
 func (this QuestionWithdrawn) GetAt() time.Time  { return this.At }
 
+type RegenerateInput struct {
+	// An assistant message of yours.
+	MessageID string `json:"messageId"`
+}
+
+type RegeneratePayload struct {
+	Run *service.Run `json:"run"`
+}
+
 type RenameTalkSessionInput struct {
 	ID    string `json:"id"`
 	Title string `json:"title"`
@@ -188,6 +225,10 @@ func (RunStatusChanged) IsSessionEvent() {}
 // Resume after this event with messageStream(after: cursor).
 func (this RunStatusChanged) GetCursor() string { return this.Cursor }
 func (this RunStatusChanged) GetAt() time.Time  { return this.At }
+
+type SelectBranchInput struct {
+	MessageID string `json:"messageId"`
+}
 
 type SessionSettingsInput struct {
 	// Default: demo.
