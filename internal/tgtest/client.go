@@ -155,6 +155,8 @@ func (c *Client) Send(sessionID, content string) (msgID, runID string) {
 type Message struct {
 	ID, Role, Kind, Content, Status, RunID string
 	Error                                  string // the failure reason of a FAILED message (in MessageCompleted)
+	ParentID                               string
+	SiblingIDs                             []string `json:"siblingIds"`
 }
 
 // Messages returns the session's whole history, oldest first, page by page.
@@ -175,7 +177,7 @@ func (c *Client) Messages(sessionID string) []Message {
 			}
 		}
 		c.Must(`query($s: ID!, $a: String){ session(id: $s){ messages(first: 100, after: $a){
-			edges { node { id role kind content status runId } } pageInfo { hasNextPage endCursor } } } }`, vars, &out)
+			edges { node { id role kind content status runId parentId siblingIds } } pageInfo { hasNextPage endCursor } } } }`, vars, &out)
 		for _, e := range out.Session.Messages.Edges {
 			msgs = append(msgs, e.Node)
 		}
@@ -189,7 +191,8 @@ func (c *Client) Messages(sessionID string) []Message {
 // StreamQuery selects every event type with all the fields tests look at.
 const StreamQuery = `subscription($s: ID!, $a: String){ messageStream(sessionId: $s, after: $a){
   __typename cursor at
-  ... on MessageAdded { message { id role kind content status runId } }
+  ... on MessageAdded { message { id role kind content status runId parentId } }
+  ... on BranchSelected { leafId }
   ... on MessageChunk { messageId delta offset }
   ... on MessageCompleted { message { id role kind content status runId error } }
   ... on RunStatusChanged { run { id status error } }
@@ -211,6 +214,7 @@ type Event struct {
 	Delta      string
 	Offset     int
 	ToolCallID string
+	LeafID     string
 	Message    *Message
 	Run        *struct{ ID, Status, Error string }
 	Question   *Question

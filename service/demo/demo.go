@@ -48,7 +48,7 @@ type Agent struct {
 const DefaultChunkDelay = 40 * time.Millisecond
 
 // Description is shown in the list of agents.
-const Description = "Built-in demo: echoes you word by word; try /ask, /slow 50, /tool, /approve, /ask-many 2, /form, /markdown 300, /fail."
+const Description = "Built-in demo: echoes you word by word; try /ask, /slow 50, /tool, /approve, /ask-many 2, /form, /markdown 300, /history, /fail."
 
 // The echo tool: its name, description and input schema.
 const (
@@ -172,6 +172,15 @@ func (a *Agent) run(ctx context.Context, req service.RunRequest, out service.Out
 			}
 		}
 		return nil
+	case "/history":
+		// What this run read: the user's messages of its history, in order.
+		var said []string
+		for _, m := range req.History {
+			if m.Role == service.RoleUser {
+				said = append(said, m.Content)
+			}
+		}
+		return a.say(ctx, out, "I read: "+strings.Join(said, " | "))
 	case "/markdown":
 		n := 300
 		if arg != "" {
