@@ -19,10 +19,10 @@ import (
 const (
 	editMutation = `mutation($m: ID!, $c: String!){ editMessage(input: {messageId: $m, content: $c}){
 		message { id parentId siblingIds } run { id status } } }`
-	regenMutation  = `mutation($m: ID!){ regenerate(input: {messageId: $m}){ run { id status } } }`
-	selectMutation = `mutation($m: ID!){ selectBranch(input: {messageId: $m}){ id messages(last: 100){ edges { node { id } } } } }`
-	forkMutation   = `mutation($m: ID!, $t: String){ forkSession(input: {messageId: $m, title: $t}){ id title streamCursor } }`
-	sendPolicyMutation       = `mutation($s: ID!, $c: String!, $p: BusyPolicy){ addMessage(input: {sessionId: $s, content: $c, busyPolicy: $p}){
+	regenMutation      = `mutation($m: ID!){ regenerate(input: {messageId: $m}){ run { id status } } }`
+	selectMutation     = `mutation($m: ID!){ selectBranch(input: {messageId: $m}){ id messages(last: 100){ edges { node { id } } } } }`
+	forkMutation       = `mutation($m: ID!, $t: String){ forkSession(input: {messageId: $m, title: $t}){ id title streamCursor } }`
+	sendPolicyMutation = `mutation($s: ID!, $c: String!, $p: BusyPolicy){ addMessage(input: {sessionId: $s, content: $c, busyPolicy: $p}){
 		message { id parentId } run { id status } } }`
 	queuedQuery = `query($s: ID!){ session(id: $s){ activeRun { id } queuedRuns { id status } } }`
 	cancelRunID = `mutation($s: ID!, $r: ID){ cancelRun(sessionId: $s, runId: $r){ id status } }`
@@ -47,7 +47,9 @@ func edit(c *tgtest.Client, msgID, content string) editResult {
 
 func regenerate(c *tgtest.Client, msgID string) (runID, status string) {
 	c.T.Helper()
-	var out struct{ Regenerate struct{ Run struct{ ID, Status string } } }
+	var out struct {
+		Regenerate struct{ Run struct{ ID, Status string } }
+	}
 	c.Must(regenMutation, map[string]any{"m": msgID}, &out)
 	return out.Regenerate.Run.ID, out.Regenerate.Run.Status
 }
@@ -277,7 +279,9 @@ func TestTreeRefusals(t *testing.T) {
 			t.Fatalf("a refused operation changed the history: %+v", got)
 		}
 		var sessions struct {
-			Sessions struct{ Edges []struct{ Node struct{ ID string } } }
+			Sessions struct {
+				Edges []struct{ Node struct{ ID string } }
+			}
 		}
 		other.Must(`{ sessions { edges { node { id } } } }`, nil, &sessions)
 		if len(sessions.Sessions.Edges) != 0 {
@@ -292,7 +296,9 @@ func TestForkSession(t *testing.T) {
 		turn(c, evs, sid, "one")
 		turn(c, evs, sid, "two")
 		src := c.Messages(sid)
-		var out struct{ ForkSession struct{ ID, Title, StreamCursor string } }
+		var out struct {
+			ForkSession struct{ ID, Title, StreamCursor string }
+		}
 		c.Must(forkMutation, map[string]any{"m": src[1].ID, "t": "the fork"}, &out)
 		fid := out.ForkSession.ID
 		if fid == sid || out.ForkSession.Title != "the fork" {
