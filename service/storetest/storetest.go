@@ -67,6 +67,7 @@ func Run(t *testing.T, open func(t *testing.T) service.Store) {
 		{"Ping/nil while the store can be written", testPing},
 		{"Footprint/a user's sessions and what they weigh", testFootprint},
 	}
+	tests = append(tests, treeTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
 	}
