@@ -109,6 +109,18 @@ func (v *DecideToolCallPayload) GetToolCall() ToolCall { return v.ToolCall }
 // GetRun returns DecideToolCallPayload.Run, and is useful for accessing the field via an interface.
 func (v *DecideToolCallPayload) GetRun() Run { return v.Run }
 
+type EditMessageInput struct {
+	// A user message of yours.
+	MessageId string `json:"messageId"`
+	Content   string `json:"content"`
+}
+
+// GetMessageId returns EditMessageInput.MessageId, and is useful for accessing the field via an interface.
+func (v *EditMessageInput) GetMessageId() string { return v.MessageId }
+
+// GetContent returns EditMessageInput.Content, and is useful for accessing the field via an interface.
+func (v *EditMessageInput) GetContent() string { return v.Content }
+
 // Event includes the GraphQL fields of SessionEvent requested by the fragment Event.
 // The GraphQL type's documentation follows.
 //
@@ -352,6 +364,7 @@ type EventBranchSelected struct {
 	// Resume after this event with messageStream(after: cursor).
 	Cursor string    `json:"cursor"`
 	At     time.Time `json:"at"`
+	LeafId string    `json:"leafId"`
 }
 
 // GetCursor returns EventBranchSelected.Cursor, and is useful for accessing the field via an interface.
@@ -359,6 +372,9 @@ func (v *EventBranchSelected) GetCursor() string { return v.Cursor }
 
 // GetAt returns EventBranchSelected.At, and is useful for accessing the field via an interface.
 func (v *EventBranchSelected) GetAt() time.Time { return v.At }
+
+// GetLeafId returns EventBranchSelected.LeafId, and is useful for accessing the field via an interface.
+func (v *EventBranchSelected) GetLeafId() string { return v.LeafId }
 
 // Event includes the GraphQL fields of MessageAdded requested by the fragment Event.
 // The GraphQL type's documentation follows.
@@ -640,6 +656,19 @@ func (v *EventToolCallStarted) GetAt() time.Time { return v.At }
 // GetToolCall returns EventToolCallStarted.ToolCall, and is useful for accessing the field via an interface.
 func (v *EventToolCallStarted) GetToolCall() ToolCall { return v.ToolCall }
 
+type ForkSessionInput struct {
+	// The last message the new session holds: a message of the current branch.
+	MessageId string `json:"messageId"`
+	// The new session's title; the old one's when null.
+	Title *string `json:"title"`
+}
+
+// GetMessageId returns ForkSessionInput.MessageId, and is useful for accessing the field via an interface.
+func (v *ForkSessionInput) GetMessageId() string { return v.MessageId }
+
+// GetTitle returns ForkSessionInput.Title, and is useful for accessing the field via an interface.
+func (v *ForkSessionInput) GetTitle() *string { return v.Title }
+
 // Message includes the GraphQL fields of Message requested by the fragment Message.
 type Message struct {
 	Id        string        `json:"id"`
@@ -656,6 +685,8 @@ type Message struct {
 	// Tools the agent called while writing this message.
 	ToolCalls []ToolCall `json:"toolCalls"`
 	CreatedAt time.Time  `json:"createdAt"`
+	// The message before this one on its branch; null for the first.
+	ParentId *string `json:"parentId"`
 }
 
 // GetId returns Message.Id, and is useful for accessing the field via an interface.
@@ -690,6 +721,9 @@ func (v *Message) GetToolCalls() []ToolCall { return v.ToolCalls }
 
 // GetCreatedAt returns Message.CreatedAt, and is useful for accessing the field via an interface.
 func (v *Message) GetCreatedAt() time.Time { return v.CreatedAt }
+
+// GetParentId returns Message.ParentId, and is useful for accessing the field via an interface.
+func (v *Message) GetParentId() *string { return v.ParentId }
 
 // What a message holds besides plain text.
 type MessageKind string
@@ -785,6 +819,14 @@ func (v *Question) GetWithdrawn() bool { return v.Withdrawn }
 
 // GetWithdrawnReason returns Question.WithdrawnReason, and is useful for accessing the field via an interface.
 func (v *Question) GetWithdrawnReason() *string { return v.WithdrawnReason }
+
+type RegenerateInput struct {
+	// An assistant message of yours.
+	MessageId string `json:"messageId"`
+}
+
+// GetMessageId returns RegenerateInput.MessageId, and is useful for accessing the field via an interface.
+func (v *RegenerateInput) GetMessageId() string { return v.MessageId }
 
 type RespondToInputsInput struct {
 	SessionId string                   `json:"sessionId"`
@@ -917,6 +959,13 @@ var AllRunStatus = []RunStatus{
 	RunStatusFailed,
 }
 
+type SelectBranchInput struct {
+	MessageId string `json:"messageId"`
+}
+
+// GetMessageId returns SelectBranchInput.MessageId, and is useful for accessing the field via an interface.
+func (v *SelectBranchInput) GetMessageId() string { return v.MessageId }
+
 // Session includes the GraphQL fields of TalkSession requested by the fragment Session.
 type Session struct {
 	Id        string        `json:"id"`
@@ -930,6 +979,8 @@ type Session struct {
 	PendingQuestions []Question `json:"pendingQuestions"`
 	// The tool calls the session's run waits on for approval, oldest first.
 	PendingApprovals []ToolCall `json:"pendingApprovals"`
+	// The runs waiting their turn, oldest first.
+	QueuedRuns []Run `json:"queuedRuns"`
 	// Subscribe with after: this cursor to follow on from the history just loaded.
 	StreamCursor string `json:"streamCursor"`
 }
@@ -960,6 +1011,9 @@ func (v *Session) GetPendingQuestions() []Question { return v.PendingQuestions }
 
 // GetPendingApprovals returns Session.PendingApprovals, and is useful for accessing the field via an interface.
 func (v *Session) GetPendingApprovals() []ToolCall { return v.PendingApprovals }
+
+// GetQueuedRuns returns Session.QueuedRuns, and is useful for accessing the field via an interface.
+func (v *Session) GetQueuedRuns() []Run { return v.QueuedRuns }
 
 // GetStreamCursor returns Session.StreamCursor, and is useful for accessing the field via an interface.
 func (v *Session) GetStreamCursor() string { return v.StreamCursor }
@@ -1259,11 +1313,15 @@ func (v *__addMessageInput) GetInput() AddMessageInput { return v.Input }
 
 // __cancelRunInput is used internally by genqlient
 type __cancelRunInput struct {
-	SessionId string `json:"sessionId"`
+	SessionId string  `json:"sessionId"`
+	RunId     *string `json:"runId"`
 }
 
 // GetSessionId returns __cancelRunInput.SessionId, and is useful for accessing the field via an interface.
 func (v *__cancelRunInput) GetSessionId() string { return v.SessionId }
+
+// GetRunId returns __cancelRunInput.RunId, and is useful for accessing the field via an interface.
+func (v *__cancelRunInput) GetRunId() *string { return v.RunId }
 
 // __createTalkSessionInput is used internally by genqlient
 type __createTalkSessionInput struct {
@@ -1280,6 +1338,22 @@ type __decideToolCallInput struct {
 
 // GetInput returns __decideToolCallInput.Input, and is useful for accessing the field via an interface.
 func (v *__decideToolCallInput) GetInput() DecideToolCallInput { return v.Input }
+
+// __editMessageInput is used internally by genqlient
+type __editMessageInput struct {
+	Input EditMessageInput `json:"input"`
+}
+
+// GetInput returns __editMessageInput.Input, and is useful for accessing the field via an interface.
+func (v *__editMessageInput) GetInput() EditMessageInput { return v.Input }
+
+// __forkSessionInput is used internally by genqlient
+type __forkSessionInput struct {
+	Input ForkSessionInput `json:"input"`
+}
+
+// GetInput returns __forkSessionInput.Input, and is useful for accessing the field via an interface.
+func (v *__forkSessionInput) GetInput() ForkSessionInput { return v.Input }
 
 // __messageStreamInput is used internally by genqlient
 type __messageStreamInput struct {
@@ -1309,6 +1383,14 @@ func (v *__messagesInput) GetLast() *int { return v.Last }
 // GetBefore returns __messagesInput.Before, and is useful for accessing the field via an interface.
 func (v *__messagesInput) GetBefore() *string { return v.Before }
 
+// __regenerateInput is used internally by genqlient
+type __regenerateInput struct {
+	Input RegenerateInput `json:"input"`
+}
+
+// GetInput returns __regenerateInput.Input, and is useful for accessing the field via an interface.
+func (v *__regenerateInput) GetInput() RegenerateInput { return v.Input }
+
 // __respondToInputsInput is used internally by genqlient
 type __respondToInputsInput struct {
 	Input RespondToInputsInput `json:"input"`
@@ -1324,6 +1406,14 @@ type __respondToQuestionInput struct {
 
 // GetInput returns __respondToQuestionInput.Input, and is useful for accessing the field via an interface.
 func (v *__respondToQuestionInput) GetInput() RespondToQuestionInput { return v.Input }
+
+// __selectBranchInput is used internally by genqlient
+type __selectBranchInput struct {
+	Input SelectBranchInput `json:"input"`
+}
+
+// GetInput returns __selectBranchInput.Input, and is useful for accessing the field via an interface.
+func (v *__selectBranchInput) GetInput() SelectBranchInput { return v.Input }
 
 // __sessionInput is used internally by genqlient
 type __sessionInput struct {
@@ -1367,6 +1457,24 @@ type decideToolCallResponse struct {
 
 // GetDecideToolCall returns decideToolCallResponse.DecideToolCall, and is useful for accessing the field via an interface.
 func (v *decideToolCallResponse) GetDecideToolCall() DecideToolCallPayload { return v.DecideToolCall }
+
+// editMessageResponse is returned by editMessage on success.
+type editMessageResponse struct {
+	// Adds a new user message beside the given one (same parent), makes its branch current and starts a run, by the session's busy policy. The old branch stays.
+	EditMessage AddMessagePayload `json:"editMessage"`
+}
+
+// GetEditMessage returns editMessageResponse.EditMessage, and is useful for accessing the field via an interface.
+func (v *editMessageResponse) GetEditMessage() AddMessagePayload { return v.EditMessage }
+
+// forkSessionResponse is returned by forkSession on success.
+type forkSessionResponse struct {
+	// A new session of yours holding the current branch up to the given message.
+	ForkSession Session `json:"forkSession"`
+}
+
+// GetForkSession returns forkSessionResponse.ForkSession, and is useful for accessing the field via an interface.
+func (v *forkSessionResponse) GetForkSession() Session { return v.ForkSession }
 
 // messageStreamResponse is returned by messageStream on success.
 type messageStreamResponse struct {
@@ -1508,6 +1616,25 @@ func (v *messagesSessionTalkSessionMessagesMessageConnectionPageInfo) GetStartCu
 	return v.StartCursor
 }
 
+// regenerateRegenerateRegeneratePayload includes the requested fields of the GraphQL type RegeneratePayload.
+type regenerateRegenerateRegeneratePayload struct {
+	Run Run `json:"run"`
+}
+
+// GetRun returns regenerateRegenerateRegeneratePayload.Run, and is useful for accessing the field via an interface.
+func (v *regenerateRegenerateRegeneratePayload) GetRun() Run { return v.Run }
+
+// regenerateResponse is returned by regenerate on success.
+type regenerateResponse struct {
+	// Starts a run whose reply is a new assistant message beside the given one, on the history up to its parent.
+	Regenerate regenerateRegenerateRegeneratePayload `json:"regenerate"`
+}
+
+// GetRegenerate returns regenerateResponse.Regenerate, and is useful for accessing the field via an interface.
+func (v *regenerateResponse) GetRegenerate() regenerateRegenerateRegeneratePayload {
+	return v.Regenerate
+}
+
 // respondToInputsResponse is returned by respondToInputs on success.
 type respondToInputsResponse struct {
 	// Answers several questions and decides several tool calls of one session at once: all of them, or none and an error naming the first that failed.
@@ -1529,6 +1656,15 @@ type respondToQuestionResponse struct {
 func (v *respondToQuestionResponse) GetRespondToQuestion() RespondToQuestionPayload {
 	return v.RespondToQuestion
 }
+
+// selectBranchResponse is returned by selectBranch on success.
+type selectBranchResponse struct {
+	// Makes the branch through the given message current, continuing below it to the child added last.
+	SelectBranch Session `json:"selectBranch"`
+}
+
+// GetSelectBranch returns selectBranchResponse.SelectBranch, and is useful for accessing the field via an interface.
+func (v *selectBranchResponse) GetSelectBranch() Session { return v.SelectBranch }
 
 // sessionResponse is returned by session on success.
 type sessionResponse struct {
@@ -1567,6 +1703,7 @@ fragment Message on Message {
 		... ToolCall
 	}
 	createdAt
+	parentId
 }
 fragment Run on Run {
 	id
@@ -1648,8 +1785,8 @@ func addMessage(
 
 // The mutation executed by cancelRun.
 const cancelRun_Operation = `
-mutation cancelRun ($sessionId: ID!) {
-	cancelRun(sessionId: $sessionId) {
+mutation cancelRun ($sessionId: ID!, $runId: ID) {
+	cancelRun(sessionId: $sessionId, runId: $runId) {
 		... Run
 	}
 }
@@ -1674,12 +1811,14 @@ func cancelRun(
 	ctx_ context.Context,
 	client_ graphql.Client,
 	sessionId string,
+	runId *string,
 ) (data_ *cancelRunResponse, err_ error) {
 	req_ := &graphql.Request{
 		OpName: "cancelRun",
 		Query:  cancelRun_Operation,
 		Variables: &__cancelRunInput{
 			SessionId: sessionId,
+			RunId:     runId,
 		},
 	}
 
@@ -1719,6 +1858,9 @@ fragment Session on TalkSession {
 	}
 	pendingApprovals {
 		... ToolCall
+	}
+	queuedRuns {
+		... Run
 	}
 	streamCursor
 }
@@ -1886,6 +2028,233 @@ func decideToolCall(
 	return data_, err_
 }
 
+// The mutation executed by editMessage.
+const editMessage_Operation = `
+mutation editMessage ($input: EditMessageInput!) {
+	editMessage(input: $input) {
+		message {
+			... Message
+		}
+		run {
+			... Run
+		}
+	}
+}
+fragment Message on Message {
+	id
+	sessionId
+	role
+	kind
+	content
+	status
+	error
+	runId
+	question {
+		... Question
+	}
+	toolCalls {
+		... ToolCall
+	}
+	createdAt
+	parentId
+}
+fragment Run on Run {
+	id
+	sessionId
+	status
+	error
+	agent
+	usage {
+		inputTokens
+		outputTokens
+		cachedInputTokens
+	}
+	createdAt
+	startedAt
+	finishedAt
+}
+fragment Question on Question {
+	id
+	runId
+	sessionId
+	prompt
+	choices
+	multiple
+	answerSchema
+	answer
+	askedAt
+	answeredAt
+	expiresAt
+	withdrawn
+	withdrawnReason
+}
+fragment ToolCall on ToolCall {
+	id
+	callId
+	runId
+	messageId
+	name
+	arguments
+	output
+	result
+	error
+	status
+	startedAt
+	finishedAt
+	approval {
+		requestedArguments
+		decision
+		reason
+		decidedAt
+		expiresAt
+	}
+}
+`
+
+func editMessage(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input EditMessageInput,
+) (data_ *editMessageResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "editMessage",
+		Query:  editMessage_Operation,
+		Variables: &__editMessageInput{
+			Input: input,
+		},
+	}
+
+	data_ = &editMessageResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by forkSession.
+const forkSession_Operation = `
+mutation forkSession ($input: ForkSessionInput!) {
+	forkSession(input: $input) {
+		... Session
+	}
+}
+fragment Session on TalkSession {
+	id
+	title
+	createdAt
+	updatedAt
+	settings {
+		... Settings
+	}
+	status
+	activeRun {
+		... Run
+	}
+	pendingQuestions {
+		... Question
+	}
+	pendingApprovals {
+		... ToolCall
+	}
+	queuedRuns {
+		... Run
+	}
+	streamCursor
+}
+fragment Settings on SessionSettings {
+	agent
+	model
+	systemPrompt
+	temperature
+	busyPolicy
+	toolPolicies {
+		tool
+		policy
+	}
+}
+fragment Run on Run {
+	id
+	sessionId
+	status
+	error
+	agent
+	usage {
+		inputTokens
+		outputTokens
+		cachedInputTokens
+	}
+	createdAt
+	startedAt
+	finishedAt
+}
+fragment Question on Question {
+	id
+	runId
+	sessionId
+	prompt
+	choices
+	multiple
+	answerSchema
+	answer
+	askedAt
+	answeredAt
+	expiresAt
+	withdrawn
+	withdrawnReason
+}
+fragment ToolCall on ToolCall {
+	id
+	callId
+	runId
+	messageId
+	name
+	arguments
+	output
+	result
+	error
+	status
+	startedAt
+	finishedAt
+	approval {
+		requestedArguments
+		decision
+		reason
+		decidedAt
+		expiresAt
+	}
+}
+`
+
+func forkSession(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input ForkSessionInput,
+) (data_ *forkSessionResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "forkSession",
+		Query:  forkSession_Operation,
+		Variables: &__forkSessionInput{
+			Input: input,
+		},
+	}
+
+	data_ = &forkSessionResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The subscription executed by messageStream.
 const messageStream_Operation = `
 subscription messageStream ($sessionId: ID!, $after: String) {
@@ -1958,6 +2327,9 @@ fragment Event on SessionEvent {
 			... ToolCall
 		}
 	}
+	... on BranchSelected {
+		leafId
+	}
 	... on SessionUpdated {
 		session {
 			id
@@ -1985,6 +2357,7 @@ fragment Message on Message {
 		... ToolCall
 	}
 	createdAt
+	parentId
 }
 fragment Run on Run {
 	id
@@ -2131,6 +2504,7 @@ fragment Message on Message {
 		... ToolCall
 	}
 	createdAt
+	parentId
 }
 fragment Question on Question {
 	id
@@ -2188,6 +2562,57 @@ func messages(
 	}
 
 	data_ = &messagesResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by regenerate.
+const regenerate_Operation = `
+mutation regenerate ($input: RegenerateInput!) {
+	regenerate(input: $input) {
+		run {
+			... Run
+		}
+	}
+}
+fragment Run on Run {
+	id
+	sessionId
+	status
+	error
+	agent
+	usage {
+		inputTokens
+		outputTokens
+		cachedInputTokens
+	}
+	createdAt
+	startedAt
+	finishedAt
+}
+`
+
+func regenerate(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input RegenerateInput,
+) (data_ *regenerateResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "regenerate",
+		Query:  regenerate_Operation,
+		Variables: &__regenerateInput{
+			Input: input,
+		},
+	}
+
+	data_ = &regenerateResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -2361,6 +2786,125 @@ func respondToQuestion(
 	return data_, err_
 }
 
+// The mutation executed by selectBranch.
+const selectBranch_Operation = `
+mutation selectBranch ($input: SelectBranchInput!) {
+	selectBranch(input: $input) {
+		... Session
+	}
+}
+fragment Session on TalkSession {
+	id
+	title
+	createdAt
+	updatedAt
+	settings {
+		... Settings
+	}
+	status
+	activeRun {
+		... Run
+	}
+	pendingQuestions {
+		... Question
+	}
+	pendingApprovals {
+		... ToolCall
+	}
+	queuedRuns {
+		... Run
+	}
+	streamCursor
+}
+fragment Settings on SessionSettings {
+	agent
+	model
+	systemPrompt
+	temperature
+	busyPolicy
+	toolPolicies {
+		tool
+		policy
+	}
+}
+fragment Run on Run {
+	id
+	sessionId
+	status
+	error
+	agent
+	usage {
+		inputTokens
+		outputTokens
+		cachedInputTokens
+	}
+	createdAt
+	startedAt
+	finishedAt
+}
+fragment Question on Question {
+	id
+	runId
+	sessionId
+	prompt
+	choices
+	multiple
+	answerSchema
+	answer
+	askedAt
+	answeredAt
+	expiresAt
+	withdrawn
+	withdrawnReason
+}
+fragment ToolCall on ToolCall {
+	id
+	callId
+	runId
+	messageId
+	name
+	arguments
+	output
+	result
+	error
+	status
+	startedAt
+	finishedAt
+	approval {
+		requestedArguments
+		decision
+		reason
+		decidedAt
+		expiresAt
+	}
+}
+`
+
+func selectBranch(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	input SelectBranchInput,
+) (data_ *selectBranchResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "selectBranch",
+		Query:  selectBranch_Operation,
+		Variables: &__selectBranchInput{
+			Input: input,
+		},
+	}
+
+	data_ = &selectBranchResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
 // The query executed by session.
 const session_Operation = `
 query session ($id: ID!) {
@@ -2385,6 +2929,9 @@ fragment Session on TalkSession {
 	}
 	pendingApprovals {
 		... ToolCall
+	}
+	queuedRuns {
+		... Run
 	}
 	streamCursor
 }

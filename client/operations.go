@@ -77,11 +77,68 @@ func (c *Client) AddMessage(ctx context.Context, input AddMessageInput) (*AddMes
 // CancelRun is the stop button: it ends the session's active run, keeping its partial
 // reply, and returns it (status CANCELLED); nil when nothing was running.
 func (c *Client) CancelRun(ctx context.Context, sessionID string) (*Run, error) {
-	out, err := cancelRun(ctx, c.gql, sessionID)
+	return c.StopRun(ctx, sessionID, "")
+}
+
+// StopRun cancels the run runID of the session ("" for its active run): a queued run
+// before it starts (its message stays on the branch), the active one as CancelRun does.
+// It returns nil when that run has ended already; NotFound when the session has no such
+// run.
+func (c *Client) StopRun(ctx context.Context, sessionID, runID string) (*Run, error) {
+	var id *string
+	if runID != "" {
+		id = &runID
+	}
+	out, err := cancelRun(ctx, c.gql, sessionID, id)
 	if err != nil {
 		return nil, err
 	}
 	return out.CancelRun, nil
+}
+
+// EditMessage adds a new version of your message messageID beside it (same parent),
+// makes its branch current and starts a run for it, by the session's busy policy; the
+// old version stays, a sibling of the new one.
+func (c *Client) EditMessage(ctx context.Context, messageID, content string) (*AddMessagePayload, error) {
+	out, err := editMessage(ctx, c.gql, EditMessageInput{MessageId: messageID, Content: content})
+	if err != nil {
+		return nil, err
+	}
+	return &out.EditMessage, nil
+}
+
+// Regenerate starts a run whose reply is a new version of the agent's reply messageID,
+// on the history up to the message it answered.
+func (c *Client) Regenerate(ctx context.Context, messageID string) (*Run, error) {
+	out, err := regenerate(ctx, c.gql, RegenerateInput{MessageId: messageID})
+	if err != nil {
+		return nil, err
+	}
+	return &out.Regenerate.Run, nil
+}
+
+// SelectBranch makes the branch through messageID current (continuing below it to the
+// child added last at each step) and returns the session. Conflict while the agent works.
+func (c *Client) SelectBranch(ctx context.Context, messageID string) (*Session, error) {
+	out, err := selectBranch(ctx, c.gql, SelectBranchInput{MessageId: messageID})
+	if err != nil {
+		return nil, err
+	}
+	return &out.SelectBranch, nil
+}
+
+// ForkSession makes a new session of yours holding the current branch up to messageID;
+// title "" keeps the source's.
+func (c *Client) ForkSession(ctx context.Context, messageID, title string) (*Session, error) {
+	in := ForkSessionInput{MessageId: messageID}
+	if title != "" {
+		in.Title = &title
+	}
+	out, err := forkSession(ctx, c.gql, in)
+	if err != nil {
+		return nil, err
+	}
+	return &out.ForkSession, nil
 }
 
 // RespondToQuestion answers a question the agent waits on; the run goes on once nothing

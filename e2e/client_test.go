@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"iter"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -484,4 +485,98 @@ func TestClientExampleProgram(t *testing.T) {
 	if string(out) != want {
 		t.Errorf("examples/client printed:\n%s\nwant:\n%s", out, want)
 	}
+}
+
+// TestClientTree: the Go client edits, regenerates, selects branches, forks, queues
+// with a per-message policy and cancels a queued run, and follows BranchSelected.
+func TestClientTree(t *testing.T) {
+	a := startApp(t, "sqlite", nil)
+	ctx := clientContext(t, 2*tgtest.Wait)
+	c := newGuestClient(t, ctx, a.URL)
+	s, err := c.CreateSession(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, stop := iter.Pull2(c.Follow(ctx, s.Id, s.StreamCursor))
+	defer stop()
+	var leaf string
+	until := func(what string, done func(client.Event) bool) {
+		t.Helper()
+		for {
+			ev, err, ok := next()
+			if !ok || err != nil {
+				t.Fatalf("following, waiting for %s: %v", what, err)
+			}
+			if b, ok := ev.(*client.EventBranchSelected); ok {
+				leaf = b.LeafId
+			}
+			if done(ev) {
+				return
+			}
+		}
+	}
+	runEnds := func(run string) func(client.Event) bool {
+		return func(ev client.Event) bool { _, end := runEndOf(ev, run); return end }
+	}
+	sent, err := c.AddMessage(ctx, client.AddMessageInput{SessionId: s.Id, Content: "one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	until("the first run's end", runEnds(sent.Run.Id))
+
+	edited, err := c.EditMessage(ctx, sent.Message.Id, "one, edited")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edited.Message.ParentId != nil {
+		t.Fatalf("the edit of a first message has parent %v", *edited.Message.ParentId)
+	}
+	until("the edit's run end", runEnds(edited.Run.Id))
+	if leaf != edited.Message.Id {
+		t.Fatalf("BranchSelected named %q, want the edit %s", leaf, edited.Message.Id)
+	}
+	msgs, _, err := c.Messages(ctx, s.Id)
+	if err != nil || len(msgs) != 2 || msgs[0].Id != edited.Message.Id || msgs[1].ParentId == nil || *msgs[1].ParentId != edited.Message.Id {
+		t.Fatalf("the branch after the edit: %+v %v", msgs, err)
+	}
+	run, err := c.Regenerate(ctx, msgs[1].Id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	until("the regeneration's end", runEnds(run.Id))
+	if _, err := c.SelectBranch(ctx, sent.Message.Id); err != nil {
+		t.Fatal(err)
+	}
+	until("the switch back", func(ev client.Event) bool { _, ok := ev.(*client.EventBranchSelected); return ok })
+	back, _, err := c.Messages(ctx, s.Id)
+	if err != nil || len(back) != 2 || back[0].Id != sent.Message.Id || leaf != back[1].Id {
+		t.Fatalf("the first version's branch: %+v %v (BranchSelected named %s)", back, err, leaf)
+	}
+	fork, err := c.ForkSession(ctx, back[1].Id, "forked from Go")
+	if err != nil || fork.Title != "forked from Go" || fork.Id == s.Id {
+		t.Fatalf("fork %+v %v", fork, err)
+	}
+
+	// A queued message, cancelled before it starts.
+	slow, err := c.AddMessage(ctx, client.AddMessageInput{SessionId: s.Id, Content: "/slow 30"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := client.BusyPolicyEnqueue
+	queued, err := c.AddMessage(ctx, client.AddMessageInput{SessionId: s.Id, Content: "later", BusyPolicy: &queue})
+	if err != nil || queued.Run.Status != client.RunStatusQueued {
+		t.Fatalf("queued %+v %v", queued, err)
+	}
+	now, err := c.Session(ctx, s.Id)
+	if err != nil || len(now.QueuedRuns) != 1 || now.QueuedRuns[0].Id != queued.Run.Id {
+		t.Fatalf("the queue: %+v %v", now, err)
+	}
+	cancelled, err := c.StopRun(ctx, s.Id, queued.Run.Id)
+	if err != nil || cancelled == nil || cancelled.Status != client.RunStatusCancelled {
+		t.Fatalf("cancelling the queued run: %+v %v", cancelled, err)
+	}
+	if _, err := c.CancelRun(ctx, s.Id); err != nil {
+		t.Fatal(err)
+	}
+	until("the slow run's end", runEnds(slow.Run.Id))
 }
