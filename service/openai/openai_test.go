@@ -419,3 +419,41 @@ func (namedTool) Parameters() map[string]any { return nil }
 func (namedTool) Call(context.Context, string, openai.ToolOutput) (string, error) {
 	return "", nil
 }
+
+// TestSteersReachTheModelBeforeItsNextCall: what the user steered the run with goes to
+// the model as user messages before its next call, after the tool results; when the
+// model had finished its reply, it goes on with the steer.
+func TestSteersReachTheModelBeforeItsNextCall(t *testing.T) {
+	t.Run("after tool results", func(t *testing.T) {
+		srv := newFakeServer(t,
+			fakellm.SSE(
+				fakellm.Chunk(`{"role":"assistant","content":"","tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Bern\"}"}}]}`, ""),
+				fakellm.Chunk(`{}`, "tool_calls"),
+				fakellm.Done,
+			),
+			fakellm.TextReply("20 degrees Celsius."),
+		)
+		a := newAgent(t, srv, openai.Config{Tools: []openai.Tool{&weatherTool{}}})
+		out := newRecorder()
+		out.steer("in Celsius, please")
+		if err := run(t, a, userSays("Bern?"), out); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		tr := srv.Request(1).Transcript()
+		equal(t, "the second request ends", tr[len(tr)-2:], []string{`tool c1: {"city":"Bern","sky":"clear"}`, "user: in Celsius, please"})
+	})
+	t.Run("after a finished reply", func(t *testing.T) {
+		srv := newFakeServer(t, fakellm.TextReply("It is sunny."), fakellm.TextReply("20 degrees Celsius."))
+		a := newAgent(t, srv, openai.Config{})
+		out := newRecorder()
+		out.steer("in Celsius, please")
+		if err := run(t, a, userSays("Bern?"), out); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		tr := srv.Request(1).Transcript()
+		equal(t, "the second request ends", tr[len(tr)-2:], []string{"assistant: It is sunny.", "user: in Celsius, please"})
+		if got := strings.Join(out.deltas, ""); got != "It is sunny.20 degrees Celsius." {
+			t.Errorf("streamed %q", got)
+		}
+	})
+}
