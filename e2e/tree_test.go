@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talkgraph/talkgraph/app"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
 )
 
@@ -223,7 +224,7 @@ func TestConversationTree(t *testing.T) {
 // TestAgentReadsTheCurrentBranch: after an edit the agent's history is the new branch;
 // the demo agent's /history says which user messages it got.
 func TestAgentReadsTheCurrentBranch(t *testing.T) {
-	eachStore(t, func(t *testing.T, store string) {
+	everyStore(t, func(t *testing.T, store string) {
 		_, c, sid, _, evs := watchedSession(t, store)
 		turn(c, evs, sid, "alpha")
 		u2, _ := turn(c, evs, sid, "beta")
@@ -291,7 +292,7 @@ func TestTreeRefusals(t *testing.T) {
 }
 
 func TestForkSession(t *testing.T) {
-	eachStore(t, func(t *testing.T, store string) {
+	everyStore(t, func(t *testing.T, store string) {
 		_, c, sid, _, evs := watchedSession(t, store)
 		turn(c, evs, sid, "one")
 		turn(c, evs, sid, "two")
@@ -390,7 +391,7 @@ func TestEditsObeyTheBusyPolicy(t *testing.T) {
 // the history shows where it entered; with nothing running it is ENQUEUE; a steer that
 // races the end of its run starts the next run and is never lost.
 func TestSteering(t *testing.T) {
-	eachStore(t, func(t *testing.T, store string) {
+	everyStore(t, func(t *testing.T, store string) {
 		_, c, sid, _, evs := watchedSession(t, store)
 		_, slow := c.Send(sid, "/slow 30")
 		evs.Until("the first chunk", func(ev tgtest.Event) bool { return ev.Typename == "MessageChunk" })
@@ -580,5 +581,71 @@ func untilBranch(t *testing.T, evs *tgtest.Events, want []string) {
 		if _, ok := evs.TryNext(time.Until(deadline)); !ok {
 			t.Fatalf("the events rebuild %v, want %v", rebuildBranch(evs.All), want)
 		}
+	}
+}
+
+// TestTreeLimits: versions of a message, messages of a session and a fork's size have
+// limits with settings, refused with a clear error and nothing changed; the storage
+// quota counts every branch.
+func TestTreeLimits(t *testing.T) {
+	a := startApp(t, "sqlite", func(cfg *app.Config) {
+		cfg.Service.MaxBranches = 3
+		cfg.Service.MaxSessionMessages = 12
+		cfg.Service.MaxForkMessages = 3
+		cfg.Service.MaxUserBytes = 400
+	})
+	c := guest(t, a)
+	sid := c.CreateSession(nil)
+	_, evs := c.Connect("graphql-transport-ws").Stream(sid, c.Cursor(sid))
+	u1, _ := turn(c, evs, sid, "one")
+	for i := range 2 {
+		e := edit(c, u1, fmt.Sprintf("version %d", i+2))
+		evs.Until("the edit's run ends", tgtest.RunEnds(e.EditMessage.Run.ID))
+	}
+	before := c.Messages(sid)
+	resp := c.Do(editMutation, map[string]any{"m": u1, "c": "a fourth version"})
+	if resp.Code() != "RATE_LIMITED" || !strings.Contains(resp.Errors[0].Message, "3 versions") {
+		t.Fatalf("a fourth version: %s %+v", resp.Code(), resp.Errors)
+	}
+	resp = c.Do(regenMutation, map[string]any{"m": before[1].ID})
+	if resp.Code() != "" {
+		t.Fatalf("a second version of the reply: %+v", resp.Errors)
+	}
+	waitIdle(t, c, sid)
+	resp = c.Do(forkMutation, map[string]any{"m": c.Messages(sid)[1].ID})
+	if resp.Code() != "" {
+		t.Fatalf("a fork of two messages: %+v", resp.Errors)
+	}
+	turn(c, evs, sid, "two")
+	long := c.Messages(sid)
+	resp = c.Do(forkMutation, map[string]any{"m": long[len(long)-1].ID})
+	if resp.Code() != "BAD_USER_INPUT" || !strings.Contains(resp.Errors[0].Message, "at most 3 messages") {
+		t.Fatalf("a fork of %d messages: %s %+v", len(long), resp.Code(), resp.Errors)
+	}
+	// Three versions of "one" with their replies, a regenerated reply, "two" and its
+	// reply: 9 messages. "three" makes 11 with its reply, "four" 13; then no more.
+	turn(c, evs, sid, "three")
+	turn(c, evs, sid, "four")
+	resp = c.Do(sendPolicyMutation, map[string]any{"s": sid, "c": "five", "p": nil})
+	if resp.Code() != "RATE_LIMITED" || !strings.Contains(resp.Errors[0].Message, "messages, the most it can") {
+		t.Fatalf("a message beyond the session's limit: %s %+v", resp.Code(), resp.Errors)
+	}
+
+	// The quota: every version counts. 400 bytes, and each edit adds its text.
+	q := c.CreateSession(nil)
+	_, qevs := c.Connect("graphql-transport-ws").Stream(q, c.Cursor(q))
+	big := strings.Repeat("x", 200)
+	m, _ := turn(c, qevs, q, big)
+	resp = c.Do(editMutation, map[string]any{"m": m, "c": big + "y"})
+	if resp.Code() != "RATE_LIMITED" || !strings.Contains(resp.Errors[0].Message, "keeps at most") {
+		t.Fatalf("an edit beyond the storage quota: %s %+v", resp.Code(), resp.Errors)
+	}
+}
+
+// everyStore runs a test against every store, PostgreSQL included (skipped without one,
+// failed under CI).
+func everyStore(t *testing.T, test func(t *testing.T, store string)) {
+	for _, s := range allStores {
+		t.Run(s, func(t *testing.T) { test(t, s) })
 	}
 }
