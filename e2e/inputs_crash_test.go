@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/talkgraph/talkgraph/internal/tgtest"
 )
@@ -205,7 +204,7 @@ func TestReplicasApprovalOnSurvivor(t *testing.T) {
 
 	r[0].kill()
 	on2 := c.On(r[2].URL)
-	res, waited := untilOK(t, lease+5*time.Second, func() *tgtest.Response {
+	res, waited := untilOK(t, takeoverWait, func() *tgtest.Response {
 		return decide(on2, map[string]any{"toolCallId": callID, "decision": "APPROVE"})
 	})
 	if len(res.Errors) > 0 {

@@ -617,6 +617,12 @@ func logLines(rs []*replica, words ...string) []string {
 	return out
 }
 
+// takeoverWait is how long a client retries a command while a dead replica's runs are
+// taken over: the lease and the time to notice, plus one whole request timeout (10 s): a
+// command sent while the survivor adopts the run may wait that out on a loaded machine
+// (under -race with the suite running beside it), and the client then tries again.
+const takeoverWait = lease + 15*time.Second
+
 // untilOK repeats op while it answers UNAVAILABLE (what a client does while a replica's
 // runs are being taken over), for up to d; it returns the last answer and how long it
 // took.
@@ -672,7 +678,7 @@ func TestReplicasSIGKILL(t *testing.T) {
 		t.Errorf("next run ended %s", end.Run.Status)
 	}
 
-	res, waited := untilOK(t, lease+5*time.Second, func() *tgtest.Response {
+	res, waited := untilOK(t, takeoverWait, func() *tgtest.Response {
 		return c.On(r[2].URL).Do(`mutation($q: ID!){ respondToQuestion(input:{questionId:$q, answer:"after the kill"}){ run { id } } }`,
 			map[string]any{"q": q.Question.ID})
 	})
