@@ -270,6 +270,10 @@ func (s *Service) loadLeafLocked(ctx context.Context, st *sessionState) error {
 	if st.log.leafKnown {
 		return nil
 	}
+	if st.log.end.Seq == 0 && st.log.synced { // an empty log: no message, no branch
+		st.log.leaf, st.log.leafKnown = "", true
+		return nil
+	}
 	last, err := s.store.Messages(ctx, st.id, MessagePage{Last: 1})
 	if err != nil {
 		return err

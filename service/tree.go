@@ -260,12 +260,16 @@ func (s *Service) ownMessage(ctx context.Context, u, id string) (*Message, error
 // checkTreeLimits refuses an addition that would take the session past
 // MaxSessionMessages messages, or a message past MaxBranches versions.
 func (s *Service) checkTreeLimits(ctx context.Context, st *sessionState, a addition) error {
-	n, err := s.store.CountMessages(ctx, st.id)
-	if err != nil {
-		return err
-	}
-	if n >= s.cfg.MaxSessionMessages {
-		return Errorf(ERATELIMIT, "this session holds %d messages, the most it can: fork it or start a new one", n)
+	// Every message began with an event of the log: a log shorter than the limit holds
+	// fewer messages, and the store need not count them.
+	if st.log.end.Seq >= int64(s.cfg.MaxSessionMessages) {
+		n, err := s.store.CountMessages(ctx, st.id)
+		if err != nil {
+			return err
+		}
+		if n >= s.cfg.MaxSessionMessages {
+			return Errorf(ERATELIMIT, "this session holds %d messages, the most it can: fork it or start a new one", n)
+		}
 	}
 	var beside *Message
 	switch {
