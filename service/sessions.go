@@ -299,16 +299,24 @@ func (s *Service) updateSession(ctx context.Context, cmd *Command, change func(*
 		return nil, err
 	}
 	cmd.UserID = u
+	return s.routeView(ctx, cmd, func(ctx context.Context) (*SessionView, error) {
+		return s.changeSession(ctx, cmd.SessionID, change)
+	})
+}
+
+// routeView does cmd where the session's agent runs (fn, when that is here) and answers
+// the session as it left it: read again when another replica did it.
+func (s *Service) routeView(ctx context.Context, cmd *Command, fn func(ctx context.Context) (*SessionView, error)) (*SessionView, error) {
 	var view *SessionView
-	_, err = s.peers.route(ctx, cmd, func(ctx context.Context) (*Reply, error) {
-		v, err := s.changeSession(ctx, cmd.SessionID, change)
+	_, err := s.peers.route(ctx, cmd, func(ctx context.Context) (*Reply, error) {
+		v, err := fn(ctx)
 		view = v
 		return sessionReply(v), err
 	})
 	if err != nil {
 		return nil, err
 	}
-	if view == nil { // changed on another replica
+	if view == nil { // done on another replica
 		return s.View(ctx, cmd.SessionID)
 	}
 	return view, nil

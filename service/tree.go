@@ -93,19 +93,9 @@ func (s *Service) SelectBranch(ctx context.Context, messageID string) (*SessionV
 	if err != nil {
 		return nil, err
 	}
-	var view *SessionView
-	_, err = s.peers.route(ctx, &Command{Op: opSelect, UserID: u, SessionID: m.SessionID, MessageID: messageID}, func(ctx context.Context) (*Reply, error) {
-		v, err := s.selectBranch(ctx, m)
-		view = v
-		return sessionReply(v), err
+	return s.routeView(ctx, &Command{Op: opSelect, UserID: u, SessionID: m.SessionID, MessageID: messageID}, func(ctx context.Context) (*SessionView, error) {
+		return s.selectBranch(ctx, m)
 	})
-	if err != nil {
-		return nil, err
-	}
-	if view == nil { // switched on another replica
-		return s.View(ctx, m.SessionID)
-	}
-	return view, nil
 }
 
 func (s *Service) selectBranch(ctx context.Context, m *Message) (*SessionView, error) {
