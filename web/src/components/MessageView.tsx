@@ -274,7 +274,7 @@ function MessageToolbar({ message: m, actions, onEdit }: { message: Message; act
         <button
           type="button"
           className="icon-btn small fork-btn"
-          aria-label="Fork into a new chat"
+          aria-label="Fork from here"
           title="Fork: a new chat with the conversation up to here"
           disabled={busy !== null}
           onClick={() => run('fork')}
@@ -291,7 +291,7 @@ function MessageToolbar({ message: m, actions, onEdit }: { message: Message; act
   );
 }
 
-export const MessageView = memo(function MessageView({ message: m }: { message: Message }) {
+export const MessageView = memo(function MessageView({ message: m, lastOfRun = true }: { message: Message; lastOfRun?: boolean }) {
   const actions = useContext(MessageActionsContext);
   const [editing, setEditing] = useState(false);
   const editButtonFocus = useRef(false);
@@ -363,7 +363,8 @@ export const MessageView = memo(function MessageView({ message: m }: { message: 
         </ul>
       )}
       {m.status === 'FAILED' && <FailureReason message={m} />}
-      {m.role === 'ASSISTANT' && m.kind === 'TEXT' && m.status !== 'STREAMING' && m.runId && <Usage runId={m.runId} />}
+      {/* A run's usage, under its last reply. */}
+      {m.role === 'ASSISTANT' && m.kind === 'TEXT' && m.status !== 'STREAMING' && m.runId && lastOfRun && <Usage runId={m.runId} />}
       {actions && !editing && (
         <MessageToolbar message={m} actions={actions} onEdit={editable ? () => setEditing(true) : undefined} />
       )}

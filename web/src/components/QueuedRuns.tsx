@@ -1,5 +1,5 @@
 import { useFragment } from '@apollo/client/react';
-import { useState } from 'react';
+import { useState, type MouseEvent } from 'react';
 import { MessageTextFieldsFragmentDoc, QueuedRunFieldsFragmentDoc } from '../gql/graphql';
 import { describeError } from '../lib/errors';
 
@@ -28,11 +28,22 @@ function QueuedRun({
   const fromCache = useMessageText(promptId);
   const text = shownPrompt ?? fromCache;
 
-  async function cancel() {
+  async function cancel(ev: MouseEvent<HTMLButtonElement>) {
+    const button = ev.currentTarget;
+    const item = button.closest('li');
+    const hadFocus = document.activeElement === button;
     setCancelling(true);
     setError(null);
     try {
       await onCancel(runId);
+      // The item goes with its button: the focus goes to the next Cancel, else the box.
+      if (hadFocus) {
+        const next = item?.nextElementSibling?.querySelector('button') ?? item?.previousElementSibling?.querySelector('button');
+        requestAnimationFrame(() => {
+          if (document.activeElement && document.activeElement !== document.body) return;
+          (next?.isConnected ? next : document.getElementById('composer-input'))?.focus();
+        });
+      }
     } catch (e) {
       setError(describeError(e));
       setCancelling(false);
