@@ -154,6 +154,48 @@ if (!SKIP) describe('the conversation as a tree', { timeout: 600_000 }, () => {
     assert.equal(await versionOf(page.locator(sel.user).first()), '2 / 2');
   });
 
+  /** Sets the open chat's busy policy through the settings dialog. */
+  async function setBusyPolicy(name) {
+    await page.getByRole('button', { name: 'Chat settings' }).click();
+    const dialog = page.getByRole('dialog', { name: 'Chat settings' });
+    await dialog.getByRole('radio', { name: new RegExp(`^${name}`) }).check();
+    await dialog.getByRole('button', { name: 'Save' }).click();
+    await dialog.waitFor({ state: 'hidden' });
+  }
+
+  test('an edit while the agent works waits in the queue (Queue policy) and switches in its turn', async () => {
+    await newChat();
+    await setBusyPolicy('Queue');
+    await send(page, 'base');
+    await waitForReply(page, { contains: 'You said: base' });
+    await send(page, '/slow 15');
+    await waitForReply(page, { status: 'STREAMING', contains: 'chunk 1.' });
+    await edit(page.locator(sel.user).first(), 'base edited');
+    // Queued, shown with its text; the branch shown stays until its run starts.
+    const queue = page.getByRole('region', { name: /^Queued/ });
+    await queue.getByText('base edited').waitFor();
+    assert.equal(await page.locator(sel.user).first().locator('.msg-body').textContent(), 'base');
+    assert.equal(await page.locator(sel.assistant).last().getAttribute('data-status'), 'STREAMING', 'the agent goes on');
+    await showsExactly(page, ['user: base edited', 'agent: You said: base edited']);
+    assert.equal(await versionOf(page.locator(sel.user).first()), '2 / 2');
+    await queue.waitFor({ state: 'detached' });
+  });
+
+  test('versions cannot be switched while the agent works: the server says why', async () => {
+    await newChat();
+    await send(page, 'v1');
+    await waitForReply(page, { contains: 'You said: v1' });
+    await edit(page.locator(sel.user).first(), 'v2');
+    await showsExactly(page, ['user: v2', 'agent: You said: v2']);
+    await send(page, '/slow 30');
+    await waitForReply(page, { status: 'STREAMING', contains: 'chunk 1.' });
+    await page.locator(sel.user).first().getByRole('button', { name: 'Previous version' }).click();
+    await page.locator(sel.user).first().locator('.msg-action-error').waitFor();
+    assert.equal(await versionOf(page.locator(sel.user).first()), '2 / 2');
+    await page.getByRole('button', { name: 'Stop' }).click();
+    await page.getByRole('button', { name: 'Stop' }).waitFor({ state: 'detached' });
+  });
+
   test('regenerate a reply: a new version beside it', async () => {
     await newChat();
     await send(page, 'say it again');
