@@ -1,8 +1,9 @@
 // Accessibility in headless Chromium against the real server: axe-core (from npm) finds no
 // serious or critical violation on a conversation with a Markdown reply, a tool call, an
-// approval card, questions and a form, in light and dark colours; and the chat works with
-// the keyboard alone (no mouse click anywhere): send, stop, answer, approve, reject, with
-// the focus visible.
+// approval card, questions and a form, and on one with versions, a message being edited and
+// a queue, in light and dark colours; and the chat works with the keyboard alone (no mouse
+// click anywhere): send, stop, answer, approve, reject, edit, switch versions, regenerate,
+// queue, cancel and steer, with the focus visible.
 
 import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
@@ -17,6 +18,7 @@ import {
   launchFor,
   screenshot,
   sel,
+  send,
   skipReason,
   startServer,
   tempDir,
@@ -230,5 +232,124 @@ if (!SKIP) describe('accessibility', { timeout: 600_000 }, () => {
     await waitForReply(page, { contains: 'did not run' });
     assert.equal(await lastReply(page), 'The echo tool did not run: the user rejected this call: by keyboard, no');
     await until(page, 'the focus back in the message box', () => document.activeElement?.id === 'composer-input');
+  });
+
+  /** Presses Shift+Tab (or Tab) until the focused element's name matches; fails after `max` presses. */
+  async function tabTo(name, { back = true, max = 25 } = {}) {
+    const seen = [];
+    for (let i = 0; i < max; i++) {
+      await page.keyboard.press(back ? 'Shift+Tab' : 'Tab');
+      const f = await focused();
+      seen.push(f.name || f.tag);
+      if (typeof name === 'string' ? f.name === name : name.test(f.name)) return f;
+    }
+    throw new Error(`no ${name} within ${max} ${back ? 'Shift+Tab' : 'Tab'} presses; the focus went over ${JSON.stringify(seen)}`);
+  }
+
+  const versionText = (locator) => locator.locator('.version-count').textContent().then((t) => t.replace(/\s+/g, ' ').trim());
+
+  test('axe-core on versions, a message being edited, the policy choice and a queue', async () => {
+    await page.goto(server.url);
+    await send(page, 'axe one');
+    await currentSessionId(page);
+    await waitForReply(page, { contains: 'You said: axe one' });
+    // Versions of a message and of a reply.
+    const first = page.locator(sel.user).first();
+    await first.getByRole('button', { name: 'Edit message' }).click();
+    await first.getByLabel('New version of your message').fill('axe two');
+    await first.getByRole('button', { name: 'Save' }).click();
+    await waitForReply(page, { contains: 'You said: axe two' });
+    await page.locator(sel.assistant).first().getByRole('button', { name: 'Regenerate reply' }).click();
+    await until(page, 'a second version of the reply', (s) => document.querySelector(`${s} .version-count`)?.textContent.includes('2'), sel.assistant);
+    await waitForReply(page, { contains: 'You said: axe two' });
+    // The agent at work, with a message queued behind it.
+    await send(page, '/slow 60');
+    await waitForReply(page, { status: 'STREAMING', contains: 'chunk 1.' });
+    await page.getByLabel('While the agent works').selectOption('ENQUEUE');
+    await send(page, 'queued for axe');
+    await page.getByRole('region', { name: /^Queued/ }).getByText('queued for axe').waitFor();
+    await axeBoth('versions, the policy choice, Steer and a queue');
+    await screenshot(page, 'a11y-tree');
+    // A message being edited.
+    await page.locator(sel.user).first().getByRole('button', { name: 'Edit message' }).click();
+    await page.getByLabel('New version of your message').waitFor();
+    await axe('a message being edited');
+    await page.keyboard.press('Escape');
+    await page.getByLabel('New version of your message').waitFor({ state: 'detached' });
+    await page.getByRole('button', { name: 'Stop' }).click();
+    await page.getByRole('button', { name: 'Stop' }).waitFor({ state: 'detached' });
+  });
+
+  test('keyboard only: edit, versions, regenerate, queue and cancel, steer', async () => {
+    await page.goto(server.url);
+    await type('typed by keyboard');
+    await currentSessionId(page);
+    await waitForReply(page, { contains: 'You said: typed by keyboard' });
+    await until(page, 'the focus in the message box', () => document.activeElement?.id === 'composer-input');
+
+    // Edit: Shift+Tab back to the message's Edit button; Enter opens the box with the focus
+    // in it; Enter saves; the focus comes back to the message box.
+    let f = await tabTo('Edit message');
+    assert.ok(f.outline, 'the focused Edit button shows its outline');
+    await page.keyboard.press('Enter');
+    await until(page, 'the focus in the edit box', () => document.activeElement?.id?.startsWith('edit-'));
+    f = await focused();
+    assert.ok(f.outline, 'the edit box shows the focus');
+    await page.keyboard.press('ControlOrMeta+A');
+    await page.keyboard.type('edited by keyboard');
+    await screenshot(page, 'keyboard-edit');
+    await page.keyboard.press('Enter');
+    await waitForReply(page, { contains: 'You said: edited by keyboard' });
+    assert.equal(await versionText(page.locator(sel.user).first()), '2 / 2');
+    await until(page, 'the focus back in the message box', () => document.activeElement?.id === 'composer-input');
+
+    // Versions: Previous version, and the focus stays on the versions as they change.
+    f = await tabTo('Previous version');
+    assert.ok(f.outline, 'the focused Previous version button shows its outline');
+    await page.keyboard.press('Enter');
+    await waitForReply(page, { contains: 'You said: typed by keyboard' });
+    assert.equal(await versionText(page.locator(sel.user).first()), '1 / 2');
+    await until(page, 'the focus on Next version', () => document.activeElement?.getAttribute('aria-label') === 'Next version');
+    await page.keyboard.press('Enter');
+    await waitForReply(page, { contains: 'You said: edited by keyboard' });
+    await until(page, 'the focus on Previous version', () => document.activeElement?.getAttribute('aria-label') === 'Previous version');
+
+    // Regenerate: Tab on to the reply's button.
+    await tabTo('Regenerate reply', { back: false });
+    await page.keyboard.press('Enter');
+    await until(page, 'a second version of the reply', (s) => document.querySelector(`${s} .version-count`)?.textContent.replace(/\s+/g, ' ').trim() === '2 / 2', sel.assistant);
+    await waitForReply(page, { contains: 'You said: edited by keyboard' });
+
+    // Queue a message with the choice next to Send, then cancel it, by keyboard.
+    await page.locator(sel.composer).focus();
+    await type('/slow 60');
+    await waitForReply(page, { status: 'STREAMING', contains: 'chunk 1.' });
+    await page.keyboard.type('queued by keyboard');
+    // Tab: Steer, Send, then the choice.
+    for (let i = 0; i < 3; i++) await page.keyboard.press('Tab');
+    assert.equal(await page.evaluate(() => document.activeElement?.id), 'composer-policy');
+    assert.ok((await focused()).outline, 'the focused choice shows its outline');
+    await page.keyboard.type('Q'); // "Queue it", by its first letter
+    assert.equal(await page.locator('#composer-policy').inputValue(), 'ENQUEUE');
+    await page.keyboard.press('Shift+Tab'); // Send
+    await page.keyboard.press('Shift+Tab'); // Steer
+    await page.keyboard.press('Shift+Tab'); // the message box
+    await page.keyboard.press('Enter');
+    await page.getByRole('region', { name: /^Queued/ }).getByText('queued by keyboard').waitFor();
+    f = await tabTo(/^Cancel/);
+    assert.ok(f.outline, 'the focused Cancel button shows its outline');
+    await page.keyboard.press('Enter');
+    await page.getByRole('region', { name: /^Queued/ }).waitFor({ state: 'detached' });
+    await until(page, 'the focus back in the message box', () => document.activeElement?.id === 'composer-input');
+
+    // Steer: the button after the message box.
+    await page.keyboard.type('steered by keyboard');
+    f = await tabTo('Steer', { back: false, max: 2 });
+    assert.ok(f.outline, 'the focused Steer button shows its outline');
+    await page.keyboard.press('Enter');
+    await until(page, 'the steer in the reply', (s) =>
+      [...document.querySelectorAll(s)].some((a) => (a.querySelector('.msg-body')?.textContent ?? '').includes('[steered: steered by keyboard]')), sel.assistant, 20_000);
+    await page.keyboard.press('Escape');
+    await page.getByRole('button', { name: 'Stop' }).waitFor({ state: 'detached' });
   });
 });

@@ -1,13 +1,16 @@
 import { useFragment, useQuery } from '@apollo/client/react';
-import { useCallback, useEffect, useRef, useState } from 'react';
+import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import { AgentsDocument, SessionStateFieldsFragmentDoc } from '../gql/graphql';
 import { isFinishedRun } from '../lib/cache';
 import { describeError } from '../lib/errors';
+import { openChat } from '../lib/route';
 import { useChat } from '../lib/useChat';
 import { Composer } from './Composer';
 import { GearIcon, StopIcon } from './icons';
+import { MessageActionsContext, type MessageActions } from './messageActions';
 import { MessageList } from './MessageList';
 import { PendingInputs } from './inputs/PendingInputs';
+import { QueuedRuns } from './QueuedRuns';
 import { SettingsDialog } from './SettingsDialog';
 import type { TopBarProps } from './Shell';
 import { TopBar } from './TopBar';
@@ -15,7 +18,20 @@ import { TopBar } from './TopBar';
 export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarProps }) {
   const chat = useChat(sessionId);
   const { session, phase } = chat;
-  // Runs queued behind the active one (busy policy ENQUEUE), a field the cache keeps.
+  const { edit, regenerate, selectBranch, fork: forkChat } = chat;
+  const actions = useMemo<MessageActions>(
+    () => ({
+      edit,
+      regenerate,
+      selectBranch,
+      async fork(messageId) {
+        openChat(await forkChat(messageId));
+        setTimeout(() => document.getElementById('composer-input')?.focus(), 0);
+      },
+    }),
+    [edit, regenerate, selectBranch, forkChat],
+  );
+  // Runs queued behind the active one (busy policies ENQUEUE and STEER), kept by the cache.
   const state = useFragment({
     fragment: SessionStateFieldsFragmentDoc,
     from: { __typename: 'TalkSession', id: sessionId },
@@ -57,7 +73,7 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
       if (e.key !== 'Escape' || e.defaultPrevented || e.repeat) return;
       if (document.querySelector('dialog[open], .app.menu-open')) return;
       const t = e.target as HTMLElement | null;
-      if (t?.closest('.pending-inputs, .sidebar')) return;
+      if (t?.closest('.pending-inputs, .sidebar, .msg-edit')) return;
       e.preventDefault();
       void stop();
     };
@@ -108,8 +124,8 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
 
   const activeRun = session.activeRun;
   const running = activeRun !== null && !isFinishedRun(activeRun.status);
-  const queuedRunIds = state.complete ? state.data.queuedRunIds : [];
-  const queued = activeRun ? queuedRunIds.filter((id) => id !== activeRun.id).length : 0;
+  const queuedRunIds = (state.complete ? state.data.queuedRuns : []).map((r) => r.id).filter((id) => id !== activeRun?.id);
+  const queued = queuedRunIds.length;
   const questions = session.pendingQuestions.filter((q) => !q.answeredAt && !q.withdrawn);
   const approvals = session.pendingApprovals.filter((c) => c.status === 'AWAITING_APPROVAL');
   let statusText = '';
@@ -120,6 +136,11 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
   }
   else if (session.status === 'RUNNING') statusText = 'Agent is working…';
   if (queued > 0) statusText += ` (${queued} message${queued > 1 ? 's' : ''} queued)`;
+
+  const messages = session.messages.edges.map((e) => e.node);
+  // What each queued run answers, when its message is shown (its runId names the run).
+  const promptsByRun = new Map<string, string>();
+  for (const m of messages) if (m.role === 'USER' && m.kind === 'TEXT' && m.runId) promptsByRun.set(m.runId, m.content);
 
   const demo = session.settings.agent === 'demo';
   return (
@@ -140,8 +161,9 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
           <GearIcon />
         </button>
       </TopBar>
+      <MessageActionsContext.Provider value={actions}>
       <MessageList
-        messages={session.messages.edges.map((e) => e.node)}
+        messages={messages}
         hasEarlier={session.messages.pageInfo.hasPreviousPage}
         pendingCount={questions.length + approvals.length}
         onLoadEarlier={chat.loadEarlier}
@@ -151,7 +173,9 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
             : 'Say something to start the conversation.'
         }
       />
+      </MessageActionsContext.Provider>
       <div className="dock">
+        <QueuedRuns runIds={queuedRunIds} promptsByRun={promptsByRun} onCancel={chat.cancelQueued} />
         <div className="statusbar">
           <p className={`status-text${statusText ? ' active' : ''}`} role="status" aria-live="polite" id="chat-status">
             {statusText && <span className="pulse" aria-hidden="true" />}
@@ -190,7 +214,7 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
           onDecide={chat.decide}
           onRespondAll={chat.respondAll}
         />
-        <Composer onSend={chat.send} autoFocus />
+        <Composer onSend={chat.send} autoFocus busy={session.status !== 'IDLE'} defaultPolicy={session.settings.busyPolicy} />
       </div>
       {settingsOpen && (
         <SettingsDialog sessionId={sessionId} settings={session.settings} onClose={() => setSettingsOpen(false)} />

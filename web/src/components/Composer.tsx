@@ -1,25 +1,35 @@
 import { useEffect, useLayoutEffect, useRef, useState, type FormEvent, type KeyboardEvent } from 'react';
+import type { BusyPolicy } from '../gql/graphql';
 import { describeError } from '../lib/errors';
-import { SendIcon } from './icons';
+import { busyPolicyLabel, MESSAGE_POLICIES } from '../lib/policies';
+import { SendIcon, SteerIcon } from './icons';
 
 const MAX_HEIGHT = 220;
 
 /**
  * The message box: Enter sends, Shift+Enter starts a new line. The text is cleared when
- * sending starts and put back if the message was not accepted.
+ * sending starts and put back if the message was not accepted. While the agent works
+ * (`busy`), a Steer button sends the message to the working agent, and a choice says what
+ * the next message does (the chat's policy unless chosen; back to it once sent).
  */
 export function Composer({
   onSend,
   placeholder = 'Message the agent…',
   autoFocus,
+  busy = false,
+  defaultPolicy,
 }: {
-  onSend: (text: string) => Promise<void>;
+  onSend: (text: string, busyPolicy: BusyPolicy | null) => Promise<void>;
   placeholder?: string;
   autoFocus?: boolean;
+  busy?: boolean;
+  /** The chat's busy policy, named in the choice that keeps it. */
+  defaultPolicy?: BusyPolicy;
 }) {
   const [text, setText] = useState('');
   const [sending, setSending] = useState(false);
   const [error, setError] = useState<string | null>(null);
+  const [policy, setPolicy] = useState<BusyPolicy | ''>('');
   const area = useRef<HTMLTextAreaElement>(null);
 
   useLayoutEffect(() => {
@@ -33,14 +43,15 @@ export function Composer({
     if (autoFocus) area.current?.focus();
   }, [autoFocus]);
 
-  async function send() {
+  async function send(how: BusyPolicy | null = policy || null) {
     const content = text.trim();
     if (!content || sending) return;
     setSending(true);
     setError(null);
     setText('');
     try {
-      await onSend(content);
+      await onSend(content, how);
+      setPolicy('');
     } catch (e) {
       setError(describeError(e));
       setText((t) => (t === '' ? content : t));
@@ -83,6 +94,17 @@ export function Composer({
           onChange={(e) => setText(e.target.value)}
           onKeyDown={onKeyDown}
         />
+        {busy && (
+          <button
+            type="button"
+            className="btn small steer-btn"
+            title="Send this to the working agent: it reads it at its next step"
+            disabled={sending || text.trim() === ''}
+            onClick={() => void send('STEER')}
+          >
+            <SteerIcon /> Steer
+          </button>
+        )}
         <button
           type="submit"
           className="send-btn"
@@ -93,9 +115,24 @@ export function Composer({
           <SendIcon />
         </button>
       </div>
-      <p id="composer-hint" className="hint">
-        <kbd>Enter</kbd> to send · <kbd>Shift</kbd>+<kbd>Enter</kbd> for a new line
-      </p>
+      <div className="composer-foot">
+        <p id="composer-hint" className="hint">
+          <kbd>Enter</kbd> to send · <kbd>Shift</kbd>+<kbd>Enter</kbd> for a new line
+        </p>
+        {busy && (
+          <div className="composer-policy">
+            <label htmlFor="composer-policy">While the agent works</label>
+            <select id="composer-policy" value={policy} onChange={(e) => setPolicy(e.target.value as BusyPolicy | '')}>
+              <option value="">Chat default{defaultPolicy ? ` (${busyPolicyLabel(defaultPolicy)})` : ''}</option>
+              {MESSAGE_POLICIES.map((p) => (
+                <option key={p.value} value={p.value}>
+                  {p.label}
+                </option>
+              ))}
+            </select>
+          </div>
+        )}
+      </div>
     </form>
   );
 }

@@ -2,6 +2,13 @@ import { useLayoutEffect, useRef, useState } from 'react';
 import type { MessageFieldsFragment } from '../gql/graphql';
 import { MessageView } from './MessageView';
 
+/** The ID of each run's last reply shown (a steered reply is split in two). */
+function lastReplies(messages: MessageFieldsFragment[]): Set<string> {
+  const last = new Map<string, string>();
+  for (const m of messages) if (m.role === 'ASSISTANT' && m.runId) last.set(m.runId, m.id);
+  return new Set(last.values());
+}
+
 /**
  * The conversation, oldest first. Keeps the newest text in view while the reader is at the
  * bottom, and leaves the scroll position alone when they have scrolled up to read.
@@ -20,6 +27,7 @@ export function MessageList({
   emptyHint?: string;
 }) {
   const scroller = useRef<HTMLDivElement>(null);
+  const lastOfRunIds = lastReplies(messages);
   const pinned = useRef(true);
   const [loadingEarlier, setLoadingEarlier] = useState(false);
 
@@ -64,7 +72,7 @@ export function MessageList({
         )}
         {messages.length === 0 && emptyHint && <p className="empty-hint">{emptyHint}</p>}
         {messages.map((m) => (
-          <MessageView key={m.id} message={m} />
+          <MessageView key={m.id} message={m} lastOfRun={!m.runId || lastOfRunIds.has(m.id)} />
         ))}
       </div>
     </div>

@@ -3,17 +3,13 @@ import { useEffect, useRef, useState, type FormEvent } from 'react';
 import {
   AgentsDocument,
   UpdateTalkSessionSettingsDocument,
-  type BusyPolicy,
   type SettingsFieldsFragment,
   type ToolPolicyKind,
 } from '../gql/graphql';
 import { describeError } from '../lib/errors';
+import { BUSY_POLICIES } from '../lib/policies';
 
-const POLICIES: { value: BusyPolicy; label: string; help: string }[] = [
-  { value: 'INTERRUPT', label: 'Interrupt', help: 'A new message stops the agent, keeps its partial reply, and starts over.' },
-  { value: 'ENQUEUE', label: 'Queue', help: 'A new message waits until the agent is done.' },
-  { value: 'REJECT', label: 'Reject', help: 'New messages are refused while the agent works.' },
-];
+const POLICIES = BUSY_POLICIES;
 
 const TOOL_POLICIES: { value: ToolPolicyKind; label: string }[] = [
   { value: 'ALLOW', label: 'Allow: runs at once' },

@@ -85,3 +85,29 @@ export const ClockIcon = () => (
     <path d="M12 7v5l3 2" />
   </Svg>
 );
+export const SteerIcon = () => (
+  <Svg size={16}>
+    <path d="M15 10l5 5-5 5" />
+    <path d="M4 4v7a4 4 0 0 0 4 4h12" />
+  </Svg>
+);
+export const RegenerateIcon = () => (
+  <Svg size={16}>
+    <path d="M21 12a9 9 0 1 1-3-6.7L21 8" />
+    <path d="M21 3v5h-5" />
+  </Svg>
+);
+export const ForkIcon = () => (
+  <Svg size={16}>
+    <circle cx="6" cy="5" r="2" />
+    <circle cx="18" cy="5" r="2" />
+    <circle cx="12" cy="19" r="2" />
+    <path d="M6 7v2a3 3 0 0 0 3 3h6a3 3 0 0 0 3-3V7" />
+    <path d="M12 12v5" />
+  </Svg>
+);
+export const ChevronLeftIcon = () => (
+  <Svg size={14}>
+    <path d="m15 18-6-6 6-6" />
+  </Svg>
+);

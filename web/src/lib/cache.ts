@@ -10,6 +10,7 @@
 import { InMemoryCache, type FieldMergeFunction, type Reference } from '@apollo/client';
 import { relayStylePagination } from '@apollo/client/utilities';
 import type { MessageStatus, RunStatus, ToolCallStatus } from '../gql/graphql';
+import { longerText, mergeSiblingIds } from './branch';
 
 /** How far a run has come: a run never goes back to a lower rank. */
 export const RUN_RANK: Record<RunStatus, number> = {
@@ -77,6 +78,7 @@ export const SESSION_EVENT_TYPES = [
   'ToolApprovalRequested',
   'ToolApprovalDecided',
   'SessionUpdated',
+  'BranchSelected',
 ];
 
 export function createCache(): InMemoryCache {
@@ -105,8 +107,10 @@ export function createCache(): InMemoryCache {
         fields: {
           settings: { merge: true },
           // History pages: messages(last) replaces, messages(last, before) goes in front.
+          // The current branch: a first page (or the branch fetched again) replaces.
           messages: relayStylePagination(),
-          queuedRunIds: { read: (existing: string[] | undefined) => existing ?? [] },
+          // Kept by the events (see events.ts); each copy from the server replaces.
+          queuedRuns: { merge: false },
         },
       },
       Run: {
@@ -115,11 +119,16 @@ export function createCache(): InMemoryCache {
           error: { merge: keepKnown },
           finishedAt: { merge: keepKnown },
           usage: { merge: keepKnown },
+          // Client-only (client-schema.graphql): the user message this run answers.
+          promptMessageId: { read: (existing: string | undefined) => existing ?? null, merge: keepKnown },
         },
       },
       Message: {
         fields: {
           status: { merge: monotonic(MESSAGE_RANK) },
+          content: { merge: (existing: string | undefined, incoming: string) => longerText(existing, incoming) },
+          // Versions are only added: an older copy of the list does not lose one.
+          siblingIds: { merge: (existing: string[] | undefined, incoming: string[]) => mergeSiblingIds(existing, incoming) },
           error: { merge: keepKnown },
           toolCalls: { merge: unionOfRefs },
         },

@@ -1,8 +1,10 @@
-import type { ApolloCache, DocumentNode } from '@apollo/client';
+import { gql, type ApolloCache, type DocumentNode } from '@apollo/client';
 import { describe, expect, it } from 'vitest';
 import {
   EarlierMessagesDocument,
+  QueuedRunFieldsFragmentDoc,
   QuestionFieldsFragmentDoc,
+  SessionBranchDocument,
   RunDocument,
   SessionDocument,
   SessionListFieldsFragmentDoc,
@@ -17,10 +19,12 @@ import { readFileSync } from 'node:fs';
 import { createCache, SESSION_EVENT_TYPES } from './cache';
 import {
   applyEvent,
+  branchSelected,
   inputsAnswered,
   messageAccepted,
   moveSessionToTop,
   questionAnswered,
+  runStarted,
   runStopped,
   sessionAfterRun,
   sessionAnswered,
@@ -32,6 +36,12 @@ import {
 } from './events';
 
 const AT = '2025-06-15T12:00:00Z';
+
+const SIBLINGS = gql`
+  fragment TestSiblingIds on Message {
+    siblingIds
+  }
+`;
 
 /** writeQuery without the generated result types, which leave out __typename. */
 function write(cache: ApolloCache, options: { query: DocumentNode; variables: object; data: unknown }) {
@@ -51,6 +61,8 @@ function message(id: string, over: Partial<MessageFieldsFragment> = {}) {
     error: null,
     runId: 'r1',
     createdAt: AT,
+    parentId: null as string | null,
+    siblingIds: [id],
     question: null,
     toolCalls: [],
     ...over,
@@ -145,6 +157,7 @@ function loaded(messages: ReturnType<typeof message>[] = [], activeRun: ReturnTy
         pendingQuestion: null,
         pendingQuestions: [],
         pendingApprovals: [],
+        queuedRuns: [],
         streamCursor: 'c0',
         messages: {
           __typename: 'MessageConnection',
@@ -221,11 +234,11 @@ describe('stream events in the cache', () => {
     const { cache, read, apply } = loaded([], run('r1', 'RUNNING'));
     apply({ __typename: 'RunStatusChanged', run: run('r2', 'QUEUED') });
     const state = () => cache.readFragment({ id: 'TalkSession:s1', fragment: SessionStateFieldsFragmentDoc })!;
-    expect(state().queuedRunIds).toEqual(['r2']);
+    expect(state().queuedRuns.map((r) => r.id)).toEqual(['r2']);
     apply({ __typename: 'RunStatusChanged', run: run('r1', 'COMPLETED') });
     expect(read()).toMatchObject({ status: 'RUNNING', activeRun: null });
     apply({ __typename: 'RunStatusChanged', run: run('r2', 'RUNNING') });
-    expect(state().queuedRunIds).toEqual([]);
+    expect(state().queuedRuns).toEqual([]);
     expect(read().activeRun?.id).toBe('r2');
   });
 
@@ -477,6 +490,163 @@ describe('human in the loop', () => {
   });
 });
 
+describe('the conversation as a tree', () => {
+  const user = (id: string, parentId: string | null, over: Partial<MessageFieldsFragment> = {}) =>
+    message(id, { role: 'USER', content: id, status: 'COMPLETE', parentId, runId: `r-${id}`, ...over });
+  const reply = (id: string, parentId: string, over: Partial<MessageFieldsFragment> = {}) =>
+    message(id, { content: `re ${id}`, status: 'COMPLETE', parentId, ...over });
+  const shown = (read: () => { messages: { edges: { node: { id: string } }[] } }) => read().messages.edges.map((e) => e.node.id);
+  const siblingsOf = (cache: ApolloCache, id: string) =>
+    cache.readFragment<{ siblingIds: string[] }>({ id: `Message:${id}`, fragment: SIBLINGS })?.siblingIds;
+
+  it('an edited message shows when its branch is selected, and the old branch comes back', () => {
+    const { cache, read, apply } = loaded([user('u1', null), reply('a1', 'u1'), user('u2', 'a1'), reply('a2', 'u2')]);
+    // editMessage on u2: its new version, beside it, is not on the branch shown yet.
+    apply({ __typename: 'MessageAdded', message: user('u2x', 'a1', { siblingIds: ['u2', 'u2x'] }) });
+    expect(shown(read)).toEqual(['u1', 'a1', 'u2', 'a2']);
+    // u2 learns of its new version.
+    expect(siblingsOf(cache, 'u2')).toEqual(['u2', 'u2x']);
+    expect(applyEvent(cache, 's1', { __typename: 'BranchSelected', cursor: 'c', at: AT, leafId: 'u2x' } as StreamEvent)).toBe(true);
+    expect(shown(read)).toEqual(['u1', 'a1', 'u2x']);
+    // Its reply follows it.
+    apply({ __typename: 'MessageAdded', message: reply('a2x', 'u2x', { status: 'STREAMING', content: '' }) });
+    apply({ __typename: 'MessageChunk', messageId: 'a2x', offset: 0, delta: 'new' });
+    expect(shown(read)).toEqual(['u1', 'a1', 'u2x', 'a2x']);
+    // Another tab selects the old version: rebuilt from the parent links the cache has.
+    apply({ __typename: 'BranchSelected', leafId: 'a2' });
+    expect(shown(read)).toEqual(['u1', 'a1', 'u2', 'a2']);
+    // The history's paging cursor stays the server's.
+    expect(read().messages.pageInfo).toMatchObject({ hasPreviousPage: true, startCursor: 'm:10' });
+  });
+
+  it('a first message edited: the branch is found up to its start', () => {
+    const { read, apply } = loaded([user('u1', null), reply('a1', 'u1')]);
+    apply({ __typename: 'MessageAdded', message: user('u1x', null, { siblingIds: ['u1', 'u1x'] }) });
+    expect(shown(read)).toEqual(['u1', 'a1']);
+    apply({ __typename: 'BranchSelected', leafId: 'u1x' });
+    expect(shown(read)).toEqual(['u1x']);
+    expect(read().messages.pageInfo.hasPreviousPage).toBe(false);
+  });
+
+  it('regenerate: the branch is cut at the parent and the new reply follows', () => {
+    const { cache, read, apply } = loaded([user('u1', null), reply('a1', 'u1')]);
+    runStarted(cache, 's1', run('r2', 'RUNNING'));
+    expect(read()).toMatchObject({ status: 'RUNNING', activeRun: { id: 'r2' } });
+    apply({ __typename: 'BranchSelected', leafId: 'u1' });
+    expect(shown(read)).toEqual(['u1']);
+    apply({ __typename: 'MessageAdded', message: reply('a1x', 'u1', { siblingIds: ['a1', 'a1x'], status: 'STREAMING' }) });
+    expect(shown(read)).toEqual(['u1', 'a1x']);
+    expect(siblingsOf(cache, 'a1')).toEqual(['a1', 'a1x']);
+  });
+
+  it('a new reply selected after it was added (the other order) shows too', () => {
+    const { read, apply } = loaded([user('u1', null), reply('a1', 'u1')]);
+    apply({ __typename: 'MessageAdded', message: reply('a1x', 'u1', { siblingIds: ['a1', 'a1x'], status: 'STREAMING' }) });
+    expect(shown(read)).toEqual(['u1', 'a1']);
+    apply({ __typename: 'BranchSelected', leafId: 'a1x' });
+    expect(shown(read)).toEqual(['u1', 'a1x']);
+  });
+
+  it('a branch with messages the page never had needs the server', () => {
+    const { cache, read } = loaded([user('u1', null), reply('a1', 'u1')]);
+    const ok = applyEvent(cache, 's1', { __typename: 'BranchSelected', cursor: 'c', at: AT, leafId: 'elsewhere' } as StreamEvent);
+    expect(ok).toBe(false);
+    expect(shown(read)).toEqual(['u1', 'a1']);
+    // The branch fetched again replaces the history, as a first page does.
+    write(cache, {
+      query: SessionBranchDocument,
+      variables: { id: 's1', last: 200 },
+      data: {
+        session: {
+          __typename: 'TalkSession',
+          id: 's1',
+          messages: {
+            __typename: 'MessageConnection',
+            edges: [user('u1', null), reply('x1', 'u1'), user('elsewhere', 'x1')].map((m, i) => ({ __typename: 'MessageEdge', cursor: `b:${i}`, node: m })),
+            pageInfo: { __typename: 'PageInfo', hasPreviousPage: false, startCursor: 'b:0' },
+          },
+        },
+      },
+    });
+    expect(shown(read)).toEqual(['u1', 'x1', 'elsewhere']);
+  });
+
+  it('a completed reply of a branch left meanwhile does not join the branch shown', () => {
+    const { read, apply } = loaded([user('u1', null), reply('a1', 'u1', { status: 'STREAMING' })]);
+    apply({ __typename: 'MessageAdded', message: user('u1x', null, { siblingIds: ['u1', 'u1x'] }) });
+    apply({ __typename: 'BranchSelected', leafId: 'u1x' });
+    apply({ __typename: 'MessageCompleted', message: reply('a1', 'u1', { status: 'INTERRUPTED' }) });
+    expect(shown(read)).toEqual(['u1x']);
+  });
+
+  it("selectBranch's answer shows the branch once, and not over newer news", () => {
+    const { cache, read, apply } = loaded([user('u1', null), reply('a1', 'u1', { siblingIds: ['a1', 'a1x'] })]);
+    // The other version was never loaded here: it comes with the answer.
+    branchSelected(cache, 's1', [user('u1', null), reply('a1x', 'u1', { siblingIds: ['a1', 'a1x'] })]);
+    expect(shown(read)).toEqual(['u1', 'a1x']);
+    // The stream's own BranchSelected changes nothing.
+    apply({ __typename: 'BranchSelected', leafId: 'a1x' });
+    expect(shown(read)).toEqual(['u1', 'a1x']);
+    // Back to a1; the stream is ahead of the answer: a message already follows a1.
+    apply({ __typename: 'BranchSelected', leafId: 'a1' });
+    apply({ __typename: 'MessageAdded', message: user('u2', 'a1') });
+    branchSelected(cache, 's1', [user('u1', null), reply('a1', 'u1', { siblingIds: ['a1', 'a1x'] })]);
+    expect(shown(read)).toEqual(['u1', 'a1', 'u2']);
+  });
+
+  it('an older copy of a streaming reply does not cut its text back', () => {
+    const { read, apply, cache } = loaded([user('u1', null), reply('a1', 'u1', { status: 'STREAMING', content: '' })]);
+    apply({ __typename: 'MessageChunk', messageId: 'a1', offset: 0, delta: 'chunk 1. chunk 2. ' });
+    branchSelected(cache, 's1', [user('u1', null), reply('a1', 'u1', { status: 'STREAMING', content: 'chunk 1. ' })]);
+    apply({ __typename: 'MessageChunk', messageId: 'a1', offset: 18, delta: 'chunk 3. ' });
+    expect(read().messages.edges[1].node.content).toBe('chunk 1. chunk 2. chunk 3. ');
+  });
+
+  it('a reply the page did not see begin follows the branch shown', () => {
+    const { read, apply } = loaded([user('u1', null)]);
+    apply({ __typename: 'MessageChunk', messageId: 'a9', offset: 0, delta: 'late' });
+    expect(read().messages.edges[1].node).toMatchObject({ id: 'a9', parentId: 'u1', siblingIds: ['a9'] });
+  });
+
+  it('queued runs are listed with the message they answer, and cancelled', () => {
+    const { cache, read, apply } = loaded([user('u1', null), reply('a1', 'u1', { status: 'STREAMING' })], run('r1', 'RUNNING'));
+    const state = () => cache.readFragment({ id: 'TalkSession:s1', fragment: SessionStateFieldsFragmentDoc })!;
+    const queued = (id: string) => cache.readFragment({ id: `Run:${id}`, fragment: QueuedRunFieldsFragmentDoc });
+    // addMessage with busyPolicy ENQUEUE answers with a queued run.
+    messageAccepted(cache, user('u2', 'a1', { runId: 'r2' }), run('r2', 'QUEUED'));
+    expect(state().queuedRuns.map((r) => r.id)).toEqual(['r2']);
+    expect(queued('r2')).toMatchObject({ status: 'QUEUED', promptMessageId: 'u2' });
+    expect(shown(read)).toEqual(['u1', 'a1', 'u2']);
+    // Another tab queues one too: its events say so.
+    apply({ __typename: 'MessageAdded', message: user('u3', 'u2', { runId: 'r3' }) });
+    apply({ __typename: 'RunStatusChanged', run: run('r3', 'QUEUED') });
+    expect(state().queuedRuns.map((r) => r.id)).toEqual(['r2', 'r3']);
+    expect(queued('r3')).toMatchObject({ promptMessageId: 'u3' });
+    // Cancel r2 (cancelRun with its runId).
+    runStopped(cache, 's1', run('r2', 'CANCELLED'));
+    expect(state().queuedRuns.map((r) => r.id)).toEqual(['r3']);
+    expect(read()).toMatchObject({ status: 'RUNNING', activeRun: { id: 'r1' } });
+    // r3 starts when r1 ends.
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'COMPLETED') });
+    apply({ __typename: 'RunStatusChanged', run: run('r3', 'RUNNING') });
+    expect(state().queuedRuns).toEqual([]);
+    expect(read().activeRun?.id).toBe('r3');
+  });
+
+  it('an edit queued behind the agent waits in the queue, off the branch', () => {
+    const { cache, read, apply } = loaded([user('u1', null), reply('a1', 'u1', { status: 'STREAMING' })], run('r1', 'RUNNING'));
+    messageAccepted(cache, user('u1x', null, { runId: 'r2', siblingIds: ['u1', 'u1x'] }), run('r2', 'QUEUED'));
+    expect(shown(read)).toEqual(['u1', 'a1']);
+    const state = cache.readFragment({ id: 'TalkSession:s1', fragment: SessionStateFieldsFragmentDoc })!;
+    expect(state.queuedRuns.map((r) => r.id)).toEqual(['r2']);
+    // Its run starts: the branch switches.
+    apply({ __typename: 'RunStatusChanged', run: run('r1', 'COMPLETED') });
+    apply({ __typename: 'RunStatusChanged', run: run('r2', 'RUNNING') });
+    apply({ __typename: 'BranchSelected', leafId: 'u1x' });
+    expect(shown(read)).toEqual(['u1x']);
+  });
+});
+
 describe('pagination', () => {
   it('earlier messages go in front of the loaded history', () => {
     const { cache, read } = loaded([message('m3', { status: 'COMPLETE' })]);
@@ -520,7 +690,7 @@ describe('the cache knows the schema', () => {
 });
 
 describe('session state rules', () => {
-  const idle: SessionState = { id: 's', status: 'IDLE', activeRun: null, pendingQuestion: null, pendingQuestions: [], pendingApprovals: [], queuedRunIds: [] };
+  const idle: SessionState = { id: 's', status: 'IDLE', activeRun: null, pendingQuestion: null, pendingQuestions: [], pendingApprovals: [], queuedRuns: [] };
 
   it('a running run becomes the active one', () => {
     expect(sessionAfterRun(idle, { id: 'r1', status: 'RUNNING' })).toMatchObject({ status: 'RUNNING', activeRun: { id: 'r1' } });
@@ -528,7 +698,7 @@ describe('session state rules', () => {
   });
 
   it('a queued run behind an idle session counts as busy', () => {
-    expect(sessionAfterRun(idle, { id: 'r1', status: 'QUEUED' })).toMatchObject({ status: 'RUNNING', queuedRunIds: ['r1'], activeRun: null });
+    expect(sessionAfterRun(idle, { id: 'r1', status: 'QUEUED' })).toMatchObject({ status: 'RUNNING', queuedRuns: [{ id: 'r1' }], activeRun: null });
   });
 
   it('the end of another run leaves the active one alone', () => {

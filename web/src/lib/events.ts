@@ -4,7 +4,8 @@
 // Objects that come whole (a message, a run, a question, a tool call, a session) are simply
 // written and normalise over what the cache holds. What no object carries is updated here:
 // text chunks and tool output (placed at their offset), the edges of the session's
-// `messages` connection and of the session list, and the session's state (its active run,
+// `messages` connection (the current branch of the conversation's tree) and of the session
+// list, the versions of a message (siblingIds), and the session's state (its active run,
 // questions and tool calls waiting for the user, queued runs and status).
 
 import { gql, type ApolloCache, type Reference } from '@apollo/client';
@@ -25,6 +26,7 @@ import {
   type ToolCallFieldsFragment,
   type ToolCallStatus,
 } from '../gql/graphql';
+import { branchTo, mergeSiblingIds } from './branch';
 import { isFinishedRun } from './cache';
 import { placeAt } from './text';
 
@@ -62,6 +64,12 @@ const TOOL_CALL_STATUS = gql`
   }
 `;
 
+const RUN_PROMPT = gql`
+  fragment RunPromptMessage on Run {
+    promptMessageId @client
+  }
+`;
+
 const sessionKey = (id: string) => `TalkSession:${id}`;
 const messageKey = (id: string) => `Message:${id}`;
 
@@ -96,12 +104,18 @@ function withPending(s: SessionState, questions: Pending[], approvals: Pending[]
 const pendingQuestionsOf = (s: SessionState): Pending[] => s.pendingQuestions ?? [];
 const pendingApprovalsOf = (s: SessionState): Pending[] => s.pendingApprovals ?? [];
 
+type Queued = { __typename?: 'Run'; id: string; status: RunStatus };
+
 /** The session's state once `run` has the given status. */
 export function sessionAfterRun(s: SessionState, run: { id: string; status: RunStatus }): SessionState {
-  const queuedRunIds = s.queuedRunIds.filter((id) => id !== run.id);
+  const queuedRuns: Queued[] = (s.queuedRuns ?? []).filter((r) => r.id !== run.id);
   if (run.status === 'QUEUED') {
     // A queued run behind an idle session is about to start: the agent counts as busy.
-    return { ...s, queuedRunIds: [...queuedRunIds, run.id], status: s.status === 'IDLE' ? 'RUNNING' : s.status };
+    return {
+      ...s,
+      queuedRuns: [...queuedRuns, { __typename: 'Run', id: run.id, status: run.status }],
+      status: s.status === 'IDLE' ? 'RUNNING' : s.status,
+    } as SessionState;
   }
   if (isFinishedRun(run.status)) {
     const wasActive = !s.activeRun || s.activeRun.id === run.id;
@@ -112,7 +126,7 @@ export function sessionAfterRun(s: SessionState, run: { id: string; status: RunS
     const first = questions[0];
     const status: SessionStatus = activeRun
       ? statusOfRun(activeRun.status)
-      : queuedRunIds.length > 0
+      : queuedRuns.length > 0
         ? 'RUNNING'
         : 'IDLE';
     return {
@@ -121,11 +135,11 @@ export function sessionAfterRun(s: SessionState, run: { id: string; status: RunS
       pendingQuestion: first ? { __typename: 'Question', id: first.id, runId: first.runId } : null,
       pendingQuestions: questions,
       pendingApprovals: approvals,
-      queuedRunIds,
+      queuedRuns,
       status,
     } as SessionState;
   }
-  return { ...s, activeRun: { __typename: 'Run', id: run.id, status: run.status }, queuedRunIds, status: statusOfRun(run.status) } as SessionState;
+  return { ...s, activeRun: { __typename: 'Run', id: run.id, status: run.status }, queuedRuns, status: statusOfRun(run.status) } as SessionState;
 }
 
 /** The session's state once the agent asks question `q` (it joins the others waiting). */
@@ -173,14 +187,24 @@ function applyRun(cache: ApolloCache, sessionId: string, runId: string) {
   if (status) updateSessionState(cache, sessionId, (s) => sessionAfterRun(s, { id: runId, status: status.status }));
 }
 
-/** Adds an edge for the message at the end of the session's loaded history, unless it has one. */
-export function appendMessage(cache: ApolloCache, sessionId: string, messageId: string) {
+/**
+ * Adds an edge for the message at the end of the current branch, unless it has one. A
+ * message whose parent (`parentId`, when known) is not the branch's last message belongs
+ * to another branch (an edited message queued, a reply of a branch left since): it stays
+ * in the cache, and shows when the stream selects its branch.
+ */
+export function appendMessage(cache: ApolloCache, sessionId: string, messageId: string, parentId?: string | null) {
   cache.modify<{ messages: Connection }>({
     id: sessionKey(sessionId),
     fields: {
       messages(conn, { readField, toReference }) {
         const c = conn as unknown as Connection;
         if (!c?.edges || c.edges.some((e) => readField('id', e.node) === messageId)) return conn;
+        if (parentId !== undefined) {
+          const last = c.edges[c.edges.length - 1];
+          const lastId = last ? readField<string>('id', last.node) : null;
+          if (lastId !== parentId) return conn;
+        }
         const node = toReference(messageKey(messageId));
         if (!node) return conn;
         // Events carry no history cursor; the page's cursors for paging back are the first
@@ -189,6 +213,68 @@ export function appendMessage(cache: ApolloCache, sessionId: string, messageId: 
       },
     },
   });
+}
+
+/**
+ * Shows the branch that ends with `leafId`, rebuilt from the parent links of the messages
+ * in the cache (see branch.ts): the start it shares with the branch shown stays as loaded.
+ * From the stream (`mode` 'event'), a leaf already shown cuts the branch after it; from a
+ * mutation's answer ('answer'), which may come after newer events, a leaf already shown
+ * changes nothing. False when a message of the branch is missing: the page has to fetch the
+ * branch.
+ */
+export function showBranch(cache: ApolloCache, sessionId: string, leafId: string, mode: 'event' | 'answer' = 'event'): boolean {
+  let found = true;
+  cache.modify<{ messages: Connection }>({
+    id: sessionKey(sessionId),
+    fields: {
+      messages(conn, { readField, toReference }) {
+        const c = conn as unknown as Connection & { pageInfo?: Record<string, unknown> };
+        // A history never loaded here has no branch to show.
+        if (!c?.edges) return conn;
+        const shown = c.edges.map((e) => readField<string>('id', e.node) ?? '');
+        if (mode === 'answer' && shown.includes(leafId)) return conn;
+        const branch = branchTo(leafId, shown, (id) => {
+          const ref = toReference(messageKey(id));
+          return ref ? readField<string | null>('parentId', ref) : undefined;
+        });
+        if (!branch) {
+          found = false;
+          return conn;
+        }
+        if (branch.ids.length === shown.length && branch.kept === shown.length) return conn;
+        const kept = c.edges.slice(0, Math.max(branch.kept, 0));
+        const added = branch.ids.slice(kept.length).map((id) => ({
+          __typename: 'MessageEdge',
+          cursor: '',
+          node: toReference(messageKey(id)) as Reference,
+        }));
+        // Found up to its first message: nothing earlier to load.
+        const pageInfo = branch.kept < 0 ? { ...c.pageInfo, hasPreviousPage: false, startCursor: null } : c.pageInfo;
+        return { ...c, edges: [...kept, ...added], pageInfo } as unknown as typeof conn;
+      },
+    },
+  });
+  return found;
+}
+
+/** The other versions of a new message learn of it (their lists come from before it). */
+function addSibling(cache: ApolloCache, message: { id: string; siblingIds?: string[] | null }) {
+  const ids = message.siblingIds;
+  if (!ids) return;
+  for (const id of ids) {
+    if (id === message.id) continue;
+    cache.modify<{ siblingIds: string[] }>({
+      id: messageKey(id),
+      fields: { siblingIds: (known) => mergeSiblingIds(known as unknown as string[], ids) as unknown as typeof known },
+    });
+  }
+}
+
+/** Notes on a user message's run which message it answers (for the queue). */
+function notePrompt(cache: ApolloCache, message: Pick<MessageFieldsFragment, 'id' | 'role' | 'kind' | 'runId'>) {
+  if (message.role !== 'USER' || message.kind !== 'TEXT' || !message.runId) return;
+  cache.writeFragment({ id: `Run:${message.runId}`, fragment: RUN_PROMPT, data: { __typename: 'Run', promptMessageId: message.id } });
 }
 
 /**
@@ -220,7 +306,27 @@ export function moveSessionToTop(cache: ApolloCache, sessionId: string, at?: str
   });
 }
 
-/** An empty streaming reply, for text or a tool call of a message the page has not seen begin. */
+/** The ID of the last message of the branch shown, or null. */
+function lastShownId(cache: ApolloCache, sessionId: string): string | null {
+  let last: string | null = null;
+  cache.modify<{ messages: Connection }>({
+    id: sessionKey(sessionId),
+    fields: {
+      messages(conn, { readField }) {
+        const edges = (conn as unknown as Connection)?.edges;
+        const edge = edges?.[edges.length - 1];
+        if (edge) last = readField<string>('id', edge.node) ?? null;
+        return conn;
+      },
+    },
+  });
+  return last;
+}
+
+/**
+ * An empty streaming reply, for text or a tool call of a message the page has not seen
+ * begin: a reply follows the branch's last message (its own event, when it comes, says).
+ */
 function ensureMessage(cache: ApolloCache, sessionId: string, messageId: string, at: string, runId: string | null) {
   const id = messageKey(messageId);
   if (cache.readFragment({ id, fragment: MESSAGE_ID })) return;
@@ -235,6 +341,8 @@ function ensureMessage(cache: ApolloCache, sessionId: string, messageId: string,
     error: null,
     runId,
     createdAt: at,
+    parentId: lastShownId(cache, sessionId),
+    siblingIds: [messageId],
     question: null,
     toolCalls: [],
   };
@@ -261,43 +369,52 @@ function activeRunId(cache: ApolloCache, sessionId: string): string | null {
   return cache.readFragment({ id: sessionKey(sessionId), fragment: SessionStateFieldsFragmentDoc })?.activeRun?.id ?? null;
 }
 
-/** Applies one event of the session's stream to the cache, in one batch (one re-render). */
-export function applyEvent(cache: ApolloCache, sessionId: string, ev: StreamEvent) {
+/**
+ * Applies one event of the session's stream to the cache, in one batch (one re-render).
+ * False when the event selected a branch the cache cannot rebuild: the caller fetches it.
+ */
+export function applyEvent(cache: ApolloCache, sessionId: string, ev: StreamEvent): boolean {
+  let complete = true;
   cache.batch({
     update: (c) => {
       // The objects the event carries normalise over what the cache holds.
       c.writeQuery({ query: MessageStreamDocument, variables: { sessionId }, data: { messageStream: ev } });
-      applyEventRelations(c, sessionId, ev);
+      complete = applyEventRelations(c, sessionId, ev);
     },
   });
+  return complete;
 }
 
-function applyEventRelations(c: ApolloCache, sessionId: string, ev: StreamEvent) {
+function applyEventRelations(c: ApolloCache, sessionId: string, ev: StreamEvent): boolean {
   switch (ev.__typename) {
     case 'MessageAdded':
-      appendMessage(c, sessionId, ev.message.id);
+      addSibling(c, ev.message);
+      notePrompt(c, ev.message);
+      appendMessage(c, sessionId, ev.message.id, ev.message.parentId);
       moveSessionToTop(c, sessionId, ev.at);
-      return;
+      return true;
     case 'MessageCompleted':
-      appendMessage(c, sessionId, ev.message.id);
-      return;
+      appendMessage(c, sessionId, ev.message.id, ev.message.parentId);
+      return true;
+    case 'BranchSelected':
+      return showBranch(c, sessionId, ev.leafId, 'event');
     case 'MessageChunk':
       ensureMessage(c, sessionId, ev.messageId, ev.at, activeRunId(c, sessionId));
       c.modify<{ content: string }>({
         id: messageKey(ev.messageId),
         fields: { content: (text) => placeAt(text as string, ev.offset, ev.delta) },
       });
-      return;
+      return true;
     case 'RunStatusChanged':
       applyRun(c, sessionId, ev.run.id);
-      return;
+      return true;
     case 'QuestionAsked':
       updateSessionState(c, sessionId, (s) => sessionAsked(s, ev.question));
-      return;
+      return true;
     case 'QuestionAnswered':
     case 'QuestionWithdrawn':
       updateSessionState(c, sessionId, (s) => sessionAnswered(s, ev.question.id));
-      return;
+      return true;
     case 'ToolCallStarted':
     case 'ToolCallFinished':
     case 'ToolApprovalRequested':
@@ -314,18 +431,19 @@ function applyEventRelations(c: ApolloCache, sessionId: string, ev: StreamEvent)
       } else {
         updateSessionState(c, sessionId, (s) => sessionApprovalEnded(s, call.id));
       }
-      return;
+      return true;
     }
     case 'ToolCallOutput':
       c.modify<{ output: string }>({
         id: `ToolCall:${ev.toolCallId}`,
         fields: { output: (text) => placeAt(text as string, ev.offset, ev.delta) },
       });
-      return;
+      return true;
     case 'SessionUpdated':
       // Title and settings normalised with the session; nothing else to do.
-      return;
+      return true;
   }
+  return true;
 }
 
 // ---------- mutation answers ----------
@@ -358,9 +476,31 @@ export function messageAccepted(cache: ApolloCache, message: MessageFieldsFragme
     cache.writeFragment({ id: messageKey(message.id), fragment: MessageFieldsFragmentDoc, fragmentName: 'MessageFields', data: message });
   }
   if (!streamAhead || !known(cache, `Run:${run.id}`, RUN_STATUS) || isFinishedRun(run.status)) writeRun(cache, run);
-  appendMessage(cache, message.sessionId, message.id);
+  addSibling(cache, message);
+  notePrompt(cache, message);
+  // On the branch when it follows its last message; an edited message (beside another)
+  // shows when the stream selects its branch.
+  appendMessage(cache, message.sessionId, message.id, message.parentId);
   moveSessionToTop(cache, message.sessionId, message.createdAt);
   applyRun(cache, message.sessionId, run.id);
+}
+
+/** A run was started or queued (regenerate): the session's state follows at once. */
+export function runStarted(cache: ApolloCache, sessionId: string, run: RunAnswer) {
+  if (!known(cache, `Run:${run.id}`, RUN_STATUS) || isFinishedRun(run.status)) writeRun(cache, run);
+  applyRun(cache, sessionId, run.id);
+}
+
+/**
+ * selectBranch answered with the branch: its messages go into the cache, and the branch
+ * shows unless the stream has shown it already.
+ */
+export function branchSelected(cache: ApolloCache, sessionId: string, messages: MessageFieldsFragment[]) {
+  for (const m of messages) {
+    cache.writeFragment({ id: messageKey(m.id), fragment: MessageFieldsFragmentDoc, fragmentName: 'MessageFields', data: m });
+  }
+  const leaf = messages[messages.length - 1];
+  if (leaf) showBranch(cache, sessionId, leaf.id, 'answer');
 }
 
 /**

@@ -5,18 +5,34 @@ import {
   AddMessageDocument,
   CancelRunDocument,
   DecideToolCallDocument,
+  EditMessageDocument,
+  ForkSessionDocument,
+  RegenerateDocument,
   RespondToInputsDocument,
   EarlierMessagesDocument,
   MessageStreamDocument,
   RespondToQuestionDocument,
+  SelectBranchDocument,
+  SessionBranchDocument,
   SessionDocument,
+  type BusyPolicy,
   type DecideToolCallInput,
   type RespondToQuestionInput,
   type SessionQuery,
 } from '../gql/graphql';
 import { getToken, renewToken } from './auth';
 import { describeError, isUnauthenticated, randomId } from './errors';
-import { applyEvent, inputsAnswered, messageAccepted, questionAnswered, runStopped } from './events';
+import {
+  applyEvent,
+  branchSelected,
+  inputsAnswered,
+  messageAccepted,
+  moveSessionToTop,
+  questionAnswered,
+  runStarted,
+  runStopped,
+  type StreamEvent,
+} from './events';
 
 export const HISTORY_PAGE = 200;
 
@@ -25,12 +41,13 @@ export type LoadedSession = NonNullable<SessionQuery['session']>;
 /**
  * Sends a message under a new idempotency key. The HTTP link's RetryLink sends it again
  * on network errors under the same key, which cannot create a second message. Once
- * accepted, the message and its run go into the cache at once.
+ * accepted, the message and its run go into the cache at once. `busyPolicy` is what the
+ * message does if the agent works (the session's policy when null).
  */
-export async function addMessage(client: ApolloClient, sessionId: string, content: string) {
+export async function addMessage(client: ApolloClient, sessionId: string, content: string, busyPolicy: BusyPolicy | null = null) {
   const res = await client.mutate({
     mutation: AddMessageDocument,
-    variables: { input: { sessionId, content, idempotencyKey: randomId() } },
+    variables: { input: { sessionId, content, idempotencyKey: randomId(), ...(busyPolicy ? { busyPolicy } : {}) } },
     // The answer may come after newer events: messageAccepted writes only what is news.
     fetchPolicy: 'no-cache',
     update(cache, { data }) {
@@ -50,7 +67,18 @@ export interface Chat {
   phase: ChatPhase;
   /** The session as the cache holds it, once loaded. */
   session: LoadedSession | null;
-  send(content: string): Promise<void>;
+  /** Sends a message; `busyPolicy` (null: the session's) says what it does while the agent works. */
+  send(content: string, busyPolicy?: BusyPolicy | null): Promise<void>;
+  /** A new version of a user message (beside it); its branch becomes current. */
+  edit(messageId: string, content: string): Promise<void>;
+  /** A new reply beside an assistant message. */
+  regenerate(messageId: string): Promise<void>;
+  /** Makes the branch through the message current. */
+  selectBranch(messageId: string): Promise<void>;
+  /** A new chat holding the branch up to the message; resolves to its ID. */
+  fork(messageId: string): Promise<string>;
+  /** Cancels a queued run. */
+  cancelQueued(runId: string): Promise<void>;
   answer(questionId: string, answer: string): Promise<void>;
   /** Approves (maybe with edited arguments) or rejects a tool call awaiting approval. */
   decide(input: DecideToolCallInput): Promise<void>;
@@ -80,6 +108,9 @@ export function useChat(sessionId: string): Chat {
     let timer: ReturnType<typeof setTimeout> | undefined;
     let stream: { unsubscribe(): void } | undefined;
     let restartPending = false;
+    // While the branch is fetched again (the stream selected one the cache cannot rebuild),
+    // events wait here and are applied after it, as if they followed the fetched history.
+    let held: StreamEvent[] | null = null;
 
     const fail = (error: unknown) => {
       stream?.unsubscribe();
@@ -106,8 +137,39 @@ export function useChat(sessionId: string): Chat {
       timer = setTimeout(start, delay);
     };
 
+    /** Applies an event; one that needs the branch from the server holds the rest until it comes. */
+    const apply = (ev: StreamEvent) => {
+      if (held) {
+        held.push(ev);
+        return;
+      }
+      if (!applyEvent(client.cache, sessionId, ev)) fetchBranch();
+    };
+
+    const fetchBranch = () => {
+      const buffer: StreamEvent[] = [];
+      held = buffer;
+      client
+        .query({ query: SessionBranchDocument, variables: { id: sessionId, last: HISTORY_PAGE }, fetchPolicy: 'network-only' })
+        .then(
+          () => {
+            // A restart meanwhile loads everything afresh and drops this buffer.
+            if (cancelled || held !== buffer) return;
+            held = null;
+            for (const ev of buffer) apply(ev);
+          },
+          (error) => {
+            if (cancelled || held !== buffer) return;
+            held = null;
+            // Start over from a fresh load, which has the branch.
+            fail(error);
+          },
+        );
+    };
+
     async function start() {
       restartPending = false;
+      held = null;
       try {
         const res = await client.query({ query: SessionDocument, variables: { id: sessionId, last: HISTORY_PAGE }, fetchPolicy: 'network-only' });
         if (cancelled) return;
@@ -130,7 +192,7 @@ export function useChat(sessionId: string): Chat {
               const ev = result.data?.messageStream;
               if (!ev || cancelled) return;
               attempt = 0;
-              applyEvent(client.cache, sessionId, ev);
+              apply(ev);
             },
             error: fail,
             complete: () => fail(new Error('The live updates stopped; reconnecting.')),
@@ -149,8 +211,82 @@ export function useChat(sessionId: string): Chat {
   }, [client, sessionId]);
 
   const send = useCallback(
-    async (content: string) => {
-      await addMessage(client, sessionId, content);
+    async (content: string, busyPolicy: BusyPolicy | null = null) => {
+      await addMessage(client, sessionId, content, busyPolicy);
+    },
+    [client, sessionId],
+  );
+
+  // The branch switches of edit and regenerate come with the stream (BranchSelected): an
+  // edit queued behind the agent switches only when its run starts.
+  const edit = useCallback(
+    async (messageId: string, content: string) => {
+      await client.mutate({
+        mutation: EditMessageDocument,
+        variables: { input: { messageId, content } },
+        fetchPolicy: 'no-cache',
+        update(cache, { data }) {
+          if (data) messageAccepted(cache, data.editMessage.message, data.editMessage.run);
+        },
+      });
+    },
+    [client],
+  );
+
+  const regenerate = useCallback(
+    async (messageId: string) => {
+      await client.mutate({
+        mutation: RegenerateDocument,
+        variables: { input: { messageId } },
+        fetchPolicy: 'no-cache',
+        update(cache, { data }) {
+          if (data) runStarted(cache, sessionId, data.regenerate.run);
+        },
+      });
+    },
+    [client, sessionId],
+  );
+
+  const selectBranch = useCallback(
+    async (messageId: string) => {
+      await client.mutate({
+        mutation: SelectBranchDocument,
+        variables: { input: { messageId }, last: HISTORY_PAGE },
+        fetchPolicy: 'no-cache',
+        update(cache, { data }) {
+          if (data) branchSelected(cache, sessionId, data.selectBranch.messages.edges.map((e) => e.node));
+        },
+      });
+    },
+    [client, sessionId],
+  );
+
+  const fork = useCallback(
+    async (messageId: string) => {
+      const res = await client.mutate({
+        mutation: ForkSessionDocument,
+        variables: { input: { messageId } },
+        update(cache, { data }) {
+          if (data) moveSessionToTop(cache, data.forkSession.id);
+        },
+      });
+      const id = res.data?.forkSession.id;
+      if (!id) throw new Error('The new chat could not be created.');
+      return id;
+    },
+    [client],
+  );
+
+  const cancelQueued = useCallback(
+    async (runId: string) => {
+      await client.mutate({
+        mutation: CancelRunDocument,
+        variables: { sessionId, runId },
+        fetchPolicy: 'no-cache',
+        update(cache, { data }) {
+          if (data?.cancelRun) runStopped(cache, sessionId, data.cancelRun);
+        },
+      });
     },
     [client, sessionId],
   );
@@ -219,5 +355,19 @@ export function useChat(sessionId: string): Chat {
 
   // A session deleted meanwhile reads as null once the cache learns it.
   const shownPhase: ChatPhase = query.data && query.data.session === null ? { kind: 'missing' } : phase;
-  return { phase: shownPhase, session, send, answer, decide, respondAll, stop, loadEarlier };
+  return {
+    phase: shownPhase,
+    session,
+    send,
+    edit,
+    regenerate,
+    selectBranch,
+    fork,
+    cancelQueued,
+    answer,
+    decide,
+    respondAll,
+    stop,
+    loadEarlier,
+  };
 }
