@@ -1,5 +1,9 @@
 // Package sqlite is the durable service.Store: one SQLite file, through the pure-Go driver
-// modernc.org/sqlite (no cgo), which is what the server uses by default.
+// modernc.org/sqlite (no cgo), which is what the server uses by default. Build tags choose
+// another driver: sqlite_ncruces for github.com/ncruces/go-sqlite3 (also pure Go, SQLite
+// compiled to WebAssembly and translated to Go), sqlite_mattn for github.com/mattn/go-sqlite3
+// (cgo: it needs a C compiler). The files driver_*.go hold what differs between them: how a
+// connection is opened with its pragmas, and how the driver's errors carry SQLite's codes.
 //
 // One process owns the file at a time: Open takes an exclusive lock on a file beside it
 // (path + ".lock") and fails at once with EUNAVAILABLE when another Store holds it, since
@@ -35,8 +39,6 @@ import (
 	"time"
 
 	"github.com/pressly/goose/v3"
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/talkgraph/talkgraph/service"
 )
@@ -178,31 +180,32 @@ func restrictFile(path string) error {
 
 // open sets up both pools and migrates the schema.
 func (s *Store) open(ctx context.Context, opts Options) error {
-	ms := opts.BusyTimeout.Milliseconds()
+	busy := fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds())
 	syncMode := "NORMAL" // see Open
 	if opts.FullSync {
 		syncMode = "FULL"
 	}
-	wq := url.Values{}
-	wq.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", ms))
-	wq.Add("_pragma", "journal_mode(WAL)")
-	// Foreign keys stay unenforced: the store keeps every row with its session itself
-	// (appends check the session, deletion deletes what belongs to it), and a checked key
-	// makes SQLite keep a statement journal for every insert of the streaming path.
-	wq.Add("_pragma", "foreign_keys(0)")
-	// Statement journals and sorts stay in memory: a spilled one is a temporary file
-	// created, written and removed within a round, syscalls the writer waits on.
-	wq.Add("_pragma", "temp_store(MEMORY)")
-	// Checkpoints (copying the WAL into the file, with an fsync) run on a connection of
-	// their own, off the writer's commits (see checkpoints).
-	wq.Add("_pragma", "wal_autocheckpoint(0)")
-	wq.Add("_pragma", "journal_size_limit(67108864)")
-	wq.Add("_pragma", "synchronous("+syncMode+")")
-	if opts.MaxBytes > 0 {
-		wq.Add("_pragma", fmt.Sprintf("max_page_count(%d)", max(1, opts.MaxBytes/pageSize)))
+	wp := []string{
+		busy,
+		"journal_mode(WAL)",
+		// Foreign keys stay unenforced: the store keeps every row with its session itself
+		// (appends check the session, deletion deletes what belongs to it), and a checked
+		// key makes SQLite keep a statement journal for every insert of the streaming path.
+		"foreign_keys(0)",
+		// Statement journals and sorts stay in memory: a spilled one is a temporary file
+		// created, written and removed within a round, syscalls the writer waits on.
+		"temp_store(MEMORY)",
+		// Checkpoints (copying the WAL into the file, with an fsync) run on a connection of
+		// their own, off the writer's commits (see checkpoints).
+		"wal_autocheckpoint(0)",
+		"journal_size_limit(67108864)",
+		"synchronous(" + syncMode + ")",
 	}
-	wq.Set("_txlock", "immediate") // take the write lock at BEGIN, not halfway through
-	w, err := sql.Open("sqlite", dsn(s.path, wq))
+	if opts.MaxBytes > 0 {
+		wp = append(wp, fmt.Sprintf("max_page_count(%d)", max(1, opts.MaxBytes/pageSize)))
+	}
+	// The writer takes the write lock at BEGIN, not halfway through.
+	w, err := connect(s.path, wp, true)
 	if err != nil {
 		return err
 	}
@@ -230,11 +233,7 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 		s.stmts[q] = st
 	}
 
-	rq := url.Values{}
-	rq.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", ms))
-	rq.Add("_pragma", "query_only(1)")
-	rq.Add("_pragma", "temp_store(MEMORY)")
-	r, err := sql.Open("sqlite", dsn(s.path, rq))
+	r, err := connect(s.path, []string{busy, "query_only(1)", "temp_store(MEMORY)"}, false)
 	if err != nil {
 		return err
 	}
@@ -258,9 +257,7 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 	if s.file, err = os.Stat(s.path); err != nil {
 		return err
 	}
-	cq := url.Values{}
-	cq.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", ms))
-	if s.ckpt, err = sql.Open("sqlite", dsn(s.path, cq)); err != nil {
+	if s.ckpt, err = connect(s.path, []string{busy}, false); err != nil {
 		return err
 	}
 	s.ckpt.SetMaxOpenConns(1)
@@ -309,8 +306,9 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// dsn is the driver's name for the file at the absolute path abs with the query q: a
-// file: URI, so that no character of the path is taken for part of the query.
+// dsn is the name of the file at the absolute path abs with the query q, for the drivers
+// that take their settings in it: a file: URI, so that no character of the path is taken
+// for part of the query.
 func dsn(abs string, q url.Values) string {
 	p := filepath.ToSlash(abs)
 	if !strings.HasPrefix(p, "/") {
@@ -500,23 +498,38 @@ func (s *Store) fail(op string, err error) error {
 // unavailable returns what is wrong with the storage when err says it cannot be reached or
 // written, and "" for other errors.
 func unavailable(err error) string {
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
+	code, ok := driverCode(err)
+	if !ok {
 		return ""
 	}
-	switch se.Code() & 0xff { // the primary code of an extended one
-	case sqlite3.SQLITE_FULL:
+	switch code {
+	case codeFull:
 		return "storage is full"
-	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+	case codeBusy, codeLocked:
 		return "storage is locked by another process"
-	case sqlite3.SQLITE_READONLY:
+	case codeReadOnly:
 		return "storage is read-only"
-	case sqlite3.SQLITE_IOERR:
+	case codeIOErr:
 		return "storage cannot be read or written (disk I/O error)"
-	case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM:
+	case codeCantOpen, codePerm:
 		return "storage cannot be opened"
-	case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
+	case codeCorrupt, codeNotADB:
 		return "storage is damaged"
 	}
 	return ""
 }
+
+// SQLite's primary result codes (https://sqlite.org/rescode.html), the same whatever the
+// driver; driverCode gives them.
+const (
+	codePerm       = 3
+	codeBusy       = 5
+	codeLocked     = 6
+	codeReadOnly   = 8
+	codeIOErr      = 10
+	codeCorrupt    = 11
+	codeFull       = 13
+	codeCantOpen   = 14
+	codeConstraint = 19
+	codeNotADB     = 26
+)

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	moderncsqlite "modernc.org/sqlite"
-
 	"github.com/talkgraph/talkgraph/service"
 	"github.com/talkgraph/talkgraph/service/sqlite"
 	"github.com/talkgraph/talkgraph/service/storetest"
@@ -196,7 +194,7 @@ func TestSecret(t *testing.T) {
 // write lock until the test ends or release is called.
 func holdWriteLock(t *testing.T, path string) (release func()) {
 	t.Helper()
-	db, err := sql.Open("sqlite", path)
+	db, err := sql.Open(sqlite.DriverName, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,8 +343,7 @@ func TestFull(t *testing.T) {
 	err := appendOne(s, &service.Batch{SessionID: "s1",
 		Events: []*service.Event{{Seq: 1, Type: service.EventMessageAdded, At: t0, Message: big}}})
 	unavailable(t, "Append beyond MaxBytes", err, "storage is full")
-	var driverErr *moderncsqlite.Error
-	if !errors.As(err, &driverErr) {
+	if !sqlite.IsDriverError(err) {
 		t.Errorf("error %v does not wrap the driver's error", err)
 	}
 	if _, err := s.Message(ctx, "m1"); service.ErrorCode(err) != service.ENOTFOUND {

@@ -11,9 +11,6 @@ import (
 	"slices"
 	"time"
 
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
-
 	"github.com/talkgraph/talkgraph/service"
 )
 
@@ -161,11 +158,11 @@ func isStorageError(err error) bool {
 	if errors.As(err, new(*rowError)) || errors.As(err, new(*service.Error)) {
 		return false
 	}
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
+	code, ok := driverCode(err)
+	if !ok {
 		return true // driver or connection trouble
 	}
-	return se.Code()&0xff != sqlite3.SQLITE_CONSTRAINT
+	return code != codeConstraint
 }
 
 // rowError is a batch's row that the stored state refuses (it belongs to another session).
