@@ -20,9 +20,10 @@ import (
 const (
 	editMutation = `mutation($m: ID!, $c: String!){ editMessage(input: {messageId: $m, content: $c}){
 		message { id parentId siblingIds } run { id status } } }`
-	regenMutation      = `mutation($m: ID!){ regenerate(input: {messageId: $m}){ run { id status } } }`
-	selectMutation     = `mutation($m: ID!){ selectBranch(input: {messageId: $m}){ id messages(last: 100){ edges { node { id } } } } }`
-	forkMutation       = `mutation($m: ID!, $t: String){ forkSession(input: {messageId: $m, title: $t}){ id title streamCursor } }`
+	regenMutation  = `mutation($m: ID!){ regenerate(input: {messageId: $m}){ run { id status } } }`
+	selectMutation = `mutation($m: ID!){ selectBranch(input: {messageId: $m}){ id messages(last: 100){ edges { node { id } } } } }`
+	forkMutation   = `mutation($m: ID!, $t: String){ forkSession(input: {messageId: $m, title: $t}){ id title streamCursor
+		messages(last: 10){ edges { node { id content runId } } } } }`
 	sendPolicyMutation = `mutation($s: ID!, $c: String!, $p: BusyPolicy){ addMessage(input: {sessionId: $s, content: $c, busyPolicy: $p}){
 		message { id parentId } run { id status } } }`
 	queuedQuery = `query($s: ID!){ session(id: $s){ activeRun { id } queuedRuns { id status } } }`
@@ -298,12 +299,26 @@ func TestForkSession(t *testing.T) {
 		turn(c, evs, sid, "two")
 		src := c.Messages(sid)
 		var out struct {
-			ForkSession struct{ ID, Title, StreamCursor string }
+			ForkSession struct {
+				ID, Title, StreamCursor string
+				Messages                struct {
+					Edges []struct {
+						Node struct {
+							ID, Content string
+							RunID       *string
+						}
+					}
+				}
+			}
 		}
 		c.Must(forkMutation, map[string]any{"m": src[1].ID, "t": "the fork"}, &out)
 		fid := out.ForkSession.ID
 		if fid == sid || out.ForkSession.Title != "the fork" {
 			t.Fatalf("fork %+v", out.ForkSession)
+		}
+		// The answer holds the copies, which no run of the new session wrote.
+		if e := out.ForkSession.Messages.Edges; len(e) != 2 || e[0].Node.Content != "one" || e[0].Node.RunID != nil || e[1].Node.RunID != nil {
+			t.Fatalf("the fork's answer holds %+v", e)
 		}
 		forked := c.Messages(fid)
 		checkBranch(t, forked)

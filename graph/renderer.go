@@ -49,7 +49,7 @@ var renderable = map[string]objectType{
 		"content":   scalar(func(buf *bytes.Buffer, m *service.HistoryMessage) { writeString(buf, m.Content) }),
 		"status":    scalar(func(buf *bytes.Buffer, m *service.HistoryMessage) { writeString(buf, string(m.Status)) }),
 		"error":     scalar(func(buf *bytes.Buffer, m *service.HistoryMessage) { writeOptString(buf, m.Error) }),
-		"runId":     scalar(func(buf *bytes.Buffer, m *service.HistoryMessage) { writeID(buf, m.RunID) }),
+		"runId":     scalar(func(buf *bytes.Buffer, m *service.HistoryMessage) { writeOptString(buf, m.RunID) }),
 		"createdAt": scalar(func(buf *bytes.Buffer, m *service.HistoryMessage) { writeTime(buf, m.CreatedAt) }),
 		"parentId":  scalar(func(buf *bytes.Buffer, m *service.HistoryMessage) { writeOptString(buf, m.ParentID) }),
 	}),

@@ -21,6 +21,11 @@ func (r *messageResolver) Error(ctx context.Context, obj *service.HistoryMessage
 	return &obj.Error, nil
 }
 
+// RunID is the resolver for the runId field.
+func (r *messageResolver) RunID(ctx context.Context, obj *service.HistoryMessage) (*string, error) {
+	return optional(obj.RunID), nil
+}
+
 // ToolCalls is the resolver for the toolCalls field.
 func (r *messageResolver) ToolCalls(ctx context.Context, obj *service.HistoryMessage) ([]*service.ToolCall, error) {
 	if obj.Loaded || obj.Role != service.RoleAssistant {

@@ -192,9 +192,7 @@ func (s *Service) ForkSession(ctx context.Context, messageID, title string) (*Se
 		return nil, err
 	}
 	s.counted(u, 1, sess.Size()+bytes)
-	s.annotate(ctx, sess.ID, "")
-	end := Cursor{Seq: int64(len(b.Events))}
-	return &SessionView{TalkSession: sess, Status: SessionIdle, StreamCursor: EncodeCursor(sess.ID, end)}, nil
+	return s.View(ctx, sess.ID) // with its history as of now, and the cursor after it
 }
 
 // Siblings returns the IDs of m's siblings, m included, oldest first: the messages of its

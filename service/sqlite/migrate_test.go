@@ -2,9 +2,7 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"io/fs"
-	"net/url"
 	"path/filepath"
 	"testing"
 
@@ -19,7 +17,7 @@ import (
 func TestOldHistoriesAreLines(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "old.db")
-	db, err := sql.Open("sqlite", dsn(path, url.Values{}))
+	db, err := connect(path, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
