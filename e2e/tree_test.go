@@ -192,6 +192,12 @@ func TestConversationTree(t *testing.T) {
 			evs.Until("the last BranchSelected", func(ev tgtest.Event) bool {
 				return ev.Typename == "BranchSelected" && ev.LeafID == regen[3].ID
 			})
+			// Selecting the branch that is current writes nothing.
+			end := c.Cursor(sid)
+			selectBranch(c, e.EditMessage.Message.ID)
+			if c.Cursor(sid) != end {
+				t.Fatal("selecting the current branch wrote to the log")
+			}
 
 			// A follower rebuilds the branch from the events alone, in both tabs.
 			if got := rebuildBranch(evs.All); !slices.Equal(got, ids(regen)) {
@@ -327,7 +333,12 @@ func TestForkSession(t *testing.T) {
 		}
 		// Its own history from then on: the source does not change.
 		_, fevs := c.Connect("graphql-transport-ws").Stream(fid, out.ForkSession.StreamCursor)
-		turn(c, fevs, fid, "three, in the fork")
+		m3, r3 := c.Send(fid, "three, in the fork")
+		// Its streamCursor follows the copies: what comes next is the new message.
+		if ev := fevs.Next(); ev.Typename != "MessageAdded" || ev.Message.ID != m3 {
+			t.Fatalf("the first event after the fork's streamCursor: %s %+v", ev.Typename, ev.Message)
+		}
+		fevs.Until("the run's end", tgtest.RunEnds(r3))
 		if got := c.Messages(fid); len(got) != 4 || got[2].ParentID != forked[1].ID {
 			t.Fatalf("the fork went on as %+v", got)
 		}

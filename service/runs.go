@@ -485,9 +485,9 @@ func (s *Service) historyFromTail(st *sessionState) ([]*HistoryMessage, bool) {
 		for _, sw := range c.Switches {
 			on[sw.ID] = sw.On
 		}
-		msgs = slices.DeleteFunc(slices.Clone(msgs), func(m *Message) bool { return !on[m.ID] })
+		msgs = slices.DeleteFunc(msgs, func(m *Message) bool { return !on[m.ID] }) // c is this call's own
 	} else {
-		msgs = slices.DeleteFunc(slices.Clone(msgs), func(m *Message) bool { return m.OffBranch })
+		msgs = slices.DeleteFunc(msgs, func(m *Message) bool { return m.OffBranch })
 	}
 	slices.SortStableFunc(msgs, func(a, b *Message) int { return cmp.Compare(a.Seq, b.Seq) })
 	qs := make([]*Question, len(c.Questions))

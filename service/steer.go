@@ -88,8 +88,8 @@ func (o *output) Steers() ([]Message, error) {
 
 // planSteersLeft adds to t, which ends ar with status, the next run for the steers its
 // agent never took, when the run ended by itself (completed or failed): the steers are
-// on the branch, and the new run reads them. It returns that run, queued first once t
-// is durable.
+// on the branch, and the new run reads them. Once t is durable the run is first in the
+// session's queue.
 func (s *Service) planSteersLeft(t *txn, ar *activeRun, status RunStatus) {
 	if len(ar.steers) == 0 || (status != RunCompleted && status != RunFailed) {
 		return

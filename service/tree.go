@@ -206,7 +206,7 @@ func (s *Service) Siblings(ctx context.Context, m *Message) ([]string, error) {
 	for _, k := range kids {
 		ids = append(ids, k.ID)
 	}
-	if !slices.Contains(ids, m.ID) { // a message of an event, not in the store yet
+	if !slices.Contains(ids, m.ID) { // its session deleted meanwhile, or past the limit: m is listed all the same
 		ids = append(ids, m.ID)
 	}
 	return ids, nil
@@ -346,14 +346,23 @@ func (s *Service) switchTo(ctx context.Context, t *txn, target string, descend b
 			old = append(old, ev.Message.ID)
 		}
 	}
+	// The two branches share no message below the fork point but those a descent meets
+	// again on the current branch: each side's others leave or join it.
+	inOld, inNext := make(map[string]bool, len(old)), make(map[string]bool, len(next))
+	for _, id := range old {
+		inOld[id] = true
+	}
+	for _, id := range next {
+		inNext[id] = true
+	}
 	sw := &BranchSwitch{}
 	for _, id := range old {
-		if !slices.Contains(next, id) {
+		if !inNext[id] {
 			sw.Off = append(sw.Off, id)
 		}
 	}
 	for _, id := range next {
-		if !slices.Contains(old, id) {
+		if !inOld[id] {
 			sw.On = append(sw.On, id)
 		}
 	}
