@@ -6,22 +6,16 @@
 // queue, cancel and steer, with the focus visible.
 
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
-  buildServer,
   currentSessionId,
-  freePort,
   lastReply,
-  launchFor,
+  openApp,
   screenshot,
   sel,
   send,
   skipReason,
-  startServer,
-  tempDir,
   until,
   waitForReply,
 } from './helpers.mjs';
@@ -31,24 +25,17 @@ const SKIP = skipReason();
 if (SKIP) test('accessibility in Chromium', { skip: SKIP }, () => {});
 
 if (!SKIP) describe('accessibility', { timeout: 600_000 }, () => {
-  let dir;
+  let app;
   let server;
-  let browser;
   let page;
 
   before(async () => {
-    dir = tempDir('talkgraph-e2e-a11y-');
-    const bin = buildServer(dir);
-    server = await startServer({ bin, port: await freePort(), dataDir: path.join(dir, 'data') });
-    browser = await launchFor(server.url);
-    page = await browser.context.newPage();
-    page.on('pageerror', (e) => console.log(`# page error: ${e.message}`));
+    app = await openApp('talkgraph-e2e-a11y-');
+    ({ server, page } = app);
   });
 
   after(async () => {
-    await browser?.close();
-    await server?.stop('SIGTERM');
-    if (dir && !process.env.KEEP_E2E_DATA) rmSync(dir, { recursive: true, force: true });
+    await app?.close();
   });
 
   /** Types a message and sends it with Enter, from wherever the focus is in the composer. */

@@ -1,22 +1,16 @@
 // The chat app in headless Chromium against the real server and its demo agent.
 
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
-import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
-  buildServer,
   currentSessionId,
-  freePort,
   lastReply,
-  launchFor,
+  openApp,
   screenshot,
   sel,
   send,
   skipReason,
   slowText,
-  startServer,
-  tempDir,
   until,
   waitForReply,
 } from './helpers.mjs';
@@ -26,24 +20,18 @@ const SKIP = skipReason();
 if (SKIP) test('chat app in Chromium', { skip: SKIP }, () => {});
 
 if (!SKIP) describe('chat app', { timeout: 600_000 }, () => {
-  let dir;
+  let app;
   let server;
   let browser;
   let page;
 
   before(async () => {
-    dir = tempDir('talkgraph-e2e-');
-    const bin = buildServer(dir);
-    server = await startServer({ bin, port: await freePort(), dataDir: path.join(dir, 'data') });
-    browser = await launchFor(server.url);
-    page = await browser.context.newPage();
-    page.on('pageerror', (e) => console.log(`# page error: ${e.message}`));
+    app = await openApp('talkgraph-e2e-');
+    ({ server, browser, page } = app);
   });
 
   after(async () => {
-    await browser?.close();
-    await server?.stop('SIGTERM');
-    if (dir && !process.env.KEEP_E2E_DATA) rmSync(dir, { recursive: true, force: true });
+    await app?.close();
   });
 
   /** Opens a new chat from the sidebar and waits for its empty conversation. */

@@ -212,6 +212,31 @@ export function tempDir(prefix) {
   return mkdtempSync(path.join(os.tmpdir(), prefix));
 }
 
+// openApp builds the server from this checkout and starts it on a free port with a data
+// directory of its own under a new temporary directory named with prefix, then opens a
+// Chromium page for it (page errors logged). close() ends the browser and the server and
+// removes the directory, unless KEEP_E2E_DATA is set.
+export async function openApp(prefix) {
+  const dir = tempDir(prefix);
+  const bin = buildServer(dir);
+  const server = await startServer({ bin, port: await freePort(), dataDir: path.join(dir, 'data') });
+  const browser = await launchFor(server.url);
+  const page = await browser.context.newPage();
+  page.on('pageerror', (e) => console.log(`# page error: ${e.message}`));
+  return {
+    dir,
+    bin,
+    server,
+    browser,
+    page,
+    async close() {
+      await browser.close();
+      await server.stop('SIGTERM');
+      if (!process.env.KEEP_E2E_DATA) rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
 export async function screenshot(page, name) {
   mkdirSync(SCREENSHOTS, { recursive: true });
   await page.screenshot({ path: path.join(SCREENSHOTS, `${name}.png`) });

@@ -3,21 +3,18 @@
 // a form, expiry, and tool policies in the settings.
 
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
-  buildServer,
   currentSessionId,
   freePort,
   lastReply,
-  launchFor,
+  openApp,
   screenshot,
   sel,
   send,
   skipReason,
   startServer,
-  tempDir,
   until,
   waitForReply,
 } from './helpers.mjs';
@@ -29,6 +26,7 @@ if (SKIP) test('human in the loop in Chromium', { skip: SKIP }, () => {});
 const timeLeftOf = (card) => card.locator('.time-left time').textContent();
 
 if (!SKIP) describe('human in the loop', { timeout: 600_000 }, () => {
+  let app;
   let dir;
   let bin;
   let server;
@@ -36,20 +34,14 @@ if (!SKIP) describe('human in the loop', { timeout: 600_000 }, () => {
   let page;
 
   before(async () => {
-    dir = tempDir('talkgraph-e2e-hitl-');
-    bin = buildServer(dir);
-    server = await startServer({ bin, port: await freePort(), dataDir: path.join(dir, 'data') });
-    browser = await launchFor(server.url);
-    page = await browser.context.newPage();
-    page.on('pageerror', (e) => console.log(`# page error: ${e.message}`));
+    app = await openApp('talkgraph-e2e-hitl-');
+    ({ dir, bin, server, browser, page } = app);
     await page.goto(server.url);
     await page.locator(sel.composer).waitFor();
   });
 
   after(async () => {
-    await browser?.close();
-    await server?.stop('SIGTERM');
-    if (dir && !process.env.KEEP_E2E_DATA) rmSync(dir, { recursive: true, force: true });
+    await app?.close();
   });
 
   async function newChat(p = page) {

@@ -4,22 +4,16 @@
 // agent, and queue a message with the per-message choice and cancel it.
 
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
-import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
-  buildServer,
   currentSessionId,
-  freePort,
   lastReply,
-  launchFor,
+  openApp,
   screenshot,
   sel,
   send,
   skipReason,
   slowText,
-  startServer,
-  tempDir,
   until,
   waitForReply,
 } from './helpers.mjs';
@@ -28,25 +22,19 @@ const SKIP = skipReason();
 if (SKIP) test('the conversation as a tree in Chromium', { skip: SKIP }, () => {});
 
 if (!SKIP) describe('the conversation as a tree', { timeout: 600_000 }, () => {
-  let dir;
+  let app;
   let server;
   let browser;
   let page;
 
   before(async () => {
-    dir = tempDir('talkgraph-e2e-tree-');
-    const bin = buildServer(dir);
-    server = await startServer({ bin, port: await freePort(), dataDir: path.join(dir, 'data') });
-    browser = await launchFor(server.url);
-    page = await browser.context.newPage();
-    page.on('pageerror', (e) => console.log(`# page error: ${e.message}`));
+    app = await openApp('talkgraph-e2e-tree-');
+    ({ server, browser, page } = app);
     await page.goto(server.url);
   });
 
   after(async () => {
-    await browser?.close();
-    await server?.stop('SIGTERM');
-    if (dir && !process.env.KEEP_E2E_DATA) rmSync(dir, { recursive: true, force: true });
+    await app?.close();
   });
 
   async function newChat(p = page) {
