@@ -88,6 +88,9 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 	if tools != nil {
 		tools.Start() // start-up does not wait for the servers
 	}
+	if cfg.Service.GuestHostTools && cfg.OpenAI.Shell && guest {
+		log.Warn(service.GuestHostToolsWarning)
+	}
 	scfg := cfg.Service
 	var cluster *natsc.Cluster
 	if cfg.NatsURL != "" {
@@ -199,7 +202,7 @@ func (a *App) ListenAndServe(ctx context.Context) error {
 		return err
 	}
 	var agents []string
-	for _, ag := range a.Service.Agents() {
+	for _, ag := range a.Service.Agents(ctx) {
 		agents = append(agents, ag.Name)
 	}
 	var servers []string

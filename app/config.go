@@ -332,7 +332,7 @@ func Settings() []Setting {
 		{"max-branches", "MAX_BRANCHES", itoa(svc.MaxBranches), "versions of one message (edits and regenerations)", num(1, func(c *Config) *int { return &c.Service.MaxBranches })},
 		{"max-fork-messages", "MAX_FORK_MESSAGES", itoa(svc.MaxForkMessages), "messages one forkSession copies", num(1, func(c *Config) *int { return &c.Service.MaxForkMessages })},
 		{"input-expiry", "INPUT_EXPIRY", fmtDur(svc.InputExpiry), "longest a question or a tool call awaiting approval waits; then it is withdrawn and the agent goes on (an agent may ask for less)", dur(time.Second, func(c *Config) *time.Duration { return &c.Service.InputExpiry })},
-		{"tool-policies", "TOOL_POLICIES", fmtPolicies(svc.ToolPolicies), "the server's default tool policies, as tool=POLICY pairs separated by commas (POLICY: ALLOW, ASK or DENY); a name ending in * names every tool it begins (mcp__files__*=ASK: every tool of the MCP server files), the exact name winning over the longest such pattern; a tool not named is ALLOW unless its agent says otherwise (an MCP tool annotated readOnlyHint is ALLOW, any other ASK), and a session may override any", func(c *Config, v string) error {
+		{"tool-policies", "TOOL_POLICIES", fmtPolicies(svc.ToolPolicies), "the operator's tool policies, as tool=POLICY pairs separated by commas (POLICY: ALLOW, ASK or DENY); a name ending in * names every tool it begins (mcp__files__*=ASK: every tool of the MCP server files), the exact name winning over the longest such pattern. Each is a ceiling: a session may make a tool stricter, never looser. A tool not named keeps its own default (the shell ASK, an MCP tool annotated readOnlyHint ALLOW and any other ASK, the rest ALLOW)", func(c *Config, v string) error {
 			ps, err := parsePolicies(v)
 			if err != nil {
 				return err
@@ -388,6 +388,7 @@ func Settings() []Setting {
 		{"openai-temperature", "OPENAI_TEMPERATURE", "", "default temperature (empty: the provider's)", str(func(c *Config) *string { return &c.OpenAI.Temperature })},
 		{"openai-system-prompt", "OPENAI_SYSTEM_PROMPT", "", "default system prompt", str(func(c *Config) *string { return &c.OpenAI.SystemPrompt })},
 		{"shell-tool", "SHELL_TOOL", "false", "offer the openai agent a shell tool (runs commands on this machine!)", boolean(func(c *Config) *bool { return &c.OpenAI.Shell })},
+		{"shell-for-guests", "SHELL_FOR_GUESTS", "false", "offer the shell tool (and any tool that acts on this machine) to guest users' sessions too; off, guests never see it (a warning is logged at start when on)", boolean(func(c *Config) *bool { return &c.Service.GuestHostTools })},
 		{"shell-dir", "SHELL_DIR", ".", "working directory of the shell tool", str(func(c *Config) *string { return &c.OpenAI.ShellDir })},
 		{"shell-timeout", "SHELL_TIMEOUT", fmtDur(openai.DefaultShellTimeout), "longest shell tool command", dur(time.Second, func(c *Config) *time.Duration { return &c.OpenAI.ShellTimeout })},
 		{"mcp-config", "MCP_CONFIG", "", `a JSON file of MCP servers whose tools the openai agent offers, in the shape MCP clients share: {"mcpServers": {"<name>": {"command": "…", "args": […], "env": {…}}}} for one talkgraph starts, {"url": "https://…", "headers": {…}} for one it reaches over streamable HTTP; read at start, a malformed one stops it`, str(func(c *Config) *string { return &c.MCP.File })},

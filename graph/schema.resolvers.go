@@ -229,7 +229,7 @@ func (r *queryResolver) Agents(ctx context.Context) ([]*service.AgentInfo, error
 	if service.UserFrom(ctx) == "" {
 		return nil, service.Errorf(service.EUNAUTHORIZED, "sign in first")
 	}
-	list := r.Service.Agents()
+	list := r.Service.Agents(ctx)
 	out := make([]*service.AgentInfo, len(list))
 	for i := range list {
 		out[i] = &list[i]

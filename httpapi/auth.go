@@ -43,13 +43,22 @@ func authenticate(a *jwtauth.Auth, next http.Handler) http.Handler {
 			refuse(w, r, http.StatusUnauthorized, err)
 			return
 		}
-		ctx := service.WithUser(r.Context(), id.UserID)
+		ctx := withIdentity(r.Context(), id)
 		ctx = context.WithValue(ctx, identityKey{}, id)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
 type identityKey struct{}
+
+// withIdentity returns ctx for operations of the user id names (a guest's, when it is).
+func withIdentity(ctx context.Context, id jwtauth.Identity) context.Context {
+	ctx = service.WithUser(ctx, id.UserID)
+	if id.Guest {
+		ctx = service.WithGuest(ctx)
+	}
+	return ctx
+}
 
 // guestHandler answers POST /auth/guest with a token for a new random user.
 func guestHandler(a *jwtauth.Auth, enabled bool) http.Handler {
@@ -64,7 +73,7 @@ func guestHandler(a *jwtauth.Auth, enabled bool) http.Handler {
 			return
 		}
 		user := uuid.NewString()
-		tok, exp, err := a.Issue(user)
+		tok, exp, err := a.IssueGuest(user)
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, err)
 			return

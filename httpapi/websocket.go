@@ -83,6 +83,6 @@ func wsAuthenticate(auth *jwtauth.Auth) func(ctx context.Context, payload map[st
 		if !id.Expires.IsZero() && !time.Now().Before(id.Expires) {
 			return nil, time.Time{}, service.Errorf(service.EUNAUTHORIZED, "token expired")
 		}
-		return service.WithUser(ctx, id.UserID), id.Expires, nil
+		return withIdentity(ctx, id), id.Expires, nil
 	}
 }

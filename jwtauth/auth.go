@@ -43,10 +43,31 @@ const (
 type Identity struct {
 	UserID  string
 	Expires time.Time // tokens without an expiry are refused
+	// Guest is set for a token of guest sign-in (IssueGuest): HS256, signed here, with
+	// the claim GuestClaim. An identity provider's tokens are never guests'.
+	Guest bool
+}
+
+// GuestClaim marks the tokens guest sign-in issues (IssueGuest).
+const GuestClaim = "tg_guest"
+
+// claims are the claims of the tokens issued and verified here.
+type claims struct {
+	jwt.RegisteredClaims
+	Guest bool `json:"tg_guest,omitempty"`
 }
 
 // Issue signs a token for userID.
 func (a *Auth) Issue(userID string) (string, time.Time, error) {
+	return a.issue(userID, false)
+}
+
+// IssueGuest signs a token for userID, a guest: Verify's Identity has Guest set.
+func (a *Auth) IssueGuest(userID string) (string, time.Time, error) {
+	return a.issue(userID, true)
+}
+
+func (a *Auth) issue(userID string, guest bool) (string, time.Time, error) {
 	if len(a.Secret) == 0 {
 		return "", time.Time{}, errors.New("no secret to sign tokens with")
 	}
@@ -56,11 +77,11 @@ func (a *Auth) Issue(userID string) (string, time.Time, error) {
 	}
 	now := time.Now()
 	exp := now.Add(ttl)
-	claims := jwt.RegisteredClaims{Subject: userID, IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(exp), Issuer: a.Issuer}
+	c := claims{RegisteredClaims: jwt.RegisteredClaims{Subject: userID, IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(exp), Issuer: a.Issuer}, Guest: guest}
 	if a.Audience != "" {
-		claims.Audience = jwt.ClaimStrings{a.Audience}
+		c.Audience = jwt.ClaimStrings{a.Audience}
 	}
-	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(a.Secret)
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(a.Secret)
 	return tok, exp, err
 }
 
@@ -83,8 +104,8 @@ func (a *Auth) Verify(token string) (Identity, error) {
 	if a.Audience != "" {
 		opts = append(opts, jwt.WithAudience(a.Audience))
 	}
-	var claims jwt.RegisteredClaims
-	_, err := jwt.ParseWithClaims(token, &claims, a.key, opts...)
+	var claims claims
+	tok, err := jwt.ParseWithClaims(token, &claims, a.key, opts...)
 	if err != nil {
 		if errors.Is(err, ErrJWKSUnavailable) {
 			return Identity{}, service.Errorf(service.EUNAUTHORIZED, "cannot verify tokens right now")
@@ -101,7 +122,10 @@ func (a *Auth) Verify(token string) (Identity, error) {
 	if claims.ExpiresAt == nil {
 		return Identity{}, service.Errorf(service.EUNAUTHORIZED, "invalid token: it has no expiry (exp claim); tokens must expire")
 	}
-	return Identity{UserID: claims.Subject, Expires: claims.ExpiresAt.Time}, nil
+	// Only a token signed with the server's own secret can be a guest's: an identity
+	// provider's claims name its users, never the server's guests.
+	guest := claims.Guest && tok.Method.Alg() == "HS256"
+	return Identity{UserID: claims.Subject, Expires: claims.ExpiresAt.Time, Guest: guest}, nil
 }
 
 // key picks the key that verifies tok; the parser has already refused algorithms Verify

@@ -158,9 +158,14 @@ type Settings struct {
 	SystemPrompt *string    `json:"systemPrompt,omitempty"`
 	Temperature  *float64   `json:"temperature,omitempty"`
 	BusyPolicy   BusyPolicy `json:"busyPolicy"`
-	// ToolPolicies are the session's own policies by tool name, over the server's
-	// defaults (see Service.EffectivePolicies).
+	// ToolPolicies are the session's own policies by tool name: each at least as strict
+	// as the server's for the tool (see policies.go).
 	ToolPolicies map[string]ToolPolicy `json:"toolPolicies,omitempty"`
+	// Guest records that the session's owner had signed in as a guest when it was
+	// created: the tools that act on the server's machine (ToolInfo.Host) are not offered
+	// to it unless Config.GuestHostTools says so. Not a setting a user changes (no
+	// SettingsInput sets it).
+	Guest bool `json:"guest,omitempty"`
 }
 
 // Size is what a session's own fields weigh against its user's storage quota: its title

@@ -71,9 +71,6 @@ func (o *output) Pose(spec QuestionSpec) (Pending, error) {
 	return &pending{o: o, w: w}, nil
 }
 
-// deniedReason is what a call the tool policy denies is told.
-const deniedReason = "the session's tool policy denies this tool"
-
 func (o *output) StartTool(id, name, arguments string, opts ...ToolOption) (ToolHandle, error) {
 	var opt toolOptions
 	for _, f := range opts {
@@ -93,9 +90,13 @@ func (o *output) StartTool(id, name, arguments string, opts ...ToolOption) (Tool
 			}
 		}
 	}
-	policy := PolicyAllow
-	if info, ok := ar.toolInfo(name); !ok || !info.NoPolicy {
-		policy = s.policyOf(name, info.Policy, ar.settings)
+	policy, level := PolicyAllow, levelTool
+	info, ok := ar.toolInfo(name)
+	if !ok {
+		info = ToolInfo{Name: name} // not listed: the operator's patterns still apply
+	}
+	if !info.NoPolicy {
+		policy, level = s.policyOf(info, ar.settings)
 		if opt.alwaysAsk && policy == PolicyAllow {
 			policy = PolicyAsk
 		}
@@ -112,7 +113,7 @@ func (o *output) StartTool(id, name, arguments string, opts ...ToolOption) (Tool
 	var w *waiting
 	switch policy {
 	case PolicyDeny:
-		reason := deniedReason
+		reason := deniedBy(level)
 		call.Status, call.Error, call.FinishedAt = ToolRejected, &reason, &now
 	case PolicyAsk:
 		expires := s.expiryFor(now, opt.expiresIn)
@@ -221,7 +222,10 @@ func approvalOf(call *ToolCall) (string, error) {
 		if a := call.Approval; a != nil && a.Decision != nil {
 			return "", &Rejected{Reason: a.Reason, ByUser: true}
 		}
-		return "", &Rejected{Reason: deniedReason}
+		if call.Error != nil {
+			return "", &Rejected{Reason: *call.Error} // who denied it
+		}
+		return "", &Rejected{Reason: deniedBy(levelSession)}
 	case ToolCancelled:
 		if a := call.Approval; a != nil && a.Reason != "" {
 			return "", &Rejected{Reason: a.Reason}

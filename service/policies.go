@@ -1,21 +1,76 @@
 package service
 
 import (
+	"context"
+	"fmt"
 	"maps"
 	"sort"
 	"strings"
 )
 
-// A tool's policy (ALLOW, ASK, DENY) is, from strongest to weakest: the session's
-// (Settings.ToolPolicies, by the tool's exact name), the server's default for the tool
-// (Config.ToolPolicies: its exact name, else the longest pattern "prefix*" that matches
-// it, such as "mcp__files__*" for every tool of one MCP server), the agent's own default
-// (ToolInfo.Policy), else ALLOW. The asking tool (ToolInfo.NoPolicy) has none.
+// A tool's policy (ALLOW, ASK, DENY, from loosest to strictest) is the stricter of two:
+//
+//   - its ceiling, the loosest policy any session may give it: DENY for a tool that acts
+//     on the server's machine (ToolInfo.Host) in a guest's session, unless
+//     Config.GuestHostTools; else the operator's (Config.ToolPolicies: the tool's exact
+//     name, else the longest pattern "prefix*" that matches it, such as "mcp__files__*"
+//     for every tool of one MCP server); else the tool's own default (ToolInfo.Policy,
+//     the shell's ASK); else ALLOW. The operator's word is final: a session cannot lift
+//     it, and setting policies for other tools never loosens a tool's own default.
+//   - the session's own (Settings.ToolPolicies, by the tool's exact name), which may only
+//     make the tool stricter: a looser one is refused when it is set (EINVALID), and, set
+//     before the ceiling was lowered, it no longer counts.
+//
+// The asking tool (ToolInfo.NoPolicy) has none.
 
-// ToolPolicyEntry is one tool's effective policy, as listed with a session's settings.
+// ToolPolicyEntry is one tool's effective policy, as listed with a session's settings,
+// with the loosest policy the session may set for it.
 type ToolPolicyEntry struct {
-	Tool   string
-	Policy ToolPolicy
+	Tool    string
+	Policy  ToolPolicy
+	Ceiling ToolPolicy
+}
+
+// strictness orders the policies from loosest to strictest.
+func strictness(p ToolPolicy) int {
+	switch p {
+	case PolicyAsk:
+		return 1
+	case PolicyDeny:
+		return 2
+	}
+	return 0
+}
+
+// stricter returns the stricter of a and b.
+func stricter(a, b ToolPolicy) ToolPolicy {
+	if strictness(b) > strictness(a) {
+		return b
+	}
+	return a
+}
+
+// policyLevel says whose word a tool's policy is, so that a call refused is told why.
+type policyLevel int
+
+const (
+	levelTool    policyLevel = iota // the tool's own default
+	levelServer                     // the operator's
+	levelGuest                      // the tool acts on the server's machine; the session is a guest's
+	levelSession                    // the session's
+)
+
+// deniedBy is what a call that a policy denies is told, by whose policy it is.
+func deniedBy(l policyLevel) string {
+	switch l {
+	case levelServer:
+		return "the server's tool policy denies this tool"
+	case levelGuest:
+		return "this tool acts on the server's machine and is not offered to guest users"
+	case levelSession:
+		return "the session's tool policy denies this tool"
+	}
+	return "this tool is denied by default"
 }
 
 // toolsOf lists the tools agent offers with set; none for an agent that lists none.
@@ -31,19 +86,28 @@ func (s *Service) toolsOf(agent string, set Settings) []ToolInfo {
 	return l.Tools(set)
 }
 
-// policyOf is the effective policy of the tool named name, whose own default is own ("":
-// none), under set.
-func (s *Service) policyOf(name string, own ToolPolicy, set Settings) ToolPolicy {
-	if p, ok := set.ToolPolicies[name]; ok {
-		return p
+// ceiling is the loosest policy a session with set may give the tool t, and whose word
+// it is.
+func (s *Service) ceiling(t ToolInfo, set Settings) (ToolPolicy, policyLevel) {
+	if t.Host && set.Guest && !s.cfg.GuestHostTools {
+		return PolicyDeny, levelGuest
 	}
-	if p, ok := serverPolicy(s.cfg.ToolPolicies, name); ok {
-		return p
+	if p, ok := serverPolicy(s.cfg.ToolPolicies, t.Name); ok {
+		return p, levelServer
 	}
-	if own != "" {
-		return own
+	if t.Policy != "" {
+		return t.Policy, levelTool
 	}
-	return PolicyAllow
+	return PolicyAllow, levelTool
+}
+
+// policyOf is the effective policy of the tool t under set, and whose word it is.
+func (s *Service) policyOf(t ToolInfo, set Settings) (ToolPolicy, policyLevel) {
+	p, level := s.ceiling(t, set)
+	if own, ok := set.ToolPolicies[t.Name]; ok && strictness(own) > strictness(p) {
+		return own, levelSession
+	}
+	return p, level
 }
 
 // serverPolicy is the server's policy for the tool name in ps: the one of its exact name,
@@ -69,19 +133,25 @@ func (s *Service) policies(tools []ToolInfo, set Settings) map[string]ToolPolicy
 	out := map[string]ToolPolicy{}
 	for _, t := range tools {
 		if !t.NoPolicy {
-			out[t.Name] = s.policyOf(t.Name, t.Policy, set)
+			out[t.Name], _ = s.policyOf(t, set)
 		}
 	}
 	return out
 }
 
 // ToolPolicies lists, for every tool the agent of set offers, its effective policy under
-// set, by tool name.
+// set and the loosest the session may set, by tool name.
 func (s *Service) ToolPolicies(set Settings) []ToolPolicyEntry {
-	ps := s.policies(s.toolsOf(set.Agent, set), set)
-	out := make([]ToolPolicyEntry, 0, len(ps))
-	for _, name := range sortedKeys(ps) {
-		out = append(out, ToolPolicyEntry{Tool: name, Policy: ps[name]})
+	tools := s.toolsOf(set.Agent, set)
+	sort.Slice(tools, func(i, j int) bool { return tools[i].Name < tools[j].Name })
+	out := make([]ToolPolicyEntry, 0, len(tools))
+	for _, t := range tools {
+		if t.NoPolicy {
+			continue
+		}
+		p, _ := s.policyOf(t, set)
+		c, _ := s.ceiling(t, set)
+		out = append(out, ToolPolicyEntry{Tool: t.Name, Policy: p, Ceiling: c})
 	}
 	return out
 }
@@ -103,8 +173,9 @@ const (
 )
 
 // applyToolPolicies sets in set the policies in, leaving the tools it does not name as
-// they were.
-func applyToolPolicies(set *Settings, in map[string]ToolPolicy) error {
+// they were. EINVALID, changing nothing, for a policy looser than the tool's ceiling (a
+// tool the agent does not offer is judged by the operator's policies alone).
+func (s *Service) applyToolPolicies(set *Settings, in map[string]ToolPolicy) error {
 	if len(in) == 0 {
 		return nil
 	}
@@ -112,12 +183,28 @@ func applyToolPolicies(set *Settings, in map[string]ToolPolicy) error {
 	if merged == nil {
 		merged = map[string]ToolPolicy{}
 	}
-	for name, p := range in {
+	var offered map[string]ToolInfo
+	for _, name := range sortedKeys(in) {
+		p := in[name]
 		switch {
 		case strings.TrimSpace(name) == "" || len(name) > maxToolName:
 			return Errorf(EINVALID, "a tool policy needs a tool name of 1 to %d bytes", maxToolName)
 		case !p.Valid():
 			return Errorf(EINVALID, "the policy of %q is not ALLOW, ASK or DENY", truncate(name, 40))
+		}
+		if offered == nil {
+			offered = map[string]ToolInfo{}
+			for _, t := range s.toolsOf(set.Agent, *set) {
+				offered[t.Name] = t
+			}
+		}
+		t, ok := offered[name]
+		if !ok {
+			t = ToolInfo{Name: name}
+		}
+		if c, level := s.ceiling(t, *set); strictness(p) < strictness(c) {
+			return Errorf(EINVALID, "%s cannot be %s in a session: %s (a session may only make a tool stricter)",
+				truncate(name, 60), p, ceilingWhy(c, level))
 		}
 		merged[name] = p
 	}
@@ -126,6 +213,27 @@ func applyToolPolicies(set *Settings, in map[string]ToolPolicy) error {
 	}
 	set.ToolPolicies = merged
 	return nil
+}
+
+// ceilingWhy says what a tool's ceiling c is and whose word it is.
+func ceilingWhy(c ToolPolicy, level policyLevel) string {
+	switch level {
+	case levelServer:
+		return fmt.Sprintf("the server's policy for it is %s", c)
+	case levelGuest:
+		return "it acts on the server's machine and is not offered to guest users"
+	}
+	return fmt.Sprintf("its own policy is %s unless the server's operator says otherwise", c)
+}
+
+// GuestHostToolsWarning is what the server logs at start when guests are offered the
+// tools that act on its machine.
+const GuestHostToolsWarning = "guest users are offered tools that act on this machine (GuestHostTools): anyone who can sign in as a guest may run commands here once they approve their own calls"
+
+// guestSettings returns set marked as a guest's when ctx's user is one.
+func guestSettings(ctx context.Context, set Settings) Settings {
+	set.Guest = GuestFrom(ctx)
+	return set
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -89,9 +89,12 @@ type ToolInfo struct {
 	// InputSchema is the JSON Schema of the call's arguments, as JSON text ("" for none):
 	// arguments a user edits before approving a call must satisfy it.
 	InputSchema string
-	// Policy is the agent's own default for the tool ("": ALLOW), which the server's
-	// defaults and the session's policies override.
+	// Policy is the tool's own default ("": ALLOW): it holds unless the operator names
+	// the tool (Config.ToolPolicies), and a session may only make it stricter.
 	Policy ToolPolicy
+	// Host marks a tool that acts on the server's own machine (a shell): it is never
+	// offered to a guest's session unless Config.GuestHostTools says so.
+	Host bool
 	// NoPolicy marks the tool that is the asking itself (an ask_user tool): its calls
 	// never wait for approval, and it is listed without a policy.
 	NoPolicy bool

@@ -58,9 +58,13 @@ type Config struct {
 	// InputExpiry is how long a question or a call awaiting approval waits at most; an
 	// agent may ask for less.
 	InputExpiry time.Duration
-	// ToolPolicies are the server's default policies by tool name, or by a pattern
-	// "prefix*" for every tool whose name begins so (see policies.go).
+	// ToolPolicies are the operator's policies by tool name, or by a pattern "prefix*"
+	// for every tool whose name begins so: the loosest a session may set (see
+	// policies.go). A tool it does not name keeps its own default (the shell's ASK).
 	ToolPolicies map[string]ToolPolicy
+	// GuestHostTools offers guests' sessions the tools that act on the server's machine
+	// (ToolInfo.Host: the shell); by default they are not offered to guests.
+	GuestHostTools bool
 
 	// With a store shared by several replicas (one that implements Coordinator):
 	// ReplicaID names this replica (unique among them; default: random), RunLease is how
@@ -111,7 +115,7 @@ func DefaultConfig() Config {
 		WriteRetry:         30 * time.Second,
 		CompactAfter:       500 * time.Millisecond,
 		InputExpiry:        24 * time.Hour,
-		ToolPolicies:       map[string]ToolPolicy{"shell": PolicyAsk},
+		ToolPolicies:       map[string]ToolPolicy{},
 		RunLease:           15 * time.Second,
 	}
 }
@@ -256,15 +260,16 @@ func New(ctx context.Context, store Store, agents *Agents, cfg Config, log *slog
 }
 
 // Agents returns the agents sessions can use, each with the tools it offers with the
-// server's default settings and their policies there.
-func (s *Service) Agents() []AgentInfo {
+// server's default settings and their policies there, for a session of the caller in ctx
+// (a guest's sessions are not offered the tools that act on the server's machine).
+func (s *Service) Agents(ctx context.Context) []AgentInfo {
 	list := s.agents.List()
 	for i := range list {
-		set := Settings{Agent: list[i].Name, BusyPolicy: BusyInterrupt}
+		set := guestSettings(ctx, Settings{Agent: list[i].Name, BusyPolicy: BusyInterrupt})
 		tools := s.toolsOf(list[i].Name, set)
 		for j := range tools {
 			if !tools[j].NoPolicy {
-				tools[j].Policy = s.policyOf(tools[j].Name, tools[j].Policy, set)
+				tools[j].Policy, _ = s.policyOf(tools[j], set)
 			}
 		}
 		list[i].Tools = tools

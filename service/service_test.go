@@ -274,7 +274,7 @@ func TestStats(t *testing.T) {
 func TestServiceAgents(t *testing.T) {
 	t.Run("returns the registry of agents sessions can use", func(t *testing.T) {
 		svc := start(t, withPuppet(newPuppet()))
-		list := svc.Agents()
+		list := svc.Agents(context.Background())
 		if len(list) != 2 || list[0].Name != "demo" || list[0].Description != demo.Description || list[1].Name != "puppet" {
 			t.Errorf("Agents = %+v", list)
 		}

@@ -118,7 +118,7 @@ func (s *Service) CreateTalkSession(ctx context.Context, title string, settings 
 	if err := s.checkTitle(title); err != nil {
 		return nil, err
 	}
-	set := Settings{Agent: "demo", BusyPolicy: BusyInterrupt}
+	set := guestSettings(ctx, Settings{Agent: "demo", BusyPolicy: BusyInterrupt})
 	if err := s.applySettings(&set, settings); err != nil {
 		return nil, err
 	}
@@ -198,7 +198,7 @@ func (s *Service) applySettings(set *Settings, in SettingsInput) error {
 		}
 		set.BusyPolicy = *in.BusyPolicy
 	}
-	return applyToolPolicies(set, in.ToolPolicies)
+	return s.applyToolPolicies(set, in.ToolPolicies)
 }
 
 func emptyNil(s string) *string {

@@ -324,8 +324,9 @@ type ComplexityRoot struct {
 	}
 
 	ToolPolicy struct {
-		Policy func(childComplexity int) int
-		Tool   func(childComplexity int) int
+		Ceiling func(childComplexity int) int
+		Policy  func(childComplexity int) int
+		Tool    func(childComplexity int) int
 	}
 
 	Usage struct {
@@ -1551,6 +1552,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.ToolInfo.Policy(childComplexity), true
 
+	case "ToolPolicy.ceiling":
+		if e.ComplexityRoot.ToolPolicy.Ceiling == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ToolPolicy.Ceiling(childComplexity), true
 	case "ToolPolicy.policy":
 		if e.ComplexityRoot.ToolPolicy.Policy == nil {
 			break
@@ -1804,8 +1811,12 @@ enum ToolDecision {
 
 "A tool's effective policy in a session."
 type ToolPolicy {
+  "The tool's name, as the agent offers it (an MCP tool's is mcp__<server>__<tool>)."
   tool: String!
+  "The policy its calls follow now: the stricter of the session's own and the ceiling."
   policy: ToolPolicyKind!
+  "The loosest policy this session may set for the tool: the server's policy for it, else the tool's own default (the shell's ASK), DENY for a tool that acts on the server's machine in a guest's session. A looser toolPolicies input is refused with BAD_USER_INPUT."
+  ceiling: ToolPolicyKind!
 }
 
 input ToolPolicyInput {
@@ -2573,6 +2584,8 @@ func (ec *executionContext) childFields_ToolPolicy(ctx context.Context, field gr
 		return ec.fieldContext_ToolPolicy_tool(ctx, field)
 	case "policy":
 		return ec.fieldContext_ToolPolicy_policy(ctx, field)
+	case "ceiling":
+		return ec.fieldContext_ToolPolicy_ceiling(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ToolPolicy", field.Name)
 }
@@ -7797,6 +7810,29 @@ func (ec *executionContext) fieldContext_ToolPolicy_policy(_ context.Context, fi
 	return graphql.NewScalarFieldContext("ToolPolicy", field, false, false, errors.New("field of type ToolPolicyKind does not have child fields"))
 }
 
+func (ec *executionContext) _ToolPolicy_ceiling(ctx context.Context, field graphql.CollectedField, obj *service.ToolPolicyEntry) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ToolPolicy_ceiling(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Ceiling, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v service.ToolPolicy) graphql.Marshaler {
+			return ec.marshalNToolPolicyKind2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolPolicy(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ToolPolicy_ceiling(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ToolPolicy", field, false, false, errors.New("field of type ToolPolicyKind does not have child fields"))
+}
+
 func (ec *executionContext) _Usage_inputTokens(ctx context.Context, field graphql.CollectedField, obj *service.Usage) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -12257,6 +12293,11 @@ func (ec *executionContext) _ToolPolicy(ctx context.Context, sel ast.SelectionSe
 			}
 		case "policy":
 			out.Values[i] = ec._ToolPolicy_policy(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "ceiling":
+			out.Values[i] = ec._ToolPolicy_ceiling(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/talkgraph/talkgraph/service"
 )
 
 const shellName = "shell"
@@ -18,6 +20,13 @@ type shellTool struct{ cfg ShellConfig }
 func newShellTool(cfg ShellConfig) Tool { return &shellTool{cfg: cfg} }
 
 func (*shellTool) Name() string { return shellName }
+
+// DefaultPolicy is ASK: a command runs on this machine only once a person approved it,
+// unless the operator names the shell in the server's policies.
+func (*shellTool) DefaultPolicy() service.ToolPolicy { return service.PolicyAsk }
+
+// ActsOnHost is true: the shell is not offered to guests unless the operator says so.
+func (*shellTool) ActsOnHost() bool { return true }
 
 func (s *shellTool) Description() string {
 	return fmt.Sprintf("Run a command with `sh -c` on the server and return its combined stdout and stderr. "+

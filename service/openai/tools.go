@@ -61,6 +61,13 @@ type PolicyDefaulter interface {
 	DefaultPolicy() service.ToolPolicy
 }
 
+// HostTool is an optional ability of a Tool that acts on the server's own machine, as
+// the shell does: ActsOnHost reports true, and guests' sessions are not offered the tool
+// unless the operator says so (service.ToolInfo.Host).
+type HostTool interface {
+	ActsOnHost() bool
+}
+
 // ToolOutput streams what a tool prints while it runs. The user sees it live, as part of
 // the tool call; the model sees only the result. service.ToolHandle satisfies it.
 type ToolOutput interface {
@@ -229,6 +236,9 @@ func (a *Agent) Tools(service.Settings) []service.ToolInfo {
 		info := service.ToolInfo{Name: name, Description: t.Description(), NoPolicy: name == askUserName}
 		if d, ok := t.(PolicyDefaulter); ok {
 			info.Policy = d.DefaultPolicy()
+		}
+		if h, ok := t.(HostTool); ok {
+			info.Host = h.ActsOnHost()
 		}
 		if params := t.Parameters(); params != nil {
 			if b, err := json.Marshal(params); err == nil {
