@@ -25,11 +25,18 @@ import (
 // patience is how long a test waits for what should happen at once.
 const patience = 15 * time.Second
 
-// TestMain lets the test binary double as a stdio MCP server (MCP_TEST_SERVER=1), so that
-// the tests start and kill real processes.
+// TestMain lets the test binary double as an MCP server, so that the tests start and kill
+// real processes: over stdio a testServer (MCP_TEST_SERVER=1) or a hostileServer
+// (MCP_TEST_SERVER=hostile), over HTTP a testServer (MCP_TEST_SERVER=http, see serveHTTP).
 func TestMain(m *testing.M) {
-	if os.Getenv("MCP_TEST_SERVER") == "1" {
-		if err := testServer(nil).Run(context.Background(), &sdk.StdioTransport{}); err != nil {
+	if kind := os.Getenv("MCP_TEST_SERVER"); kind == "http" {
+		serveHTTP()
+	} else if kind != "" {
+		s := testServer(nil)
+		if kind == "hostile" {
+			s = hostileServer()
+		}
+		if err := s.Run(context.Background(), &sdk.StdioTransport{}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -34,27 +34,41 @@ type server struct {
 	calls    map[callKey]int64
 	labels   map[string]bool // the tool names counted by name; the rest are "other"
 	restarts int64
+	netErr   error // a server reached by URL: the last request of this connection that got no answer
 }
 
 // conn is one connection to a server: a session, and for a stdio server its process.
 type conn struct {
 	cs   *sdk.ClientSession
 	proc *process
-	// ctx ends when the connection is closed: the calls made on it end then.
+	// ctx ends when the connection is closed: the calls made on it end then. Its cause
+	// says why, in words for the model and the user (see cause.go).
 	ctx    context.Context
-	cancel context.CancelFunc
-	// broke is closed when a call found the connection broken.
+	cancel context.CancelCauseFunc
+	// broke is closed when a call found the connection broken; brokeErr says how.
 	broke     chan struct{}
 	brokeOnce sync.Once
+	brokeErr  error
+
+	// The first read or write of a stdio connection that failed (see notedConn).
+	failMu     sync.Mutex
+	failure    error
+	readFailed bool
 }
 
-func (c *conn) broken() { c.brokeOnce.Do(func() { close(c.broke) }) }
+// broken tells the supervisor that a call found the connection broken, with err.
+func (c *conn) broken(err error) {
+	c.brokeOnce.Do(func() {
+		c.brokeErr = err
+		close(c.broke)
+	})
+}
 
-// close ends the connection: the calls on it, the process, the session. Closing a
-// session waits for the calls on it, which are cancelled first; over HTTP it also tells
-// the server, which is given a moment at most.
-func (c *conn) close() {
-	c.cancel()
+// close ends the connection, for cause: the calls on it, the process, the session.
+// Closing a session waits for the calls on it, which are cancelled first; over HTTP it
+// also tells the server, which is given a moment at most.
+func (c *conn) close(cause error) {
+	c.cancel(cause)
 	if c.proc != nil {
 		c.proc.stop()
 	}
@@ -86,7 +100,7 @@ func newServer(m *Manager, cfg ServerConfig) *server {
 		Logger:                      s.log,
 	})
 	if !cfg.Stdio() {
-		s.http = httpClient(cfg, int64(m.limits.MaxMessageBytes))
+		s.http = httpClient(cfg, int64(m.limits.MaxMessageBytes), s.noteNet)
 	}
 	return s
 }
@@ -182,7 +196,7 @@ func (s *server) run(ctx context.Context) {
 		c, tools, err := s.connect(ctx)
 		if ctx.Err() != nil {
 			if c != nil {
-				c.close()
+				c.close(errShutdown)
 			}
 			return
 		}
@@ -219,17 +233,20 @@ func (s *server) connect(ctx context.Context) (*conn, []*Tool, error) {
 	sctx, cancel := context.WithTimeout(ctx, s.m.limits.StartTimeout)
 	defer cancel()
 	c := &conn{broke: make(chan struct{})}
-	c.ctx, c.cancel = context.WithCancel(ctx)
+	c.ctx, c.cancel = context.WithCancelCause(ctx)
 	var transport sdk.Transport
 	if s.cfg.Stdio() {
 		proc, err := startProcess(s.cfg, s.log)
 		if err != nil {
-			c.cancel()
+			c.cancel(err)
 			return nil, nil, fmt.Errorf("could not start %s: %w", s.cfg.Command, err)
 		}
 		c.proc = proc
-		transport = &sdk.IOTransport{Reader: proc.stdout, Writer: proc.stdin, MaxLineLength: s.m.limits.MaxMessageBytes}
+		// The length of a line is bounded by lineReader, whose error says so, not by the SDK.
+		stdout := &lineReader{r: proc.stdout, max: s.m.limits.MaxMessageBytes}
+		transport = &stdioTransport{IOTransport: sdk.IOTransport{Reader: stdout, Writer: proc.stdin, MaxLineLength: -1}, c: c}
 	} else {
+		s.noteNet(nil) // what failed before is not this connection's
 		transport = &sdk.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: s.http, MaxEventSize: s.m.limits.MaxMessageBytes}
 	}
 	fail := func(err error) (*conn, []*Tool, error) {
@@ -243,9 +260,9 @@ func (s *server) connect(ctx context.Context) (*conn, []*Tool, error) {
 			}
 		}
 		if c.cs != nil {
-			c.close()
+			c.close(err)
 		}
-		c.cancel()
+		c.cancel(err)
 		return nil, nil, err
 	}
 	cs, err := s.client.Connect(sctx, transport, nil)
@@ -262,40 +279,57 @@ func (s *server) connect(ctx context.Context) (*conn, []*Tool, error) {
 
 // serve keeps the server up on c until the connection ends (the process exited, the
 // session broke off, a call found it broken) or ctx ends, and lists the tools again when
-// the server says they changed. It returns why the connection ended.
+// the server says they changed. It returns why the connection ended: the cause the calls
+// on it report (see cause.go), and for the log the last lines the server wrote to stderr.
 func (s *server) serve(ctx context.Context, c *conn, tools []*Tool) error {
 	s.setUp(c, tools)
 	ended := make(chan error, 1)
-	go func() { ended <- c.cs.Wait() }()
+	done := make(chan struct{}) // closed once the session has ended
+	go func() {
+		ended <- c.cs.Wait()
+		close(done)
+	}()
 	var exited <-chan struct{}
 	if c.proc != nil {
 		exited = c.proc.exited
 	}
-	down := func(err error) error {
+	down := func(cause error) error {
 		s.mu.Lock()
 		s.conn, s.tools = nil, nil
 		s.mu.Unlock()
-		c.close()
+		c.close(cause)
 		if c.proc != nil {
-			if said := c.proc.stderr.last(); said != "" && err != nil {
-				err = fmt.Errorf("%w; its stderr said: %s", err, said)
+			if said := c.proc.stderr.last(); said != "" {
+				return fmt.Errorf("%w; its stderr said: %s", cause, said)
 			}
 		}
-		return err
+		return cause
 	}
 	for {
 		select {
 		case <-ctx.Done():
-			return down(nil)
+			down(errShutdown)
+			return nil
 		case err := <-ended:
-			if err == nil {
-				err = io.EOF
+			if c.proc != nil {
+				return down(c.stdioCause(done))
 			}
-			return down(fmt.Errorf("the connection ended: %w", err))
+			return down(s.httpCause(err))
 		case <-exited:
-			return down(fmt.Errorf("its process exited: %v", c.proc.err))
+			return down(c.stdioCause(done))
 		case <-c.broke:
-			return down(errors.New("a call found the connection broken"))
+			if c.proc != nil {
+				return down(c.stdioCause(done))
+			}
+			err := c.brokeErr
+			if errors.Is(err, sdk.ErrConnectionClosed) {
+				// The session is ending: its own error says why better than the call's.
+				select {
+				case err = <-ended:
+				case <-time.After(stopGrace):
+				}
+			}
+			return down(s.httpCause(err))
 		case <-s.relist:
 			lctx, cancel := context.WithTimeout(ctx, s.m.limits.StartTimeout)
 			tools, err := s.list(lctx, c.cs)
@@ -376,15 +410,30 @@ func (s *server) onProgress(_ context.Context, req *sdk.ProgressNotificationClie
 	_ = p.out.Output(line)
 }
 
+// noteNet notes err, a request to a server reached by URL that got no answer (nil to
+// forget it), for httpCause.
+func (s *server) noteNet(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.netErr = err
+}
+
+func (s *server) lastNetErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.netErr
+}
+
 // httpClient is the HTTP client of a server reached by URL: it sends the configured
-// headers to the server's origin only, follows redirects within it, and refuses a
-// response that is not an event stream and holds more than max bytes.
-func httpClient(cfg ServerConfig, max int64) *http.Client {
+// headers to the server's origin only, follows redirects within it, refuses a response
+// that is not an event stream and holds more than max bytes, and gives note the error of
+// a request that got no answer (the server cannot be reached).
+func httpClient(cfg ServerConfig, max int64, note func(error)) *http.Client {
 	u, _ := url.Parse(cfg.URL)
 	home := origin(u)
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	return &http.Client{
-		Transport: &headerTransport{base: base, origin: home, headers: cfg.Headers, max: max},
+		Transport: &headerTransport{base: base, origin: home, headers: cfg.Headers, max: max, note: note},
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if origin(req.URL) != home {
 				return errors.New("the MCP server redirected to another origin")
@@ -404,6 +453,7 @@ type headerTransport struct {
 	origin  string
 	headers map[string]string
 	max     int64
+	note    func(error)
 }
 
 func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -414,6 +464,9 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 	res, err := t.base.RoundTrip(r)
+	if err != nil && r.Context().Err() == nil {
+		t.note(err)
+	}
 	if err == nil && !strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
 		res.Body = &limitedBody{ReadCloser: res.Body, left: t.max}
 	}

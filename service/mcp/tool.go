@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -122,9 +123,11 @@ func (s *server) newTool(t *sdk.Tool) (*Tool, error) {
 // of its result. Arguments that are not a JSON object or do not satisfy the tool's input
 // schema are refused here, and never reach the server. Progress the server reports is
 // written to out as it comes. The error, for the model to read, says why a call failed:
-// the tool's own error, a server that is not up, one that broke off, a call that took
-// longer than Limits.CallTimeout; when ctx ends (the run was stopped), the call is
-// cancelled (the server is told) and ctx's error returned at once.
+// the tool's own error, a server that is not up, one that refused the call, one that
+// broke off during the call (and why: its process exited, it wrote a line longer than
+// Limits.MaxMessageBytes or something that is not JSON-RPC, the HTTP server went
+// away…), a call that took longer than Limits.CallTimeout; when ctx ends (the run was
+// stopped), the call is cancelled (the server is told) and ctx's error returned at once.
 func (t *Tool) Call(ctx context.Context, arguments string, out Output) (string, error) {
 	s := t.s
 	if strings.TrimSpace(arguments) == "" {
@@ -148,7 +151,6 @@ func (t *Tool) Call(ctx context.Context, arguments string, out Output) (string, 
 	params := &sdk.CallToolParams{Name: t.name, Arguments: json.RawMessage(arguments)}
 	params.SetProgressToken(p.token)
 	res, err := c.cs.CallTool(cctx, params)
-	var rpc *jsonrpc.Error
 	switch {
 	case err == nil && res.IsError:
 		s.count(t.name, outcomeError)
@@ -162,15 +164,87 @@ func (t *Tool) Call(ctx context.Context, arguments string, out Output) (string, 
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
 		s.count(t.name, outcomeTimeout)
 		return "", fmt.Errorf("the call took longer than %s and was stopped", s.m.limits.CallTimeout)
-	case errors.As(err, &rpc):
+	}
+	ending := t.connectionEnding(ctx, cctx, c, err)
+	if ctx.Err() != nil {
+		s.count(t.name, outcomeCancelled)
+		return "", ctx.Err()
+	}
+	if ending {
+		// The supervisor closes the connection, and says why, at once.
+		c.broken(err)
+		select {
+		case <-c.ctx.Done():
+		case <-ctx.Done():
+			s.count(t.name, outcomeCancelled)
+			return "", ctx.Err()
+		}
+		s.count(t.name, outcomeFailed)
+		return "", fmt.Errorf("the MCP server %q broke off during the call: %v", s.cfg.Name, context.Cause(c.ctx))
+	}
+	if rpc := answer(err); rpc != nil {
 		s.count(t.name, outcomeError)
 		return "", fmt.Errorf("the MCP server %q refused the call: %s", s.cfg.Name, cut(rpc.Message, maxErrorText))
 	}
 	s.count(t.name, outcomeFailed)
-	if errors.Is(err, sdk.ErrConnectionClosed) || errors.Is(err, sdk.ErrSessionMissing) {
-		c.broken() // the server is started (or reached) again
+	return "", fmt.Errorf("the MCP server %q failed: %s", s.cfg.Name, s.redact(cut(err.Error(), maxErrorText)))
+}
+
+// pingTimeout bounds the ping that tells whether a server reached by URL is still
+// there after a call failed.
+const pingTimeout = 5 * time.Second
+
+// connectionEnding reports whether a call's failure, err, is its connection's: the
+// connection ended, or is ending (a stdio connection's read or write failed, the SDK
+// says it closed, the server lost the session), or a server reached by URL no longer
+// answers a ping. Otherwise the failure was the call's own (the server refused it, or
+// answered something that is not a result) and the connection works on.
+func (t *Tool) connectionEnding(ctx, cctx context.Context, c *conn, err error) bool {
+	if c.ctx.Err() != nil || errors.Is(err, sdk.ErrConnectionClosed) || errors.Is(err, sdk.ErrSessionMissing) {
+		return true
 	}
-	return "", fmt.Errorf("the MCP server %q failed: %s", s.cfg.Name, cut(err.Error(), maxErrorText))
+	if c.proc != nil {
+		failure, _ := c.failed()
+		return failure != nil
+	}
+	if answer(err) != nil {
+		return false // the server answered: the connection works
+	}
+	pctx, cancel := context.WithTimeout(cctx, pingTimeout)
+	defer cancel()
+	perr := c.cs.Ping(pctx, nil)
+	switch {
+	case perr == nil, answer(perr) != nil:
+		return false // an answer
+	case ctx.Err() != nil, pctx.Err() != nil:
+		return c.ctx.Err() != nil // no answer in time: only the connection's end says more
+	}
+	c.broken(perr) // the server is unreachable: the supervisor says why from the ping's error
+	return true
+}
+
+// The codes of the errors the SDK makes up itself with the type of a server's answer
+// (jsonrpc.Error): for a call on a connection that is closing, and for a request its
+// transport could not send (ErrClientClosing, ErrServerClosing and ErrRejected of its
+// internal jsonrpc2 package).
+const (
+	codeClientClosing = -32003
+	codeServerClosing = -32004
+	codeRejected      = -32005
+)
+
+// answer returns the error the server answered a request with, if err holds one (and
+// not one the SDK made up).
+func answer(err error) *jsonrpc.Error {
+	var rpc *jsonrpc.Error
+	if !errors.As(err, &rpc) {
+		return nil
+	}
+	switch rpc.Code {
+	case codeClientClosing, codeServerClosing, codeRejected:
+		return nil
+	}
+	return rpc
 }
 
 // check says why arguments may not go to the server, if they may not.

@@ -3,9 +3,13 @@
 package openai_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -132,6 +136,83 @@ func TestShellStopKillsProcessGroup(t *testing.T) {
 	c := out.toolCalls()[0]
 	if !c.finished || !strings.HasPrefix(c.result, strconv.Itoa(pgid)+"\n") || !strings.Contains(c.result, "stopped") {
 		t.Errorf("finish = %v %q", c.finished, c.result)
+	}
+}
+
+// A command dies with the server that runs it, and so does what it started: when the
+// process running the shell tool is killed by SIGKILL (a crash, which leaves the call
+// "not run again"), the command's shell and a child it left running in the background end
+// with it.
+func TestShellCommandDiesWithItsServer(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := exec.Command(self, "-test.run=^$")
+	server.Env = append(os.Environ(), "SHELL_TEST_COMMAND=sleep 600 & echo $$ $!; wait")
+	printed, err := server.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = server.Process.Kill(); _ = server.Wait() }()
+
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(printed).ReadString('\n')
+		line <- s
+	}()
+	var shell, child int
+	select {
+	case s := <-line:
+		if _, err := fmt.Sscanf(s, "%d %d", &shell, &child); err != nil || shell <= 1 || child <= 1 {
+			t.Fatalf("the command printed %q, want its shell's and its child's process IDs", s)
+		}
+	case <-time.After(wait):
+		t.Fatalf("the command printed nothing within %v", wait)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-shell, syscall.SIGKILL) }) // when the test fails
+	for _, pid := range []int{shell, child} {
+		if !alive(pid) {
+			t.Fatalf("process %d is not running before the server is killed", pid)
+		}
+	}
+
+	if err := server.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = server.Wait()
+	for what, pid := range map[string]int{"the command's shell": shell, "its child in the background": child} {
+		waitGone(t, pid, what)
+	}
+}
+
+// alive reports whether the process pid exists and is not a zombie.
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true // no /proc to say otherwise
+	}
+	_, after, _ := strings.Cut(string(stat), ") ")
+	return !strings.HasPrefix(after, "Z")
+}
+
+// waitGone waits until the process pid has ended. It is no child of this process, so
+// nothing tells when it ends: it is looked at every 10 ms until the deadline.
+func waitGone(t *testing.T, pid int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Errorf("%s (process %d) still runs %v after its server was killed", what, pid, wait)
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // polling another process's end, with a deadline
 	}
 }
 
