@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/talkgraph/talkgraph/internal/testsvc"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
 )
 
@@ -59,17 +60,33 @@ func (w *natsTap) on(prefix string) []*nats.Msg {
 	return out
 }
 
-// TestReplicaBusTrustsNoOne runs two replicas on one database and the machine's NATS, and
-// a NATS client of the test's own beside them, as someone who can reach NATS would: it
-// reads nothing a user wrote; the commands it replays or alters, and the events it forges,
-// take no effect; and answering in a replica's place makes commands fail, never makes a
-// client believe a message was accepted that was not stored.
+// onlySubject returns the one subject of msgs, failing the test when there is none or
+// more than one.
+func onlySubject(t *testing.T, what string, msgs []*nats.Msg) string {
+	t.Helper()
+	if len(msgs) == 0 {
+		t.Fatalf("no %s went over NATS: the test proves nothing", what)
+	}
+	for _, m := range msgs {
+		if m.Subject != msgs[0].Subject {
+			t.Fatalf("%s went on two subjects, %s and %s", what, msgs[0].Subject, m.Subject)
+		}
+	}
+	return msgs[0].Subject
+}
+
+// TestReplicaBusTrustsNoOne runs two replicas on one database and a NATS server of the
+// test's own, and a NATS client beside them, as someone who can reach NATS would: it
+// reads nothing a user wrote, and no subject names a session or a replica; the commands
+// it replays or alters, and the events it forges, take no effect; and answering in a
+// replica's place makes commands fail, never makes a client believe a message was
+// accepted that was not stored.
 func TestReplicaBusTrustsNoOne(t *testing.T) {
 	t.Parallel()
-	rs := newReplicaSet(t, setOptions{n: 2})
+	// A server of its own: everything on it is this set's.
+	rs := newReplicaSet(t, setOptions{n: 2, nats: testsvc.StartNATS(t).URL})
 	r := rs.reps
 	tap := tapNATS(t, rs.nats, "talkgraph.>", "_INBOX.>")
-	owner := "talkgraph.cmd." + base64.RawURLEncoding.EncodeToString([]byte(r[0].id))
 
 	c0 := tgtest.Guest(t, r[0].URL)
 	c1 := c0.On(r[1].URL)
@@ -83,9 +100,8 @@ func TestReplicaBusTrustsNoOne(t *testing.T) {
 	_, run := c1.Send(sid, secret)
 	evs.Until("the first run's end", tgtest.RunEnds(slow))
 	evs.Until("the reply to the secret", tgtest.RunEnds(run))
-	if len(tap.on(owner)) == 0 || len(tap.on("talkgraph.ev."+sid)) == 0 {
-		t.Fatalf("no command to replica 0 and no event of the session went over NATS: the test proves nothing")
-	}
+	owner := onlySubject(t, "command to replica 0", tap.on("talkgraph.cmd."))
+	session := onlySubject(t, "event of the session", tap.on("talkgraph.ev."))
 
 	t.Run("reads nothing a user wrote", func(t *testing.T) {
 		tap.mu.Lock()
@@ -94,6 +110,24 @@ func TestReplicaBusTrustsNoOne(t *testing.T) {
 			for _, plain := range []string{"hunter2", sid, "addMessage", "MessageChunk", `"content"`} {
 				if bytes.Contains(m.Data, []byte(plain)) {
 					t.Errorf("a message on %s shows %q", m.Subject, plain)
+				}
+			}
+		}
+	})
+
+	t.Run("no subject names the session or a replica", func(t *testing.T) {
+		names := []string{sid}
+		for _, rep := range r {
+			names = append(names, rep.id, base64.RawURLEncoding.EncodeToString([]byte(rep.id)))
+		}
+		tap.mu.Lock()
+		defer tap.mu.Unlock()
+		told := map[string]bool{}
+		for _, m := range tap.msgs {
+			for _, name := range names {
+				if strings.Contains(m.Subject, name) && !told[m.Subject] {
+					told[m.Subject] = true
+					t.Errorf("the subject %s names %q", m.Subject, name)
 				}
 			}
 		}
@@ -129,7 +163,7 @@ func TestReplicaBusTrustsNoOne(t *testing.T) {
 		next := seqOf(t, sid, evs.All[len(evs.All)-1].Cursor) + 1
 		for _, seq := range []int64{next, next + 1, next + 1000} { // the log's next events, and far ahead
 			forged := fmt.Sprintf(`[{"SessionID":%q,"Seq":%d,"Type":"MessageChunk","Key":"m","MessageID":"m","Delta":"forged text","Offset":0}]`, sid, seq)
-			if err := tap.nc.Publish("talkgraph.ev."+sid, []byte(forged)); err != nil {
+			if err := tap.nc.Publish(session, []byte(forged)); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -13,10 +13,14 @@
 //
 // Subjects, under a prefix (default "talkgraph"), each message sealed for its subject:
 //
-//	<prefix>.ev.<session>   a session's new events, JSON (null: the session was deleted)
-//	<prefix>.cmd.<replica>  commands for a replica (its name in base64url; request/reply,
-//	                        the reply sealed for its request)
-//	<prefix>.left           the ID of a replica that shuts down
+//	<prefix>.ev.<token>   a session's new events, JSON (null: the session was deleted)
+//	<prefix>.cmd.<token>  commands for a replica (request/reply, the reply sealed for its
+//	                      request)
+//	<prefix>.left         the ID of a replica that shuts down
+//
+// A token is a keyed hash of the session's ID or the replica's name, under a key derived
+// from the bus secret (see subjects): no subject names a session or a replica to anyone
+// but the replicas.
 //
 // A replica subscribes to a session's events only while it has subscribers of that
 // session, sharing one delivery goroutine, so following many sessions costs no goroutine
@@ -29,7 +33,6 @@ package nats
 import (
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -75,10 +78,11 @@ type Options struct {
 // and everything it receives that does not open with the bus key, is stale, or was seen
 // before is dropped and counted (see Dropped).
 type Cluster struct {
-	nc   *nats.Conn
-	opts Options
-	seal *sealer
-	seen *seenSet // the IDs of commands and announcements taken
+	nc    *nats.Conn
+	opts  Options
+	seal  *sealer
+	names subjects
+	seen  *seenSet // the IDs of commands and announcements taken
 
 	dropped  sync.Map // reason → *atomic.Int64
 	warnedMu sync.Mutex
@@ -131,6 +135,10 @@ func Connect(url string, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, service.Errorf(service.EINVALID, "the bus: %v", err)
 	}
+	names, err := newSubjects(opts.Secret, opts.Prefix)
+	if err != nil {
+		return nil, service.Errorf(service.EINVALID, "the bus: %v", err)
+	}
 	security, err := securityOptions(opts)
 	if err != nil {
 		return nil, err
@@ -138,6 +146,7 @@ func Connect(url string, opts Options) (*Cluster, error) {
 	c := &Cluster{
 		opts:      opts,
 		seal:      seal,
+		names:     names,
 		seen:      newSeenSet(opts.MaxAge),
 		warnedAt:  map[string]time.Time{},
 		events:    make(chan *nats.Msg, 65536),
@@ -175,7 +184,7 @@ func Connect(url string, opts Options) (*Cluster, error) {
 		return nil, service.Errorf(service.EUNAVAILABLE, "cannot connect to NATS at %s: %v", redactURL(url), err)
 	}
 	c.nc = nc
-	if _, err := nc.Subscribe(c.leftSubject(), func(m *nats.Msg) {
+	if _, err := nc.Subscribe(names.left(), func(m *nats.Msg) {
 		o, ok := c.openOnce(m.Subject, m.Data)
 		if !ok {
 			return
@@ -231,10 +240,6 @@ func (c *Cluster) lost() {
 	}
 }
 
-func (c *Cluster) subject(kind, session string) string {
-	return c.opts.Prefix + "." + kind + "." + session
-}
-
 // Publish implements service.Cluster: the events go sealed for their session's subject.
 func (c *Cluster) Publish(sessionID string, events []*service.Event) {
 	data, err := json.Marshal(events)
@@ -242,7 +247,7 @@ func (c *Cluster) Publish(sessionID string, events []*service.Event) {
 		c.opts.Log.Error("encoding events for NATS", "session", sessionID, "err", err)
 		return
 	}
-	subject := c.subject("ev", sessionID)
+	subject := c.names.events(sessionID)
 	env, _ := c.seal.seal([]byte(subject), c.opts.Name, data)
 	if err := c.nc.Publish(subject, env); err != nil {
 		c.opts.Log.Debug("publishing events", "session", sessionID, "err", err)
@@ -251,7 +256,7 @@ func (c *Cluster) Publish(sessionID string, events []*service.Event) {
 
 // Follow implements service.Cluster.
 func (c *Cluster) Follow(sessionID string, deliver func([]*service.Event)) (func(), error) {
-	sub, err := c.nc.ChanSubscribe(c.subject("ev", sessionID), c.events)
+	sub, err := c.nc.ChanSubscribe(c.names.events(sessionID), c.events)
 	if err != nil {
 		return nil, service.Errorf(service.EUNAVAILABLE, "cannot follow a session on NATS: %v", err)
 	}
@@ -305,7 +310,7 @@ func (c *Cluster) deliverEvents() {
 
 // Serve implements service.Cluster.
 func (c *Cluster) Serve(replicaID string, handle func(ctx context.Context, cmd *service.Command) *service.Reply) (func(), error) {
-	subject := c.commandSubject(replicaID)
+	subject := c.names.commands(replicaID)
 	// A queue group: should two processes ever share a replica's name for a moment (one
 	// restarting while the other stops), a command is still done once.
 	sub, err := c.nc.ChanQueueSubscribe(subject, "runners", c.commands)
@@ -334,12 +339,6 @@ func (c *Cluster) Serve(replicaID string, handle func(ctx context.Context, cmd *
 			_ = sub.Unsubscribe()
 		}
 	}, nil
-}
-
-// commandSubject is the subject of the commands sent to replica replicaID: its name
-// encoded, since a host name's dots would split it into several tokens.
-func (c *Cluster) commandSubject(replicaID string) string {
-	return c.opts.Prefix + ".cmd." + base64.RawURLEncoding.EncodeToString([]byte(replicaID))
 }
 
 // server is one Serve of a replica's name.
@@ -405,7 +404,7 @@ func (c *Cluster) Send(ctx context.Context, replicaID string, cmd *service.Comma
 	if err != nil {
 		return nil, err
 	}
-	subject := c.commandSubject(replicaID)
+	subject := c.names.commands(replicaID)
 	env, id := c.seal.seal([]byte(subject), c.opts.Name, data)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -443,13 +442,11 @@ func (c *Cluster) Send(ctx context.Context, replicaID string, cmd *service.Comma
 
 // Announce implements service.Cluster.
 func (c *Cluster) Announce(replicaID string) {
-	subject := c.leftSubject()
+	subject := c.names.left()
 	env, _ := c.seal.seal([]byte(subject), c.opts.Name, []byte(replicaID))
 	_ = c.nc.Publish(subject, env)
 	_ = c.nc.FlushTimeout(time.Second)
 }
-
-func (c *Cluster) leftSubject() string { return c.opts.Prefix + ".left" }
 
 // replyAD is what a reply to the request with the given ID is sealed for: that request
 // and no other.
