@@ -219,3 +219,63 @@ func TestReplicaBusTrustsNoOne(t *testing.T) {
 		t.Logf("with an impostor in replica 0's queue group: %d of 10 messages accepted, %d refused", len(accepted), failed)
 	})
 }
+
+// TestReplicaBusCommandReplayedAfterRestart captures a message's command on NATS as it
+// crosses from the replica a client called to the one running the session's agent,
+// restarts that replica (killed, then started again under its ID: it takes its runs
+// back, and serves the session again, with no memory of the commands it took), and sends
+// the captured command again while it is fresh: the message is not stored a second time,
+// and the replica counts a replay.
+func TestReplicaBusCommandReplayedAfterRestart(t *testing.T) {
+	t.Parallel()
+	// A NATS server of its own: the only command on it is the one captured. A lease longer
+	// than the test: replica 0's runs stay its own while it is down, and come back to it.
+	rs := newReplicaSet(t, setOptions{n: 2, nats: testsvc.StartNATS(t).URL, env: []string{"RUN_LEASE=5m"}})
+	r := rs.reps
+	tap := tapNATS(t, rs.nats, "talkgraph.cmd.>")
+	c0 := tgtest.Guest(t, r[0].URL)
+	c1 := c0.On(r[1].URL)
+	sid := c0.CreateSession(map[string]any{"busyPolicy": "ENQUEUE"})
+	_, evs := c1.Connect("graphql-transport-ws").Stream(sid, c1.Cursor(sid))
+	c0.Send(sid, "/ask What is your name?") // replica 0 runs the agent, which waits
+	evs.Until("the question", func(e tgtest.Event) bool { return e.Typename == "QuestionAsked" })
+
+	const once = "a message to store once"
+	stored := func() int {
+		n := 0
+		for _, m := range c1.Messages(sid) {
+			if m.Content == once {
+				n++
+			}
+		}
+		return n
+	}
+	c1.Send(sid, once) // crosses to replica 0, and waits its turn there
+	cmds := tap.on("talkgraph.cmd.")
+	if len(cmds) != 1 || stored() != 1 {
+		t.Fatalf("%d commands crossed NATS and the message is stored %d times, want 1 and 1", len(cmds), stored())
+	}
+	captured, at := cmds[0], time.Now()
+
+	r[0].kill()
+	r[0].start()
+	if lines := logLines(r[:1], "took back a run of this replica's earlier life", sid); len(lines) == 0 {
+		t.Fatal("the restarted replica did not take the session's runs back: a replay would find nothing to do there, and the test proves nothing")
+	}
+	if d := time.Since(at); d > 45*time.Second {
+		t.Fatalf("the restart took %v: the replay would be stale, and the test proves nothing", d)
+	}
+	if err := tap.nc.Publish(captured.Subject, captured.Data); err != nil {
+		t.Fatal(err)
+	}
+	replayed := `talkgraph_bus_dropped_total{reason="replayed"}`
+	eventually(t, tgtest.Wait, "the replayed command to be dropped or done", func() bool {
+		return r[0].metric(t, replayed) >= 1 || stored() > 1
+	})
+	if n := stored(); n != 1 {
+		t.Errorf("the message is stored %d times after its command was replayed, want once", n)
+	}
+	if n := r[0].metric(t, replayed); n != 1 {
+		t.Errorf("the restarted replica counted %v replays, want 1", n)
+	}
+}

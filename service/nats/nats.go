@@ -8,7 +8,8 @@
 // Replicas trust nothing on NATS but each other: every message is sealed with a key
 // derived from the bus secret they share (see sealer), so that a client of the same NATS
 // server reads nothing a user wrote, and nothing it forges, alters or replays takes
-// effect. NATS's own security (credentials, nkeys, user and password, tokens, TLS) is the
+// effect (a command replayed after the replica that took it restarted included: the
+// database remembers it, see Options.Replays). NATS's own security (credentials, nkeys, user and password, tokens, TLS) is the
 // operator's to turn on besides (Options); the bus belongs on a private network even so.
 //
 // Subjects, under a prefix (default "talkgraph"), each message sealed for its subject:
@@ -58,6 +59,12 @@ type Options struct {
 	// replica's clock); older ones are dropped as stale. The replicas' clocks must agree
 	// within it. Default 1 minute.
 	MaxAge time.Duration
+	// Replays, when set, remembers the IDs of the commands taken, across restarts and
+	// with the other replicas (the database they share), for 2 × MaxAge after each was
+	// sent: a command replayed while it is fresh is dropped even by a replica that
+	// restarted since it was taken. A command it cannot check is refused (its sender gets
+	// EUNAVAILABLE). nil: this process's memory alone remembers them.
+	Replays service.ReplayGuard
 	// Prefix starts every subject; default "talkgraph".
 	Prefix string
 	// Name names the connection in the NATS server's monitoring (the replica's ID), and
@@ -82,7 +89,7 @@ type Cluster struct {
 	opts  Options
 	seal  *sealer
 	names subjects
-	seen  *seenSet // the IDs of commands and announcements taken
+	seen  *seenSet // the IDs of commands and announcements taken, before Replays is asked
 
 	dropped  sync.Map // reason → *atomic.Int64
 	warnedMu sync.Mutex
@@ -184,6 +191,9 @@ func Connect(url string, opts Options) (*Cluster, error) {
 		return nil, service.Errorf(service.EUNAVAILABLE, "cannot connect to NATS at %s: %v", redactURL(url), err)
 	}
 	c.nc = nc
+	// Announcements are remembered in this process's memory alone, not by Replays: all one
+	// does is hasten a claim, which takes only the runs of replicas the store finds not
+	// alive, so one replayed after a restart changes nothing.
 	if _, err := nc.Subscribe(names.left(), func(m *nats.Msg) {
 		o, ok := c.openOnce(m.Subject, m.Data)
 		if !ok {
@@ -366,24 +376,32 @@ func (c *Cluster) serveCommands() {
 }
 
 // answer does one command sent to this replica and sends the reply, sealed for that
-// request alone. A command that does not open, is stale or was taken before is dropped
-// unanswered: its sender (if a replica) gets no reply and answers UNAVAILABLE.
+// request alone. A command that does not open, is stale or was taken before (here, or
+// where Replays remembers) is dropped unanswered: its sender (if a replica) gets no reply
+// and answers UNAVAILABLE. One that Replays cannot check is answered EUNAVAILABLE, not
+// done.
 func (c *Cluster) answer(m *nats.Msg, handle func(context.Context, *service.Command) *service.Reply) {
 	o, ok := c.openOnce(m.Subject, m.Data)
 	if !ok {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
+	defer cancel()
+	first, err := c.firstSeen(ctx, o)
+	if err == nil && !first {
+		c.dropFor(m.Subject, dropReplayed)
+		return
+	}
 	var reply *service.Reply
-	cmd, err := service.DecodeCommand(o.body)
-	switch {
-	case err != nil:
+	switch cmd, undecodable := service.DecodeCommand(o.body); {
+	case err != nil: // whether it was done before cannot be told
+		reply = &service.Reply{Code: service.ErrorCode(err), Error: service.ErrorMessage(err)}
+	case undecodable != nil:
 		reply = &service.Reply{Code: service.EINVALID, Error: "undecodable command"}
 	case handle == nil: // stopped serving meanwhile
 		reply = service.NotServedReply()
 	default:
-		ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
 		reply = handle(ctx, cmd)
-		cancel()
 	}
 	data, err := reply.Encode()
 	if err == nil {
@@ -468,6 +486,23 @@ func (c *Cluster) openOnce(subject string, env []byte) (opened, bool) {
 		return o, false
 	}
 	return o, true
+}
+
+// firstSeen asks Replays whether the command o was taken before by any replica, even in
+// an earlier life of this one; without Replays, the seen set's answer (true) stands. An
+// error is EUNAVAILABLE: whether the command was done cannot be told.
+func (c *Cluster) firstSeen(ctx context.Context, o opened) (bool, error) {
+	if c.opts.Replays == nil {
+		return true, nil
+	}
+	// The ID can be taken as fresh until MaxAge after it was sent, by a replica whose
+	// clock is up to MaxAge behind the one that deletes it.
+	first, err := c.opts.Replays.FirstSeen(ctx, o.id[:], o.sentAt.Add(2*c.opts.MaxAge))
+	if err != nil {
+		c.opts.Log.Warn("refused a command from another replica: cannot tell whether it was done before", "err", err)
+		return false, service.Errorf(service.EUNAVAILABLE, "the replica running this session's agent cannot reach its storage; try again")
+	}
+	return first, nil
 }
 
 // drop counts a message that open refused.
