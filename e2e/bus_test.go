@@ -220,13 +220,13 @@ func TestReplicaBusTrustsNoOne(t *testing.T) {
 	})
 }
 
-// TestReplicaBusCommandReplayedAfterRestart captures a message's command on NATS as it
-// crosses from the replica a client called to the one running the session's agent,
-// restarts that replica (killed, then started again under its ID: it takes its runs
-// back, and serves the session again, with no memory of the commands it took), and sends
-// the captured command again while it is fresh: the message is not stored a second time,
-// and the replica counts a replay.
-func TestReplicaBusCommandReplayedAfterRestart(t *testing.T) {
+// TestReplicaBusCommandReplayedAfterRestartTakesNoEffect captures a message's command on
+// NATS as it crosses from the replica a client called to the one running the session's
+// agent, restarts that replica (killed, then started again under its ID: it takes its
+// runs back, and serves the session again, with no memory of the commands it took), and
+// sends the captured command again while it is fresh: the message is not stored a second
+// time, and the replica counts a replay.
+func TestReplicaBusCommandReplayedAfterRestartTakesNoEffect(t *testing.T) {
 	t.Parallel()
 	// A NATS server of its own: the only command on it is the one captured. A lease longer
 	// than the test: replica 0's runs stay its own while it is down, and come back to it.
