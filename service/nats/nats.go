@@ -9,8 +9,9 @@
 // derived from the bus secret they share (see sealer), so that a client of the same NATS
 // server reads nothing a user wrote, and nothing it forges, alters or replays takes
 // effect (a command replayed after the replica that took it restarted included: the
-// database remembers it, see Options.Replays). NATS's own security (credentials, nkeys, user and password, tokens, TLS) is the
-// operator's to turn on besides (Options); the bus belongs on a private network even so.
+// database remembers it, see Options.Replays). NATS's own security (credentials, nkeys,
+// user and password, tokens, TLS) is the operator's to turn on besides (Options); the bus
+// belongs on a private network even so.
 //
 // Subjects, under a prefix (default "talkgraph"), each message sealed for its subject:
 //
