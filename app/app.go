@@ -108,7 +108,10 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 			return nil, fmt.Errorf("the bus secret: %w", err)
 		}
 		n := cfg.Nats
-		if cluster, err = natsc.Connect(cfg.NatsURL, natsc.Options{Name: scfg.ReplicaID, Log: log, Secret: secret,
+		// The database the replicas share remembers the commands they took, so that one
+		// replayed after a replica restarted is not done again.
+		replays, _ := store.(service.ReplayGuard)
+		if cluster, err = natsc.Connect(cfg.NatsURL, natsc.Options{Name: scfg.ReplicaID, Log: log, Secret: secret, Replays: replays,
 			CredsFile: n.Creds, NKeyFile: n.NKey, CAFile: n.CA, CertFile: n.TLSCert, KeyFile: n.TLSKey}); err != nil {
 			if tools != nil {
 				tools.Close()

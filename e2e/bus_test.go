@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/talkgraph/talkgraph/internal/testsvc"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
 )
 
@@ -59,17 +60,33 @@ func (w *natsTap) on(prefix string) []*nats.Msg {
 	return out
 }
 
-// TestReplicaBusTrustsNoOne runs two replicas on one database and the machine's NATS, and
-// a NATS client of the test's own beside them, as someone who can reach NATS would: it
-// reads nothing a user wrote; the commands it replays or alters, and the events it forges,
-// take no effect; and answering in a replica's place makes commands fail, never makes a
-// client believe a message was accepted that was not stored.
+// onlySubject returns the one subject of msgs, failing the test when there is none or
+// more than one.
+func onlySubject(t *testing.T, what string, msgs []*nats.Msg) string {
+	t.Helper()
+	if len(msgs) == 0 {
+		t.Fatalf("no %s went over NATS: the test proves nothing", what)
+	}
+	for _, m := range msgs {
+		if m.Subject != msgs[0].Subject {
+			t.Fatalf("%s went on two subjects, %s and %s", what, msgs[0].Subject, m.Subject)
+		}
+	}
+	return msgs[0].Subject
+}
+
+// TestReplicaBusTrustsNoOne runs two replicas on one database and a NATS server of the
+// test's own, and a NATS client beside them, as someone who can reach NATS would: it
+// reads nothing a user wrote, and no subject names a session or a replica; the commands
+// it replays or alters, and the events it forges, take no effect; and answering in a
+// replica's place makes commands fail, never makes a client believe a message was
+// accepted that was not stored.
 func TestReplicaBusTrustsNoOne(t *testing.T) {
 	t.Parallel()
-	rs := newReplicaSet(t, setOptions{n: 2})
+	// A server of its own: everything on it is this set's.
+	rs := newReplicaSet(t, setOptions{n: 2, nats: testsvc.StartNATS(t).URL})
 	r := rs.reps
 	tap := tapNATS(t, rs.nats, "talkgraph.>", "_INBOX.>")
-	owner := "talkgraph.cmd." + base64.RawURLEncoding.EncodeToString([]byte(r[0].id))
 
 	c0 := tgtest.Guest(t, r[0].URL)
 	c1 := c0.On(r[1].URL)
@@ -83,9 +100,8 @@ func TestReplicaBusTrustsNoOne(t *testing.T) {
 	_, run := c1.Send(sid, secret)
 	evs.Until("the first run's end", tgtest.RunEnds(slow))
 	evs.Until("the reply to the secret", tgtest.RunEnds(run))
-	if len(tap.on(owner)) == 0 || len(tap.on("talkgraph.ev."+sid)) == 0 {
-		t.Fatalf("no command to replica 0 and no event of the session went over NATS: the test proves nothing")
-	}
+	owner := onlySubject(t, "command to replica 0", tap.on("talkgraph.cmd."))
+	session := onlySubject(t, "event of the session", tap.on("talkgraph.ev."))
 
 	t.Run("reads nothing a user wrote", func(t *testing.T) {
 		tap.mu.Lock()
@@ -94,6 +110,24 @@ func TestReplicaBusTrustsNoOne(t *testing.T) {
 			for _, plain := range []string{"hunter2", sid, "addMessage", "MessageChunk", `"content"`} {
 				if bytes.Contains(m.Data, []byte(plain)) {
 					t.Errorf("a message on %s shows %q", m.Subject, plain)
+				}
+			}
+		}
+	})
+
+	t.Run("no subject names the session or a replica", func(t *testing.T) {
+		names := []string{sid}
+		for _, rep := range r {
+			names = append(names, rep.id, base64.RawURLEncoding.EncodeToString([]byte(rep.id)))
+		}
+		tap.mu.Lock()
+		defer tap.mu.Unlock()
+		told := map[string]bool{}
+		for _, m := range tap.msgs {
+			for _, name := range names {
+				if strings.Contains(m.Subject, name) && !told[m.Subject] {
+					told[m.Subject] = true
+					t.Errorf("the subject %s names %q", m.Subject, name)
 				}
 			}
 		}
@@ -129,7 +163,7 @@ func TestReplicaBusTrustsNoOne(t *testing.T) {
 		next := seqOf(t, sid, evs.All[len(evs.All)-1].Cursor) + 1
 		for _, seq := range []int64{next, next + 1, next + 1000} { // the log's next events, and far ahead
 			forged := fmt.Sprintf(`[{"SessionID":%q,"Seq":%d,"Type":"MessageChunk","Key":"m","MessageID":"m","Delta":"forged text","Offset":0}]`, sid, seq)
-			if err := tap.nc.Publish("talkgraph.ev."+sid, []byte(forged)); err != nil {
+			if err := tap.nc.Publish(session, []byte(forged)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -184,4 +218,64 @@ func TestReplicaBusTrustsNoOne(t *testing.T) {
 		}
 		t.Logf("with an impostor in replica 0's queue group: %d of 10 messages accepted, %d refused", len(accepted), failed)
 	})
+}
+
+// TestReplicaBusCommandReplayedAfterRestartTakesNoEffect captures a message's command on
+// NATS as it crosses from the replica a client called to the one running the session's
+// agent, restarts that replica (killed, then started again under its ID: it takes its
+// runs back, and serves the session again, with no memory of the commands it took), and
+// sends the captured command again while it is fresh: the message is not stored a second
+// time, and the replica counts a replay.
+func TestReplicaBusCommandReplayedAfterRestartTakesNoEffect(t *testing.T) {
+	t.Parallel()
+	// A NATS server of its own: the only command on it is the one captured. A lease longer
+	// than the test: replica 0's runs stay its own while it is down, and come back to it.
+	rs := newReplicaSet(t, setOptions{n: 2, nats: testsvc.StartNATS(t).URL, env: []string{"RUN_LEASE=5m"}})
+	r := rs.reps
+	tap := tapNATS(t, rs.nats, "talkgraph.cmd.>")
+	c0 := tgtest.Guest(t, r[0].URL)
+	c1 := c0.On(r[1].URL)
+	sid := c0.CreateSession(map[string]any{"busyPolicy": "ENQUEUE"})
+	_, evs := c1.Connect("graphql-transport-ws").Stream(sid, c1.Cursor(sid))
+	c0.Send(sid, "/ask What is your name?") // replica 0 runs the agent, which waits
+	evs.Until("the question", func(e tgtest.Event) bool { return e.Typename == "QuestionAsked" })
+
+	const once = "a message to store once"
+	stored := func() int {
+		n := 0
+		for _, m := range c1.Messages(sid) {
+			if m.Content == once {
+				n++
+			}
+		}
+		return n
+	}
+	c1.Send(sid, once) // crosses to replica 0, and waits its turn there
+	cmds := tap.on("talkgraph.cmd.")
+	if len(cmds) != 1 || stored() != 1 {
+		t.Fatalf("%d commands crossed NATS and the message is stored %d times, want 1 and 1", len(cmds), stored())
+	}
+	captured, at := cmds[0], time.Now()
+
+	r[0].kill()
+	r[0].start()
+	if lines := logLines(r[:1], "took back a run of this replica's earlier life", sid); len(lines) == 0 {
+		t.Fatal("the restarted replica did not take the session's runs back: a replay would find nothing to do there, and the test proves nothing")
+	}
+	if d := time.Since(at); d > 45*time.Second {
+		t.Fatalf("the restart took %v: the replay would be stale, and the test proves nothing", d)
+	}
+	if err := tap.nc.Publish(captured.Subject, captured.Data); err != nil {
+		t.Fatal(err)
+	}
+	replayed := `talkgraph_bus_dropped_total{reason="replayed"}`
+	eventually(t, tgtest.Wait, "the replayed command to be dropped or done", func() bool {
+		return r[0].metric(t, replayed) >= 1 || stored() > 1
+	})
+	if n := stored(); n != 1 {
+		t.Errorf("the message is stored %d times after its command was replayed, want once", n)
+	}
+	if n := r[0].metric(t, replayed); n != 1 {
+		t.Errorf("the restarted replica counted %v replays, want 1", n)
+	}
 }

@@ -80,9 +80,9 @@ func newReplicaSet(t *testing.T, o setOptions) *replicaSet {
 		o.nats = testsvc.NATS(t)
 	}
 	rs := &replicaSet{t: t, db: o.db, nats: o.nats, env: o.env}
-	// The sets of parallel tests share the machine's NATS server: each names its replicas
-	// apart, as two deployments on one server must (a command for a name another
-	// deployment uses could reach that deployment, which cannot open it).
+	// The sets of parallel tests share the machine's NATS server. Each has a bus secret of
+	// its own (kept in its database), and so subjects of its own; it names its replicas
+	// apart besides, so that their logs and rows tell which set they are of.
 	set := testsvc.DatabaseName(t, o.db)
 	for i := range o.n {
 		r := &replica{rs: rs, id: fmt.Sprintf("%s-replica-%d", set, i), port: freePort(t), dir: t.TempDir(), env: o.each[i]}

@@ -348,6 +348,18 @@ type SecretKeeper interface {
 	Secret(ctx context.Context, name string, gen func() ([]byte, error)) ([]byte, error)
 }
 
+// ReplayGuard is an ability of a Store shared by replicas (PostgreSQL): it remembers the
+// IDs of the messages they took from their Cluster, across their restarts, so that a
+// message captured on the way and sent again is known for a replay by any of them.
+// FirstSeen records id, to be remembered at least until until, and reports whether it is
+// new: false when this process or another sharing the store recorded it before (a record
+// may be forgotten once its until has passed). Of several processes recording one id at
+// once, one alone gets true. An error (EUNAVAILABLE when the storage cannot be reached)
+// says it cannot tell: the caller must not take the message.
+type ReplayGuard interface {
+	FirstSeen(ctx context.Context, id []byte, until time.Time) (bool, error)
+}
+
 // SessionPosition is a place in a user's session list.
 type SessionPosition struct {
 	UpdatedAt time.Time

@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"math/big"
 	"net"
@@ -161,7 +162,7 @@ func TestForgedAlteredAndReplayedMessagesTakeNoEffect(t *testing.T) {
 	// Events.
 	a.Publish("s1", events("s1", 1, 1))
 	receive(t, "the genuine events", got)
-	genuine := w.captured(p+".ev.s1", 1)[0]
+	genuine := w.captured(p+".ev.", 1)[0]
 	forged := []byte(`[{"SessionID":"s1","Seq":2,"Type":"MessageChunk","Key":"m","MessageID":"m","Delta":"forged","Offset":1}]`)
 	altered := bytes.Clone(genuine.Data)
 	altered[len(altered)-3] ^= 1
@@ -202,7 +203,8 @@ func TestForgedAlteredAndReplayedMessagesTakeNoEffect(t *testing.T) {
 		t.Errorf("the command was done %d times, want once", n)
 	}
 
-	// Another deployment on the same NATS server, with a key of its own.
+	// Another deployment on the same NATS server, with a key of its own: its command goes
+	// to a subject of its own, and moved onto this deployment's, it does not open.
 	other, err := tgnats.Connect(url, tgnats.Options{Secret: []byte("another deployment's bus secret"), Prefix: p, Name: "other", RequestTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -211,9 +213,109 @@ func TestForgedAlteredAndReplayedMessagesTakeNoEffect(t *testing.T) {
 	if _, err := other.Send(t.Context(), replica, &service.Command{Op: "cancelRun", UserID: "u1", SessionID: "s1"}); service.ErrorCode(err) != service.EUNAVAILABLE {
 		t.Errorf("a command sealed with another key: %v, want EUNAVAILABLE unanswered", err)
 	}
+	var theirs *nats.Msg
+	for _, m := range w.captured(p+".cmd.", 4) { // the genuine, replayed and altered ones, and theirs
+		if m.Subject != cmd.Subject {
+			theirs = m
+		}
+	}
+	if theirs == nil {
+		t.Fatal("the other deployment's command went to this deployment's subject")
+	}
+	if err := w.nc.Publish(cmd.Subject, theirs.Data); err != nil {
+		t.Fatal(err)
+	}
 	dropped(t, b, "unopenable", before["unopenable"]+2)
 	if n := handled.Load(); n != 1 {
 		t.Errorf("the command was done %d times, want once", n)
+	}
+}
+
+// Subjects name no session and no replica: a client of the same NATS server subscribed
+// to every subject of the bus, while a session's events and a command for it cross from
+// one replica to another, sees neither the session's ID nor the replica's name, nor their
+// base64url forms, in any subject.
+func TestSubjectsNameNoSessionAndNoReplica(t *testing.T) {
+	t.Parallel()
+	url, p := testsvc.NATS(t), prefix()
+	w := tap(t, url, p+".>")
+	a, b := connect(t, url, p), connect(t, url, p)
+	const session = "0f4c9a7e-1b2d-4e8f-9a3c-5d6e7f8a9b0c"
+
+	got := make(chan []*service.Event, 10)
+	if _, err := b.Follow(session, func(evs []*service.Event) { got <- evs }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Serve(replica, func(context.Context, *service.Command) *service.Reply { return &service.Reply{} }); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	a.Publish(session, events(session, 1, 1))
+	receive(t, "the events", got)
+	if _, err := a.Send(t.Context(), replica, &service.Command{Op: "cancelRun", UserID: "u1", SessionID: session}); err != nil {
+		t.Fatal(err)
+	}
+
+	subjects := map[string]bool{}
+	for _, m := range append(w.captured(p+".ev.", 1), w.captured(p+".cmd.", 1)...) {
+		subjects[m.Subject] = true
+	}
+	for subject := range subjects {
+		for _, name := range []string{session, replica} {
+			for _, form := range []string{name, base64.RawURLEncoding.EncodeToString([]byte(name)), base64.StdEncoding.EncodeToString([]byte(name))} {
+				if strings.Contains(subject, form) {
+					t.Errorf("the subject %s names %q", subject, name)
+				}
+			}
+		}
+	}
+}
+
+// Two deployments on one NATS server, each with a bus secret of its own, share no
+// subject even where their replicas have the same names: each replica's commands reach
+// it alone, never the other deployment's replica of that name, which could not open them.
+func TestDeploymentsWithTheirOwnSecretsShareNoSubject(t *testing.T) {
+	t.Parallel()
+	url, p := testsvc.NATS(t), prefix()
+	deployment := func(secret string) (sender *tgnats.Cluster, handled *atomic.Int64) {
+		opts := tgnats.Options{Secret: []byte(secret), Prefix: p, Name: replica, RequestTimeout: 2 * time.Second}
+		sender, err := tgnats.Connect(url, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(sender.Close)
+		server, err := tgnats.Connect(url, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(server.Close)
+		handled = new(atomic.Int64)
+		if _, err := server.Serve(replica, func(context.Context, *service.Command) *service.Reply {
+			handled.Add(1)
+			return &service.Reply{}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := server.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		return sender, handled
+	}
+	a, handledA := deployment("the first deployment's bus secret")
+	b, handledB := deployment("the second deployment's bus secret")
+
+	const n = 8
+	for i := range n {
+		for _, c := range []*tgnats.Cluster{a, b} {
+			if _, err := c.Send(t.Context(), replica, &service.Command{Op: "cancelRun", SessionID: "s1"}); err != nil {
+				t.Fatalf("command %d: %v", i, err)
+			}
+		}
+	}
+	if got, gotB := handledA.Load(), handledB.Load(); got != n || gotB != n {
+		t.Errorf("the deployments' replicas did %d and %d commands, want %d each", got, gotB, n)
 	}
 }
 

@@ -8,15 +8,21 @@
 // Replicas trust nothing on NATS but each other: every message is sealed with a key
 // derived from the bus secret they share (see sealer), so that a client of the same NATS
 // server reads nothing a user wrote, and nothing it forges, alters or replays takes
-// effect. NATS's own security (credentials, nkeys, user and password, tokens, TLS) is the
-// operator's to turn on besides (Options); the bus belongs on a private network even so.
+// effect (a command replayed after the replica that took it restarted included: the
+// database remembers it, see Options.Replays). NATS's own security (credentials, nkeys,
+// user and password, tokens, TLS) is the operator's to turn on besides (Options); the bus
+// belongs on a private network even so.
 //
 // Subjects, under a prefix (default "talkgraph"), each message sealed for its subject:
 //
-//	<prefix>.ev.<session>   a session's new events, JSON (null: the session was deleted)
-//	<prefix>.cmd.<replica>  commands for a replica (its name in base64url; request/reply,
-//	                        the reply sealed for its request)
-//	<prefix>.left           the ID of a replica that shuts down
+//	<prefix>.ev.<token>   a session's new events, JSON (null: the session was deleted)
+//	<prefix>.cmd.<token>  commands for a replica (request/reply, the reply sealed for its
+//	                      request)
+//	<prefix>.left         the ID of a replica that shuts down
+//
+// A token is a keyed hash of the session's ID or the replica's name, under a key derived
+// from the bus secret (see subjects): no subject names a session or a replica to anyone
+// but the replicas.
 //
 // A replica subscribes to a session's events only while it has subscribers of that
 // session, sharing one delivery goroutine, so following many sessions costs no goroutine
@@ -29,7 +35,6 @@ package nats
 import (
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -55,6 +60,12 @@ type Options struct {
 	// replica's clock); older ones are dropped as stale. The replicas' clocks must agree
 	// within it. Default 1 minute.
 	MaxAge time.Duration
+	// Replays, when set, remembers the IDs of the commands taken, across restarts and
+	// with the other replicas (the database they share), for 2 × MaxAge after each was
+	// sent: a command replayed while it is fresh is dropped even by a replica that
+	// restarted since it was taken. A command it cannot check is refused (its sender gets
+	// EUNAVAILABLE). nil: this process's memory alone remembers them.
+	Replays service.ReplayGuard
 	// Prefix starts every subject; default "talkgraph".
 	Prefix string
 	// Name names the connection in the NATS server's monitoring (the replica's ID), and
@@ -75,10 +86,11 @@ type Options struct {
 // and everything it receives that does not open with the bus key, is stale, or was seen
 // before is dropped and counted (see Dropped).
 type Cluster struct {
-	nc   *nats.Conn
-	opts Options
-	seal *sealer
-	seen *seenSet // the IDs of commands and announcements taken
+	nc    *nats.Conn
+	opts  Options
+	seal  *sealer
+	names subjects
+	seen  *seenSet // the IDs of commands and announcements taken, before Replays is asked
 
 	dropped  sync.Map // reason → *atomic.Int64
 	warnedMu sync.Mutex
@@ -131,6 +143,10 @@ func Connect(url string, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, service.Errorf(service.EINVALID, "the bus: %v", err)
 	}
+	names, err := newSubjects(opts.Secret, opts.Prefix)
+	if err != nil {
+		return nil, service.Errorf(service.EINVALID, "the bus: %v", err)
+	}
 	security, err := securityOptions(opts)
 	if err != nil {
 		return nil, err
@@ -138,6 +154,7 @@ func Connect(url string, opts Options) (*Cluster, error) {
 	c := &Cluster{
 		opts:      opts,
 		seal:      seal,
+		names:     names,
 		seen:      newSeenSet(opts.MaxAge),
 		warnedAt:  map[string]time.Time{},
 		events:    make(chan *nats.Msg, 65536),
@@ -175,7 +192,10 @@ func Connect(url string, opts Options) (*Cluster, error) {
 		return nil, service.Errorf(service.EUNAVAILABLE, "cannot connect to NATS at %s: %v", redactURL(url), err)
 	}
 	c.nc = nc
-	if _, err := nc.Subscribe(c.leftSubject(), func(m *nats.Msg) {
+	// Announcements are remembered in this process's memory alone, not by Replays: all one
+	// does is hasten a claim, which takes only the runs of replicas the store finds not
+	// alive, so one replayed after a restart changes nothing.
+	if _, err := nc.Subscribe(names.left(), func(m *nats.Msg) {
 		o, ok := c.openOnce(m.Subject, m.Data)
 		if !ok {
 			return
@@ -231,10 +251,6 @@ func (c *Cluster) lost() {
 	}
 }
 
-func (c *Cluster) subject(kind, session string) string {
-	return c.opts.Prefix + "." + kind + "." + session
-}
-
 // Publish implements service.Cluster: the events go sealed for their session's subject.
 func (c *Cluster) Publish(sessionID string, events []*service.Event) {
 	data, err := json.Marshal(events)
@@ -242,7 +258,7 @@ func (c *Cluster) Publish(sessionID string, events []*service.Event) {
 		c.opts.Log.Error("encoding events for NATS", "session", sessionID, "err", err)
 		return
 	}
-	subject := c.subject("ev", sessionID)
+	subject := c.names.events(sessionID)
 	env, _ := c.seal.seal([]byte(subject), c.opts.Name, data)
 	if err := c.nc.Publish(subject, env); err != nil {
 		c.opts.Log.Debug("publishing events", "session", sessionID, "err", err)
@@ -251,7 +267,7 @@ func (c *Cluster) Publish(sessionID string, events []*service.Event) {
 
 // Follow implements service.Cluster.
 func (c *Cluster) Follow(sessionID string, deliver func([]*service.Event)) (func(), error) {
-	sub, err := c.nc.ChanSubscribe(c.subject("ev", sessionID), c.events)
+	sub, err := c.nc.ChanSubscribe(c.names.events(sessionID), c.events)
 	if err != nil {
 		return nil, service.Errorf(service.EUNAVAILABLE, "cannot follow a session on NATS: %v", err)
 	}
@@ -305,7 +321,7 @@ func (c *Cluster) deliverEvents() {
 
 // Serve implements service.Cluster.
 func (c *Cluster) Serve(replicaID string, handle func(ctx context.Context, cmd *service.Command) *service.Reply) (func(), error) {
-	subject := c.commandSubject(replicaID)
+	subject := c.names.commands(replicaID)
 	// A queue group: should two processes ever share a replica's name for a moment (one
 	// restarting while the other stops), a command is still done once.
 	sub, err := c.nc.ChanQueueSubscribe(subject, "runners", c.commands)
@@ -336,12 +352,6 @@ func (c *Cluster) Serve(replicaID string, handle func(ctx context.Context, cmd *
 	}, nil
 }
 
-// commandSubject is the subject of the commands sent to replica replicaID: its name
-// encoded, since a host name's dots would split it into several tokens.
-func (c *Cluster) commandSubject(replicaID string) string {
-	return c.opts.Prefix + ".cmd." + base64.RawURLEncoding.EncodeToString([]byte(replicaID))
-}
-
 // server is one Serve of a replica's name.
 type server struct {
 	handle func(ctx context.Context, cmd *service.Command) *service.Reply
@@ -367,24 +377,32 @@ func (c *Cluster) serveCommands() {
 }
 
 // answer does one command sent to this replica and sends the reply, sealed for that
-// request alone. A command that does not open, is stale or was taken before is dropped
-// unanswered: its sender (if a replica) gets no reply and answers UNAVAILABLE.
+// request alone. A command that does not open, is stale or was taken before (here, or
+// where Replays remembers) is dropped unanswered: its sender (if a replica) gets no reply
+// and answers UNAVAILABLE. One that Replays cannot check is answered EUNAVAILABLE, not
+// done.
 func (c *Cluster) answer(m *nats.Msg, handle func(context.Context, *service.Command) *service.Reply) {
 	o, ok := c.openOnce(m.Subject, m.Data)
 	if !ok {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
+	defer cancel()
+	first, err := c.firstSeen(ctx, o)
+	if err == nil && !first {
+		c.dropFor(m.Subject, dropReplayed)
+		return
+	}
 	var reply *service.Reply
-	cmd, err := service.DecodeCommand(o.body)
-	switch {
-	case err != nil:
+	switch cmd, undecodable := service.DecodeCommand(o.body); {
+	case err != nil: // whether it was done before cannot be told
+		reply = &service.Reply{Code: service.ErrorCode(err), Error: service.ErrorMessage(err)}
+	case undecodable != nil:
 		reply = &service.Reply{Code: service.EINVALID, Error: "undecodable command"}
 	case handle == nil: // stopped serving meanwhile
 		reply = service.NotServedReply()
 	default:
-		ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
 		reply = handle(ctx, cmd)
-		cancel()
 	}
 	data, err := reply.Encode()
 	if err == nil {
@@ -405,7 +423,7 @@ func (c *Cluster) Send(ctx context.Context, replicaID string, cmd *service.Comma
 	if err != nil {
 		return nil, err
 	}
-	subject := c.commandSubject(replicaID)
+	subject := c.names.commands(replicaID)
 	env, id := c.seal.seal([]byte(subject), c.opts.Name, data)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -443,13 +461,11 @@ func (c *Cluster) Send(ctx context.Context, replicaID string, cmd *service.Comma
 
 // Announce implements service.Cluster.
 func (c *Cluster) Announce(replicaID string) {
-	subject := c.leftSubject()
+	subject := c.names.left()
 	env, _ := c.seal.seal([]byte(subject), c.opts.Name, []byte(replicaID))
 	_ = c.nc.Publish(subject, env)
 	_ = c.nc.FlushTimeout(time.Second)
 }
-
-func (c *Cluster) leftSubject() string { return c.opts.Prefix + ".left" }
 
 // replyAD is what a reply to the request with the given ID is sealed for: that request
 // and no other.
@@ -471,6 +487,23 @@ func (c *Cluster) openOnce(subject string, env []byte) (opened, bool) {
 		return o, false
 	}
 	return o, true
+}
+
+// firstSeen asks Replays whether the command o was taken before by any replica, even in
+// an earlier life of this one; without Replays, the seen set's answer (true) stands. An
+// error is EUNAVAILABLE: whether the command was done cannot be told.
+func (c *Cluster) firstSeen(ctx context.Context, o opened) (bool, error) {
+	if c.opts.Replays == nil {
+		return true, nil
+	}
+	// The ID can be taken as fresh until MaxAge after it was sent, by a replica whose
+	// clock is up to MaxAge behind the one that deletes it.
+	first, err := c.opts.Replays.FirstSeen(ctx, o.id[:], o.sentAt.Add(2*c.opts.MaxAge))
+	if err != nil {
+		c.opts.Log.Warn("refused a command from another replica: cannot tell whether it was done before", "err", err)
+		return false, service.Errorf(service.EUNAVAILABLE, "the replica running this session's agent cannot reach its storage; try again")
+	}
+	return first, nil
 }
 
 // drop counts a message that open refused.

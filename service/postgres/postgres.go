@@ -1,7 +1,8 @@
 // Package postgres is the service.Store for deployments with several replicas: one
 // PostgreSQL database that every replica shares, through pgx (github.com/jackc/pgx/v5)
 // and its connection pool. It also implements service.Coordinator (which replicas live,
-// and which runs each owns) and keeps the server's shared secrets (Secret).
+// and which runs each owns), keeps the server's shared secrets (Secret) and the IDs of
+// the commands replicas took from the bus (service.ReplayGuard).
 //
 // The schema lives in migrations/ as goose migrations embedded in the binary; Open brings
 // the database up to date, holding an advisory lock while it does, so that replicas that
@@ -73,12 +74,16 @@ var (
 	_ service.Store        = (*Store)(nil)
 	_ service.Coordinator  = (*Store)(nil)
 	_ service.SecretKeeper = (*Store)(nil)
+	_ service.ReplayGuard  = (*Store)(nil)
 )
 
 type Store struct {
 	pool   *pgxpool.Pool
 	opts   Options
 	closed atomic.Bool
+	// forgotSeen is when FirstSeen last deleted the IDs whose time has passed (unix
+	// nanoseconds).
+	forgotSeen atomic.Int64
 }
 
 var (

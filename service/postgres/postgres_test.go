@@ -623,6 +623,8 @@ func TestClosed(t *testing.T) {
 	unavailable(t, "Session after Close", err, "closed")
 	_, err = s.Heartbeat(ctx, "r", t0, t0)
 	unavailable(t, "Heartbeat after Close", err, "closed")
+	_, err = s.FirstSeen(ctx, []byte("id"), t0)
+	unavailable(t, "FirstSeen after Close", err, "closed")
 }
 
 func TestOpenBadURL(t *testing.T) {
@@ -711,6 +713,8 @@ func TestUnreachable(t *testing.T) {
 	unavailable(t, "Ping while the server is gone", s.Ping(ctx), "unreachable")
 	_, err := s.Session(ctx, "s1")
 	unavailable(t, "Session while the server is gone", err, "unreachable")
+	_, err = s.FirstSeen(ctx, []byte("id"), time.Now().Add(time.Minute))
+	unavailable(t, "FirstSeen while the server is gone", err, "unreachable")
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("failing took %v", d)
 	}
@@ -720,6 +724,9 @@ func TestUnreachable(t *testing.T) {
 		t.Fatalf("Append once the server is back: %v", err)
 	}
 	must(t, s.Ping(ctx))
+	if first, err := s.FirstSeen(ctx, []byte("id"), time.Now().Add(time.Minute)); err != nil || !first {
+		t.Errorf("FirstSeen once the server is back = %v, %v; want true (it recorded nothing while gone)", first, err)
+	}
 	if got := lastSeq(t, s, "s1"); got != 2 {
 		t.Errorf("LastSeq = %d, want 2", got)
 	}

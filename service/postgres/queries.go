@@ -663,6 +663,13 @@ const (
 		ORDER BY created_at, id LIMIT 1`
 )
 
+// The commands taken from the bus (service.ReplayGuard).
+
+const (
+	qFirstSeen  = `INSERT INTO bus_seen (id, until) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`
+	qForgetSeen = `DELETE FROM bus_seen WHERE until < $1`
+)
+
 // Meta.
 
 const (
