@@ -384,7 +384,7 @@ func TestStdioServerIsRestartedAndStopped(t *testing.T) {
 	if got, err := greet.Call(context.Background(), `{"name":"A"}`, &printed{}); got != "hello A" || err != nil {
 		t.Fatalf("greet: %q, %v", got, err)
 	}
-	pid := serverPID(t, log)
+	pid := serverPID(t, log, 0)
 	if err := killPID(pid); err != nil {
 		t.Fatal(err)
 	}
@@ -396,27 +396,32 @@ func TestStdioServerIsRestartedAndStopped(t *testing.T) {
 	if got, err := greet.Call(context.Background(), `{"name":"B"}`, &printed{}); got != "hello B" || err != nil {
 		t.Errorf("greet after the restart (a tool listed before it): %q, %v", got, err)
 	}
-	again := serverPID(t, log)
-	if again == pid {
-		t.Fatalf("the same process %d after the restart", pid)
-	}
+	again := serverPID(t, log, pid) // a new process, or the test fails
 	m.Close()
 	if alive(again) {
 		t.Errorf("the server's process %d lives on after Close", again)
 	}
 }
 
-// serverPID is the process ID of the last stdio server started, as the log says.
-func serverPID(t *testing.T, log *syncLog) int {
+// serverPID is the process ID of the last stdio server started, as the log says, once it
+// is not not: the state turns up just before its log line is written, so the line is
+// waited for.
+func serverPID(t *testing.T, log *syncLog, not int) int {
 	t.Helper()
-	var pid int
-	for _, l := range strings.Split(log.String(), "\n") {
-		if i := strings.Index(l, " pid="); i >= 0 && strings.Contains(l, "state=up") {
-			fmt.Sscanf(l[i+5:], "%d", &pid)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var pid int
+		for _, l := range strings.Split(log.String(), "\n") {
+			if i := strings.Index(l, " pid="); i >= 0 && strings.Contains(l, "state=up") {
+				fmt.Sscanf(l[i+5:], "%d", &pid)
+			}
 		}
+		if pid != 0 && pid != not {
+			return pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new pid in the log:\n%s", log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	if pid == 0 {
-		t.Fatalf("no pid in the log:\n%s", log.String())
-	}
-	return pid
 }
