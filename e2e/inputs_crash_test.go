@@ -95,6 +95,11 @@ func TestCrashWhileApprovalWaits(t *testing.T) {
 	if got := lastReply(c, sid); got != "The echo tool printed: printed once only" {
 		t.Errorf("reply %q", got)
 	}
+	for _, m := range c.Messages(sid) { // the reply that held the call ended with the crash
+		if m.Status == "STREAMING" {
+			t.Errorf("after the run, %s message %s %q is STREAMING", m.Role, m.ID, m.Content)
+		}
+	}
 
 	// Exactly once: one call, finished once, whose output is the text once.
 	finished := 0

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"github.com/talkgraph/talkgraph/internal/fakellm"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
 	"github.com/talkgraph/talkgraph/service"
+	"github.com/talkgraph/talkgraph/service/openai"
 )
 
 // llmKey is the API key the server is configured with. The provider gets it; a user never
@@ -992,4 +994,58 @@ func TestOpenAIApprovalsOfOneTurn(t *testing.T) {
 			t.Errorf("the results the model got: %q", results)
 		}
 	})
+}
+
+// askingTool is a tool whose calls wait for the user's approval by its own default, and
+// that counts its runs.
+type askingTool struct{ ran atomic.Int32 }
+
+func (*askingTool) Name() string                      { return "note" }
+func (*askingTool) Description() string               { return "Notes the text." }
+func (*askingTool) Parameters() map[string]any        { return nil }
+func (*askingTool) DefaultPolicy() service.ToolPolicy { return service.PolicyAsk }
+func (n *askingTool) Call(_ context.Context, args string, out openai.ToolOutput) (string, error) {
+	n.ran.Add(1)
+	_ = out.Output("noted")
+	return "noted " + args, nil
+}
+
+// A run of the openai agent waiting for an approval when the server stops is woken after
+// the restart by the decision: the call runs once, the model goes on, and the reply that
+// held the call is not left STREAMING.
+func TestOpenAIApprovalAfterRestart(t *testing.T) {
+	args := `{"text":"milk"}`
+	f := fakellm.New(t, toolCallReply("call_note", "note", args), fakellm.TextReply("Noted ", "it."))
+	tool := &askingTool{}
+	a1 := startOpenAI(t, "sqlite", f, func(c *app.Config) { c.OpenAI.Tools = []openai.Tool{tool} })
+	c := guest(t, a1)
+	sid := openAISession(c, nil)
+	_, evs := c.Connect("graphql-transport-ws").Stream(sid, c.Cursor(sid))
+	_, run := c.Send(sid, "Note milk")
+	asked := evs.Until("the approval request", func(e tgtest.Event) bool { return e.Typename == "ToolApprovalRequested" })
+
+	ctx, cancel := context.WithTimeout(context.Background(), tgtest.Wait)
+	a1.Close(ctx)
+	cancel()
+	a2 := serveApp(t, a1.Config)
+	c2 := &tgtest.Client{T: t, Base: a2.URL, Token: c.Token, HTTP: c.HTTP}
+	_, evs2 := c2.Connect("graphql-transport-ws").Stream(sid, c2.Cursor(sid))
+	if r := decide(c2, map[string]any{"toolCallId": asked.ToolCall.ID, "decision": "APPROVE"}); len(r.Errors) > 0 {
+		t.Fatal(r.Errors)
+	}
+	if end := evs2.Until("the run's end", tgtest.RunEnds(run)); end.Run.Status != "COMPLETED" {
+		t.Fatalf("the woken run ended %s (%s)", end.Run.Status, end.Run.Error)
+	}
+	if n := tool.ran.Load(); n != 1 {
+		t.Errorf("the approved call ran %d times, want once", n)
+	}
+	msgs := c2.Messages(sid)
+	for _, m := range msgs {
+		if m.Status == "STREAMING" {
+			t.Errorf("after the run, %s message %s %q is STREAMING", m.Role, m.ID, m.Content)
+		}
+	}
+	if last := msgs[len(msgs)-1]; last.Content != "Noted it." || last.Status != "COMPLETE" {
+		t.Errorf("the reply after the decision: %+v", last)
+	}
 }

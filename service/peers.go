@@ -180,6 +180,15 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 		}
 		s.adoptLocked(st, ar, true)
 		t := s.begin(st)
+		// The agent that resumes writes a reply of its own: the messages it was writing
+		// end here with their durable text, COMPLETE (they hold what it wrote before it
+		// waited, and the calls it waits on), rather than stay STREAMING for ever.
+		for _, m := range streaming {
+			done := *m
+			done.Content, done.Status = texts[m.ID], MessageComplete
+			s.add(t, &Event{Type: EventMessageCompleted, Message: &done})
+			t.onCommit(func() { s.compactSoon(st, m.ID, m.Seq+1) })
+		}
 		for _, c := range running {
 			if asksFor(qs, c) {
 				continue // an ask_user call: the answer will be its result

@@ -411,3 +411,54 @@ func TestNewServiceAfterClose(t *testing.T) {
 		}
 	})
 }
+
+// A run that waits for a decision when its process stops is brought back by the next one
+// without its agent: the reply it was writing (which holds the call waiting) ends there,
+// COMPLETE with its durable text, and when the decision wakes the run its agent writes a
+// reply of its own. Nothing is left STREAMING, whether the run then completes or is
+// stopped.
+func TestRecoveredWaitingRunLeavesNothingStreaming(t *testing.T) {
+	for _, end := range []string{"approved", "stopped"} {
+		t.Run(end, func(t *testing.T) {
+			store := inmem.New()
+			svc, _ := startService(t, setup{store: store})
+			sess := newSession(t, svc, alice, "", "")
+			f := follow(t, svc, alice, sess.ID, sess.StreamCursor)
+			_, run := send(t, svc, alice, sess.ID, "/approve kept once")
+			asked := first(t, f.until(is(service.EventToolApprovalRequested)), service.EventToolApprovalRequested, nil)
+			svc.Close()
+
+			next, _ := startService(t, setup{store: store})
+			v := view(t, next, alice, sess.ID)
+			if len(v.PendingApprovals) != 1 || v.PendingApprovals[0].ID != asked.ToolCall.ID {
+				t.Fatalf("after the restart the session waits on %+v", v.PendingApprovals)
+			}
+			for _, h := range history(t, next, alice, sess.ID) {
+				if h.Status == service.MessageStreaming {
+					t.Errorf("after the restart, before any decision, %s message %q is STREAMING", h.Role, h.Content)
+				}
+			}
+			f2 := follow(t, next, alice, sess.ID, v.StreamCursor)
+			if end == "approved" {
+				if _, _, err := next.DecideToolCall(alice, service.Decision{ToolCallID: asked.ToolCall.ID, Decision: service.DecisionApprove}); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := next.CancelRun(alice, sess.ID); err != nil {
+				t.Fatal(err)
+			}
+			f2.until(runEnds(run.ID))
+			h := history(t, next, alice, sess.ID)
+			for _, m := range h {
+				if m.Status == service.MessageStreaming {
+					t.Errorf("after the run's end %s message %q is STREAMING", m.Role, m.Content)
+				}
+			}
+			if end == "approved" && h[len(h)-1].Content != "The echo tool printed: kept once" {
+				t.Errorf("the woken run's reply: %+v", h[len(h)-1])
+			}
+			if s := view(t, next, alice, sess.ID).Status; s != service.SessionIdle {
+				t.Errorf("session %s after the run", s)
+			}
+		})
+	}
+}
