@@ -649,10 +649,10 @@ func TestTreeLimits(t *testing.T) {
 		t.Fatalf("a fork of %d messages: %s %+v", len(long), resp.Code(), resp.Errors)
 	}
 	// Three versions of "one" with their replies, a regenerated reply, "two" and its
-	// reply: 9 messages. "three" makes 11 with its reply, "four" 13; then no more.
+	// reply: 9 messages. "three" makes 11 with its reply; "four" with its reply would
+	// make 13: refused.
 	turn(c, evs, sid, "three")
-	turn(c, evs, sid, "four")
-	resp = c.Do(sendPolicyMutation, map[string]any{"s": sid, "c": "five", "p": nil})
+	resp = c.Do(sendPolicyMutation, map[string]any{"s": sid, "c": "four", "p": nil})
 	if resp.Code() != "RATE_LIMITED" || !strings.Contains(resp.Errors[0].Message, "messages, the most it can") {
 		t.Fatalf("a message beyond the session's limit: %s %+v", resp.Code(), resp.Errors)
 	}

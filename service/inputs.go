@@ -591,6 +591,7 @@ func (o *output) pose(spec QuestionSpec) (*waiting, error) {
 	s.add(t, &Event{Type: EventMessageAdded, Message: qm, Question: &withMsg}, &Event{Type: EventQuestionAsked, Question: &asked})
 	w := &waiting{id: q.ID, question: q, expiresAt: expires, done: make(chan inputEnd, 1)}
 	s.openLocked(t, ar, w)
+	t.onCommit(func() { ar.replied = true })
 	if err := s.commitLocked(ar.ctx, t); err != nil {
 		return nil, err
 	}

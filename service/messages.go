@@ -93,15 +93,15 @@ func (s *Service) addMessage(ctx context.Context, u, sessionID string, a additio
 			return nil, nil, err
 		}
 	}
-	if err := s.checkTreeLimits(ctx, st, a); err != nil {
-		return nil, nil, err
-	}
 	policy := a.policy
 	if policy == "" {
 		policy = sess.Settings.BusyPolicy
 	}
 	if policy == BusySteer && (a.edited != nil || a.regenerated != nil || !s.steerable(st.active)) {
 		policy = BusyEnqueue // an edit or a regeneration is not a steer; nor is a message no agent takes
+	}
+	if err := s.checkTreeLimits(ctx, st, a, policy == BusySteer); err != nil {
+		return nil, nil, err
 	}
 	busy := st.active != nil || len(st.queue) > 0
 	if busy {

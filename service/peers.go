@@ -179,6 +179,7 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 			return err
 		}
 		s.adoptLocked(st, ar, true)
+		ar.replied = true // it asked
 		t := s.begin(st)
 		// The agent that resumes writes a reply of its own: the messages it was writing
 		// end here with their durable text, COMPLETE (they hold what it wrote before it

@@ -41,8 +41,11 @@ type activeRun struct {
 
 	// msg is the assistant message being written, if any; announced is set once its
 	// MessageAdded is durable (the first write that carries its text announces it).
+	// replied is set once the run has written a message of its own (a reply, a question):
+	// until then the session owes it one (see checkTreeLimits).
 	msg       *Message
 	announced bool
+	replied   bool
 	text      textStream
 
 	// steers are the user's messages sent to the run with STEER that its agent has not
@@ -190,7 +193,7 @@ func (s *Service) resumeLocked(ar *activeRun, from context.Context) {
 	ar.seal()
 	st.active = nil
 	next := s.startLocked(st, ar.run, true, false, from)
-	next.tools, next.steers = ar.tools, ar.steers
+	next.tools, next.steers, next.replied = ar.tools, ar.steers, true // it asked
 	s.unparkLocked(ar)
 }
 

@@ -96,7 +96,10 @@ func (s *Service) announce(t *txn, ar *activeRun) int64 {
 	m := *ar.msg
 	s.add(t, &Event{Type: EventMessageAdded, Message: &m})
 	msg := ar.msg
-	t.onCommit(func() { msg.Seq, msg.ParentID = m.Seq, m.ParentID; ar.announced = ar.msg == msg })
+	t.onCommit(func() {
+		msg.Seq, msg.ParentID = m.Seq, m.ParentID
+		ar.announced, ar.replied = ar.msg == msg, true
+	})
 	return m.Seq
 }
 

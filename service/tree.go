@@ -246,16 +246,34 @@ func (s *Service) ownMessage(ctx context.Context, u, id string) (*Message, error
 }
 
 // checkTreeLimits refuses an addition that would take the session past
-// MaxSessionMessages messages, or a message past MaxBranches versions.
-func (s *Service) checkTreeLimits(ctx context.Context, st *sessionState, a addition) error {
-	// Every message began with an event of the log: a log shorter than the limit holds
-	// fewer messages, and the store need not count them.
-	if st.log.end.Seq >= int64(s.cfg.MaxSessionMessages) {
+// MaxSessionMessages messages, or a message past MaxBranches versions. The session's
+// messages are counted with those promised: one reply for each run that has not written
+// one yet (the queued runs, the active run until it replies), and what the addition adds
+// (its message, and a reply unless it is a steer, which the running run answers).
+func (s *Service) checkTreeLimits(ctx context.Context, st *sessionState, a addition, steer bool) error {
+	adds := 2 // a message and its reply
+	switch {
+	case a.regenerated != nil:
+		adds = 1 // a reply
+	case steer:
+		adds = 1 // a message
+	}
+	owed := int64(len(st.queue))
+	if ar := st.active; ar != nil && !ar.replied {
+		owed++
+	}
+	limit := int64(s.cfg.MaxSessionMessages)
+	// Every message began with an event of the log: a log short enough holds few
+	// enough messages, and the store need not count them.
+	if st.log.end.Seq+owed+int64(adds) > limit {
 		n, err := s.store.CountMessages(ctx, st.id)
 		if err != nil {
 			return err
 		}
-		if n >= s.cfg.MaxSessionMessages {
+		if int64(n)+owed+int64(adds) > limit {
+			if owed > 0 {
+				return Errorf(ERATELIMIT, "this session holds %d messages and owes %d replies, and it can hold %d: fork it or start a new one", n, owed, limit)
+			}
 			return Errorf(ERATELIMIT, "this session holds %d messages, the most it can: fork it or start a new one", n)
 		}
 	}
