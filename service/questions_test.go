@@ -1,8 +1,10 @@
 package service_test
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/talkgraph/talkgraph/service"
 	"github.com/talkgraph/talkgraph/service/inmem"
@@ -251,4 +253,47 @@ func TestQuestion(t *testing.T) {
 		_, err := svc.Question(nobody, q.ID)
 		wantCode(t, "no user", err, service.EUNAUTHORIZED)
 	})
+}
+
+// A question that expires unanswered is withdrawn and the demo agent goes on without the
+// answer, as it does for a call whose approval expired: its run completes, it says so,
+// and nothing is logged as a failure.
+func TestDemoGoesOnWhenItsQuestionExpires(t *testing.T) {
+	svc := start(t, setup{config: func(c *service.Config) { c.InputExpiry = 50 * time.Millisecond }})
+	for cmd, want := range map[string]string{
+		"/ask Your name?": "You did not answer (expired). Ask me again any time.",
+		"/form":           "You did not fill in the form (expired).",
+	} {
+		sess := newSession(t, svc, alice, "", "")
+		f := follow(t, svc, alice, sess.ID, sess.StreamCursor)
+		_, run := send(t, svc, alice, sess.ID, cmd)
+		evs := f.until(runEnds(run.ID))
+		if end := lastEnd(t, evs); end.Status != service.RunCompleted {
+			t.Errorf("%s: the run ended %s (%s), want COMPLETED", cmd, end.Status, end.Error)
+		}
+		if n := count(evs, is(service.EventQuestionWithdrawn)); n != 1 {
+			t.Errorf("%s: %d questions withdrawn, want 1", cmd, n)
+		}
+		h := history(t, svc, alice, sess.ID)
+		if got := h[len(h)-1].Content; got != want {
+			t.Errorf("%s: the reply %q, want %q", cmd, got, want)
+		}
+	}
+}
+
+// An agent that returns the *Withdrawn of a question that expired fails its run with a
+// message fit to show, never "internal error".
+func TestAgentGivingUpOnAWithdrawnQuestionSaysWhy(t *testing.T) {
+	giveUp := service.RunnerFunc(func(ctx context.Context, req service.RunRequest, out service.Output) error {
+		_, err := out.Ask(ctx, "Quick?", nil)
+		return err
+	})
+	svc := start(t, setup{agents: map[string]service.Runner{"giveup": giveUp}, config: func(c *service.Config) { c.InputExpiry = 50 * time.Millisecond }})
+	sess := newSession(t, svc, alice, "giveup", "")
+	f := follow(t, svc, alice, sess.ID, sess.StreamCursor)
+	_, run := send(t, svc, alice, sess.ID, "go")
+	end := lastEnd(t, f.until(runEnds(run.ID)))
+	if end.Status != service.RunFailed || !strings.Contains(end.Error, "withdrawn") || strings.Contains(end.Error, "internal") {
+		t.Errorf("the run ended %s with %q, want FAILED saying the question was withdrawn", end.Status, end.Error)
+	}
 }

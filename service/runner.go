@@ -179,6 +179,13 @@ type Withdrawn struct{ Reason string }
 
 func (w *Withdrawn) Error() string { return "the question was withdrawn: " + w.Reason }
 
+// Unwrap makes a Withdrawn an *Error too (ECONFLICT, with a message fit for a user): an
+// agent that gives up when its question is withdrawn fails its run saying why, not with
+// an internal error. Better, an agent goes on without the answer.
+func (w *Withdrawn) Unwrap() error {
+	return Errorf(ECONFLICT, "the agent stopped: its question was withdrawn unanswered (%s)", w.Reason)
+}
+
 // Rejected is ToolHandle.Approval's error for a call that must not run: the user rejected
 // it (ByUser, and Reason is theirs, maybe empty), the tool policy denies it, or it was
 // withdrawn without a decision (it expired). Give the model Text() as the call's result.

@@ -137,8 +137,11 @@ func (a *Agent) run(ctx context.Context, req service.RunRequest, out service.Out
 		answer, ok := answered(req.History[last+1:])
 		if !ok {
 			var err error
-			if answer, err = out.Ask(ctx, arg, nil); err != nil {
+			var why string
+			if answer, why, err = ask(ctx, out, service.QuestionSpec{Prompt: arg}); err != nil {
 				return err
+			} else if why != "" {
+				return a.say(ctx, out, fmt.Sprintf("You did not answer (%s). Ask me again any time.", why))
 			}
 		}
 		return a.say(ctx, out, fmt.Sprintf("You answered %q. Thank you!", answer))
@@ -228,8 +231,11 @@ func (a *Agent) run(ctx context.Context, req service.RunRequest, out service.Out
 		answer, ok := answered(req.History[last+1:])
 		if !ok {
 			var err error
-			if answer, err = ask(ctx, out, service.QuestionSpec{Prompt: "Who are you? Give your name and your age.", AnswerSchema: FormSchema}); err != nil {
+			var why string
+			if answer, why, err = ask(ctx, out, service.QuestionSpec{Prompt: "Who are you? Give your name and your age.", AnswerSchema: FormSchema}); err != nil {
 				return err
+			} else if why != "" {
+				return a.say(ctx, out, fmt.Sprintf("You did not fill in the form (%s).", why))
 			}
 		}
 		var form struct {
@@ -344,18 +350,18 @@ func (a *Agent) askMany(ctx context.Context, out service.Output, n int, after []
 	return a.say(ctx, out, b.String())
 }
 
-// ask asks one question and waits for its answer; a question that expired gets the
-// answer "(no answer)".
-func ask(ctx context.Context, out service.Output, q service.QuestionSpec) (string, error) {
+// ask asks one question and waits for its answer; for a question withdrawn unanswered
+// (it expired) it returns why instead, and the agent goes on.
+func ask(ctx context.Context, out service.Output, q service.QuestionSpec) (answer, withdrawn string, err error) {
 	p, err := out.Pose(q)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	answer, err := p.Wait(ctx)
+	answer, err = p.Wait(ctx)
 	if w := (*service.Withdrawn)(nil); errors.As(err, &w) {
-		return "(no answer: " + w.Reason + ")", nil
+		return "", w.Reason, nil
 	}
-	return answer, err
+	return answer, "", err
 }
 
 // answerTo finds the answer to the question prompt among the messages after the user's.
