@@ -24,9 +24,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/talkgraph/talkgraph/app"
 	"github.com/talkgraph/talkgraph/internal/fakellm"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
+	"github.com/talkgraph/talkgraph/jwtauth"
 	"github.com/talkgraph/talkgraph/service"
 	"github.com/talkgraph/talkgraph/service/openai"
 )
@@ -633,8 +636,9 @@ func TestOpenAIShellToolStopKillsCommand(t *testing.T) {
 			c.OpenAI.Shell = true
 			c.OpenAI.ShellDir = dir
 			c.Service.ToolPolicies = map[string]service.ToolPolicy{"shell": service.PolicyAllow} // no approval in the way
+			c.AuthSecret = memberSecret
 		})
-		c := guest(t, a)
+		c := member(t, a) // guests are not offered the shell
 		sid := openAISession(c, nil)
 		ws := c.Connect("graphql-transport-ws")
 		_, evs := ws.Stream(sid, c.Cursor(sid))
@@ -952,8 +956,9 @@ func TestOpenAIApprovalsOfOneTurn(t *testing.T) {
 		a := startOpenAI(t, store, f, func(c *app.Config) {
 			c.OpenAI.Shell = true
 			c.OpenAI.ShellDir = dir
+			c.AuthSecret = memberSecret
 		})
-		c := guest(t, a)
+		c := member(t, a) // guests are not offered the shell
 		sid := openAISession(c, nil)
 		_, evs := c.Connect("graphql-transport-ws").Stream(sid, c.Cursor(sid))
 		_, run := c.Send(sid, "Run both")
@@ -1048,4 +1053,105 @@ func TestOpenAIApprovalAfterRestart(t *testing.T) {
 	if last := msgs[len(msgs)-1]; last.Content != "Noted it." || last.Status != "COMPLETE" {
 		t.Errorf("the reply after the decision: %+v", last)
 	}
+}
+
+// The operator's policies are final, a tool's own default holds unless the operator names
+// it, and the shell is not offered to guests: tried over the API with the openai agent as
+// a guest and as a signed-in user.
+func TestOpenAIOperatorPoliciesAreFinal(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("the shell tool runs sh")
+	}
+	shellArgs, _ := json.Marshal(map[string]string{"command": "echo hi"})
+	t.Run("a session cannot lift the server's DENY", func(t *testing.T) {
+		f := fakellm.New(t, fakellm.TextReply("ok"))
+		a := startOpenAI(t, "sqlite", f, func(c *app.Config) {
+			c.OpenAI.Shell = true
+			c.AuthSecret = memberSecret
+			c.Service.ToolPolicies = map[string]service.ToolPolicy{"shell": service.PolicyDeny}
+		})
+		c := member(t, a)
+		resp := c.Do(`mutation($s: SessionSettingsInput){ createTalkSession(input: {settings: $s}){ id } }`,
+			map[string]any{"s": map[string]any{"agent": "openai", "toolPolicies": []map[string]any{{"tool": "shell", "policy": "ALLOW"}}}})
+		if resp.Code() != "BAD_USER_INPUT" || !strings.Contains(resp.Errors[0].Message, "shell") {
+			t.Fatalf("a session lifting the server's DENY: %s %+v", resp.Code(), resp.Errors)
+		}
+		sid := openAISession(c, nil)
+		_, evs := c.Connect("graphql-transport-ws").Stream(sid, c.Cursor(sid))
+		_, run := c.Send(sid, "hello")
+		evs.Until("the run's end", tgtest.RunEnds(run))
+		if names := f.Request(0).ToolNames(); slices.Contains(names, "shell") {
+			t.Errorf("the model was offered %v under the server's DENY", names)
+		}
+	})
+	t.Run("naming other tools leaves the shell ASK", func(t *testing.T) {
+		f := fakellm.New(t, toolCallReply("call_sh", "shell", string(shellArgs)))
+		a := startOpenAI(t, "sqlite", f, func(c *app.Config) {
+			c.OpenAI.Shell = true
+			c.OpenAI.ShellDir = t.TempDir()
+			c.AuthSecret = memberSecret
+			c.Service.ToolPolicies = map[string]service.ToolPolicy{"mcp__files__*": service.PolicyAllow}
+		})
+		c := member(t, a)
+		sid := openAISession(c, nil)
+		_, evs := c.Connect("graphql-transport-ws").Stream(sid, c.Cursor(sid))
+		c.Send(sid, "run it")
+		started := evs.Until("the call", func(e tgtest.Event) bool { return e.Typename == "ToolCallStarted" })
+		if started.ToolCall.Status != "AWAITING_APPROVAL" {
+			t.Errorf("the shell call began %s, want AWAITING_APPROVAL", started.ToolCall.Status)
+		}
+		c.Cancel(sid)
+	})
+	t.Run("guests are not offered the shell", func(t *testing.T) {
+		f := fakellm.New(t, fakellm.TextReply("ok"), fakellm.TextReply("ok"))
+		a := startOpenAI(t, "sqlite", f, func(c *app.Config) {
+			c.OpenAI.Shell = true
+			c.AuthSecret = memberSecret
+		})
+		g := guest(t, a)
+		var agents struct {
+			Agents []struct {
+				Name  string
+				Tools []struct{ Name, Policy string }
+			}
+		}
+		g.Must(`{ agents { name tools { name policy } } }`, nil, &agents)
+		for _, ag := range agents.Agents {
+			for _, tool := range ag.Tools {
+				if tool.Name == "shell" && tool.Policy != "DENY" {
+					t.Errorf("agents lists the shell to a guest as %s, want DENY", tool.Policy)
+				}
+			}
+		}
+		resp := g.Do(`mutation($s: SessionSettingsInput){ createTalkSession(input: {settings: $s}){ id } }`,
+			map[string]any{"s": map[string]any{"agent": "openai", "toolPolicies": []map[string]any{{"tool": "shell", "policy": "ASK"}}}})
+		if resp.Code() != "BAD_USER_INPUT" {
+			t.Errorf("a guest asking for the shell: %s %+v", resp.Code(), resp.Errors)
+		}
+		for i, c := range []*tgtest.Client{g, member(t, a)} {
+			sid := openAISession(c, nil)
+			_, evs := c.Connect("graphql-transport-ws").Stream(sid, c.Cursor(sid))
+			_, run := c.Send(sid, "hello")
+			evs.Until("the run's end", tgtest.RunEnds(run))
+			offered := slices.Contains(f.Request(i).ToolNames(), "shell")
+			if want := i == 1; offered != want {
+				t.Errorf("offered the shell: %v, want %v (guest: %v)", offered, want, i == 0)
+			}
+		}
+	})
+}
+
+// memberSecret is the token secret of the servers of tests that sign users in as members
+// (not guests), with member.
+const memberSecret = "the e2e tests' token secret, long enough"
+
+// member signs a new user in with a token of memberSecret: a user of the operator's, not
+// a guest.
+func member(t testing.TB, a *testApp) *tgtest.Client {
+	t.Helper()
+	tok, _, err := (&jwtauth.Auth{Secret: []byte(memberSecret)}).Issue("member-" + uuid.NewString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tgtest.Client{T: t, Base: a.URL, Token: tok, HTTP: &http.Client{}}
 }
