@@ -226,6 +226,43 @@ if (!SKIP) describe('human in the loop', { timeout: 600_000 }, () => {
     assert.equal(await page.locator(sel.approval).count(), 0, 'DENY never asks');
   });
 
+  describe('with TOOL_POLICIES=echo=ASK', () => {
+    let strictServer;
+    let strict;
+
+    before(async () => {
+      strictServer = await startServer({
+        bin,
+        port: await freePort(),
+        dataDir: path.join(dir, 'data-strict'),
+        logName: 'strict',
+        env: { TOOL_POLICIES: 'echo=ASK' },
+      });
+      strict = await browser.context.newPage();
+      await strict.goto(strictServer.url);
+      await strict.locator(sel.composer).waitFor();
+    });
+
+    after(async () => {
+      await strict?.close();
+      await strictServer?.stop('SIGTERM');
+    });
+
+    test("the settings offer nothing looser than the server's policy", async () => {
+      await send(strict, 'hello');
+      await waitForReply(strict, { contains: 'You said: hello' });
+      await strict.getByRole('button', { name: 'Chat settings' }).click();
+      const dialog = strict.getByRole('dialog', { name: 'Chat settings' });
+      const policy = dialog.getByRole('combobox', { name: /echo/ });
+      await policy.waitFor();
+      assert.equal(await policy.inputValue(), 'ASK');
+      const allow = policy.locator('option[value="ALLOW"]');
+      assert.equal(await allow.isDisabled(), true, 'ALLOW is looser than the server allows');
+      assert.match(await allow.textContent(), /not allowed on this server/);
+      assert.equal(await policy.locator('option[value="DENY"]').isDisabled(), false, 'a chat may be stricter');
+    });
+  });
+
   describe('with INPUT_EXPIRY=6s', () => {
     let shortServer;
     let short;

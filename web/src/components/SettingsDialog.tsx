@@ -11,6 +11,9 @@ import { BUSY_POLICIES } from '../lib/policies';
 
 const POLICIES = BUSY_POLICIES;
 
+/** The policies from loosest to strictest. */
+const STRICTNESS: Record<ToolPolicyKind, number> = { ALLOW: 0, ASK: 1, DENY: 2 };
+
 const TOOL_POLICIES: { value: ToolPolicyKind; label: string }[] = [
   { value: 'ALLOW', label: 'Allow: runs at once' },
   { value: 'ASK', label: 'Ask me first' },
@@ -87,6 +90,11 @@ export function SettingsDialog({
   /** A tool's policy in this chat as it is: the chat's own, else the server's. */
   function effectivePolicy(tool: string): ToolPolicyKind {
     const own = form.agent === settings.agent ? settings.toolPolicies.find((p) => p.tool === tool)?.policy : undefined;
+    return own ?? agentTools.find((t) => t.name === tool)?.policy ?? 'ALLOW';
+  }
+  /** The loosest policy this chat may set for a tool: the server's word. */
+  function ceiling(tool: string): ToolPolicyKind {
+    const own = form.agent === settings.agent ? settings.toolPolicies.find((p) => p.tool === tool)?.ceiling : undefined;
     return own ?? agentTools.find((t) => t.name === tool)?.policy ?? 'ALLOW';
   }
 
@@ -199,11 +207,15 @@ export function SettingsDialog({
                     value={form.policies[t.name] ?? effectivePolicy(t.name)}
                     onChange={(e) => setForm({ ...form, policies: { ...form.policies, [t.name]: e.target.value as ToolPolicyKind } })}
                   >
-                    {TOOL_POLICIES.map((p) => (
-                      <option key={p.value} value={p.value}>
-                        {p.label}
-                      </option>
-                    ))}
+                    {TOOL_POLICIES.map((p) => {
+                      // A chat may make a tool stricter than the server allows, never looser.
+                      const looser = STRICTNESS[p.value] < STRICTNESS[ceiling(t.name)];
+                      return (
+                        <option key={p.value} value={p.value} disabled={looser}>
+                          {looser ? `${p.label} (not allowed on this server)` : p.label}
+                        </option>
+                      );
+                    })}
                   </select>
                 </div>
               );
