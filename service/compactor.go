@@ -10,7 +10,7 @@ import (
 // note in the log, when too many wait. st.mu must be held: when the session's tail still
 // holds the stream whole, and the store is a SoleWriter, the folding is made from the
 // tail here, so that the store need not read the events back.
-func (s *Service) compactSoon(st *sessionState, key string, fromSeq int64) {
+func (s *core) compactSoon(st *sessionState, key string, fromSeq int64) {
 	if fromSeq <= 0 {
 		return
 	}

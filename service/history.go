@@ -82,7 +82,7 @@ func (s *Service) History(ctx context.Context, sessionID string, asOf *SessionVi
 // rebuild shows, as of the snapshot, messages still being written and tool calls still
 // running whose text this replica does not hold (their run is on another replica): from
 // their chunk events in the log.
-func (s *Service) rebuild(ctx context.Context, sessionID string, out []*HistoryMessage, snap *snapshot) error {
+func (s *core) rebuild(ctx context.Context, sessionID string, out []*HistoryMessage, snap *snapshot) error {
 	var from int64
 	for _, h := range out {
 		if h.Status == MessageStreaming && h.ID != snap.streamingID && (from == 0 || h.Seq < from) {
@@ -116,7 +116,7 @@ func (s *Service) rebuild(ctx context.Context, sessionID string, out []*HistoryM
 
 // complete adds to messages their questions and tool calls, read with one query each, and,
 // with a snapshot, shows a message or tool call still being written as the snapshot saw it.
-func (s *Service) complete(ctx context.Context, msgs []*Message, snap *snapshot) ([]*HistoryMessage, error) {
+func (s *core) complete(ctx context.Context, msgs []*Message, snap *snapshot) ([]*HistoryMessage, error) {
 	var qids, mids []string
 	for _, m := range msgs {
 		if m.QuestionID != "" {
@@ -203,7 +203,7 @@ func join(msgs []*Message, qs []*Question, calls []*ToolCall) []*HistoryMessage 
 // one moment). A call started later is left out; one finished later is shown running,
 // its output then coming from the snapshot or the log (see rebuild). The events after seq
 // are those appended while this request ran: usually none.
-func (s *Service) rollBack(ctx context.Context, sessionID string, calls []*ToolCall, seq int64) ([]*ToolCall, error) {
+func (s *core) rollBack(ctx context.Context, sessionID string, calls []*ToolCall, seq int64) ([]*ToolCall, error) {
 	const page = 1000
 	started, finished := map[string]bool{}, map[string]bool{}
 	for after := seq; ; {

@@ -47,7 +47,7 @@ type inputEnd struct {
 
 // expiryFor is when an input asked now with the agent's wish d (0: none) expires: at most
 // Config.InputExpiry from now.
-func (s *Service) expiryFor(now time.Time, d time.Duration) time.Time {
+func (s *core) expiryFor(now time.Time, d time.Duration) time.Time {
 	if d <= 0 || d > s.cfg.InputExpiry {
 		d = s.cfg.InputExpiry
 	}
@@ -56,7 +56,7 @@ func (s *Service) expiryFor(now time.Time, d time.Duration) time.Time {
 
 // openLocked adds ws to what t makes ar wait on, once t is durable: t carries the run's
 // move to WAITING_FOR_INPUT when it waited on nothing, and each input's expiry is armed.
-func (s *Service) openLocked(t *txn, ar *activeRun, ws ...*waiting) {
+func (s *core) openLocked(t *txn, ar *activeRun, ws ...*waiting) {
 	var snap *Run
 	if len(ar.inputs) == 0 && ar.run.Status != RunWaitingForInput {
 		r := *ar.run
@@ -79,7 +79,7 @@ func (s *Service) openLocked(t *txn, ar *activeRun, ws ...*waiting) {
 // is durable: each is taken off ar's waits and handed to the agent waiting on it. When
 // nothing is left to wait on, t carries the run's move back to RUNNING, and a parked run
 // starts again on its history (from is the context of the operation that answered).
-func (s *Service) closeLocked(t *txn, ar *activeRun, ends map[string]inputEnd, from context.Context) {
+func (s *core) closeLocked(t *txn, ar *activeRun, ends map[string]inputEnd, from context.Context) {
 	left := 0
 	for id := range ar.inputs {
 		if _, ok := ends[id]; !ok {
@@ -114,13 +114,13 @@ func (s *Service) closeLocked(t *txn, ar *activeRun, ends map[string]inputEnd, f
 
 // armLocked has w expire at its time: the replica that runs the run keeps the timer, and
 // a restart or a take-over arms it again from the log.
-func (s *Service) armLocked(ar *activeRun, w *waiting) {
+func (s *core) armLocked(ar *activeRun, w *waiting) {
 	w.timer = time.AfterFunc(time.Until(w.expiresAt), func() { s.expire(ar, w.id) })
 }
 
 // expire withdraws an input whose time has come; the agent is told and goes on. When the
 // storage cannot take it now, it is tried again in a moment.
-func (s *Service) expire(ar *activeRun, id string) {
+func (s *core) expire(ar *activeRun, id string) {
 	st := ar.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -139,7 +139,7 @@ func (s *Service) expire(ar *activeRun, id string) {
 // withdrawLocked adds to t the withdrawal of w, which stops waiting unanswered for reason:
 // a question is withdrawn, a call awaiting approval ends CANCELLED without running. It
 // returns what the agent waiting on w is told.
-func (s *Service) withdrawLocked(t *txn, w *waiting, reason string) inputEnd {
+func (s *core) withdrawLocked(t *txn, w *waiting, reason string) inputEnd {
 	now := s.now()
 	if q := w.question; q != nil {
 		cp := *q
@@ -162,7 +162,7 @@ func (s *Service) withdrawLocked(t *txn, w *waiting, reason string) inputEnd {
 // withdrawAllLocked adds to t the withdrawal of everything ar waits on, for reason: its
 // run ends. Once t is durable their timers stop; the agent waiting on them learns of the
 // end from its context, not from them.
-func (s *Service) withdrawAllLocked(t *txn, ar *activeRun, reason string) {
+func (s *core) withdrawAllLocked(t *txn, ar *activeRun, reason string) {
 	if len(ar.inputs) == 0 {
 		return
 	}
@@ -283,7 +283,7 @@ func (s *Service) RespondToInputs(ctx context.Context, sessionID string, answers
 }
 
 // checkInputs checks what a request to RespondToInputs says on its face.
-func (s *Service) checkInputs(answers []Answer, decisions []Decision) error {
+func (s *core) checkInputs(answers []Answer, decisions []Decision) error {
 	if len(answers)+len(decisions) == 0 {
 		return Errorf(EINVALID, "give at least one answer or decision")
 	}
@@ -335,7 +335,7 @@ func (s *Service) checkInputs(answers []Answer, decisions []Decision) error {
 }
 
 // respondToInputs is RespondToInputs where the session's agent runs.
-func (s *Service) respondToInputs(ctx context.Context, u, sessionID string, answers []Answer, decisions []Decision) (*Responded, error) {
+func (s *core) respondToInputs(ctx context.Context, u, sessionID string, answers []Answer, decisions []Decision) (*Responded, error) {
 	sess, st, unlock, err := s.lockSession(ctx, sessionID)
 	if err != nil {
 		return nil, err
@@ -437,7 +437,7 @@ func (s *Service) respondToInputs(ctx context.Context, u, sessionID string, answ
 // call): ENOTFOUND when it does not exist in the session (or is another user's: the
 // session was checked), ECONFLICT when it is not waiting (answered, decided, withdrawn,
 // expired, or its run is over).
-func (s *Service) waitingFor(ctx context.Context, ar *activeRun, sessionID, id string, question bool) (*waiting, error) {
+func (s *core) waitingFor(ctx context.Context, ar *activeRun, sessionID, id string, question bool) (*waiting, error) {
 	if ar != nil {
 		if w := ar.inputs[id]; w != nil && (w.question != nil) == question {
 			return w, nil
@@ -500,7 +500,7 @@ func checkAnswer(q *Question, answer string) error {
 
 // checkArguments checks arguments a user edited for a call of the tool name: JSON that
 // satisfies the tool's input schema, where the agent gives one.
-func (s *Service) checkArguments(ar *activeRun, sess *TalkSession, name, arguments string) error {
+func (s *core) checkArguments(ar *activeRun, sess *TalkSession, name, arguments string) error {
 	if !json.Valid([]byte(arguments)) {
 		return Errorf(EINVALID, "the arguments are not JSON")
 	}
@@ -522,7 +522,7 @@ func (s *Service) checkArguments(ar *activeRun, sess *TalkSession, name, argumen
 // askingCall returns the tool call of ar that q answers (an ask_user call): the one q
 // names, or, for a question of an older release that names none, the call that was running
 // when it was asked.
-func (s *Service) askingCall(ar *activeRun, q *Question) *toolState {
+func (s *core) askingCall(ar *activeRun, q *Question) *toolState {
 	if q.ToolCallID != "" {
 		if tool := ar.tools[q.ToolCallID]; tool != nil && tool.call.Status == ToolRunning {
 			return tool

@@ -72,7 +72,7 @@ type addition struct {
 }
 
 // addMessage is AddMessage, editMessage and regenerate where the session's agent runs.
-func (s *Service) addMessage(ctx context.Context, u, sessionID string, a addition) (*Message, *Run, error) {
+func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) (*Message, *Run, error) {
 	sess, st, unlock, err := s.lockSession(ctx, sessionID)
 	if err != nil {
 		return nil, nil, err
@@ -162,7 +162,7 @@ func (s *Service) addMessage(ctx context.Context, u, sessionID string, a additio
 // before it. With switchNow, an edit's or a regeneration's branch becomes current in it.
 // An error means that nothing was planned (the switch could not be read); t is then
 // discarded unwritten.
-func (s *Service) planAdd(ctx context.Context, st *sessionState, sess *TalkSession, u string, a addition, policy BusyPolicy, switchNow, tryAdmit bool) (t *txn, msg *Message, run *Run, admitted bool, err error) {
+func (s *core) planAdd(ctx context.Context, st *sessionState, sess *TalkSession, u string, a addition, policy BusyPolicy, switchNow, tryAdmit bool) (t *txn, msg *Message, run *Run, admitted bool, err error) {
 	t = s.begin(st)
 	// willStart: the new run becomes the active one (nothing else runs, or INTERRUPT ends
 	// what runs).
@@ -250,7 +250,7 @@ func (s *Service) planAdd(ctx context.Context, st *sessionState, sess *TalkSessi
 }
 
 // titleFrom names an untitled session after its first message, in t.
-func (s *Service) titleFrom(t *txn, sess *TalkSession, content string, now time.Time) {
+func (s *core) titleFrom(t *txn, sess *TalkSession, content string, now time.Time) {
 	if sess.Title != "" {
 		return
 	}
@@ -261,7 +261,7 @@ func (s *Service) titleFrom(t *txn, sess *TalkSession, content string, now time.
 }
 
 // replay answers a retried addMessage with what the first call created.
-func (s *Service) replay(ctx context.Context, rec *IdempotencyRecord, sessionID, content string) (*Message, *Run, error) {
+func (s *core) replay(ctx context.Context, rec *IdempotencyRecord, sessionID, content string) (*Message, *Run, error) {
 	if rec.SessionID != sessionID {
 		return nil, nil, Errorf(ECONFLICT, "this idempotency key was used for another session")
 	}
@@ -294,7 +294,7 @@ func checkKey(key string) error {
 	return nil
 }
 
-func (s *Service) checkText(what, content string) error {
+func (s *core) checkText(what, content string) error {
 	if blank(content) {
 		return Errorf(EINVALID, "%s is empty", what)
 	}

@@ -8,7 +8,7 @@ import (
 
 // output is the Output of one run.
 type output struct {
-	s  *Service
+	s  *core
 	ar *activeRun
 }
 
@@ -25,7 +25,7 @@ func (o *output) ended() error {
 
 // newMessageLocked starts ar's next assistant message in memory; it is announced with the
 // first write that carries its text.
-func (s *Service) newMessageLocked(ar *activeRun) {
+func (s *core) newMessageLocked(ar *activeRun) {
 	ar.msg = &Message{ID: newID(), SessionID: ar.st.id, Role: RoleAssistant, Kind: KindText, Status: MessageStreaming, RunID: ar.run.ID, CreatedAt: s.now()}
 	ar.announced = false
 	ar.text = textStream{}

@@ -57,7 +57,7 @@ type peers interface {
 // solo is the peers of a process alone with its store. Its route still does a command
 // again on ErrNotNext, which only a store that another process writes can answer (see
 // SoleWriter): such a process then reads the log anew and stays correct.
-type solo struct{ s *Service }
+type solo struct{ s *core }
 
 var _ peers = solo{}
 
@@ -106,7 +106,7 @@ func (solo) stats(*Stats)                            {}
 
 // recoverRun brings back one active run left by another process: this server's earlier
 // life, or a replica that is gone. Both start-up (peers.start) and a take-over come here.
-func (s *Service) recoverRun(ctx context.Context, run *Run) error {
+func (s *core) recoverRun(ctx context.Context, run *Run) error {
 	sess, err := s.store.Session(ctx, run.SessionID)
 	if ErrorCode(err) == ENOTFOUND {
 		return nil
@@ -130,7 +130,7 @@ func (s *Service) recoverRun(ctx context.Context, run *Run) error {
 // WAITING_FOR_INPUT one is parked until it is answered, and a RUNNING one ends
 // INTERRUPTED with the text it had written (its agent is not run again behind the user's
 // back).
-func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *Run) error {
+func (s *core) recoverRunLocked(ctx context.Context, st *sessionState, run *Run) error {
 	if run.Status == RunQueued {
 		s.queueLocked(st, run, false, nil)
 		return nil
@@ -242,7 +242,7 @@ func (s *Service) recoverRunLocked(ctx context.Context, st *sessionState, run *R
 // streamedTexts rebuilds, from the chunk events after Seq from (up to Seq upTo, when > 0),
 // the text of every stream (by key: a message's ID or a tool call's), placing each delta at
 // its offset.
-func (s *Service) streamedTexts(ctx context.Context, sessionID string, from, upTo int64) (map[string]string, error) {
+func (s *core) streamedTexts(ctx context.Context, sessionID string, from, upTo int64) (map[string]string, error) {
 	texts := map[string][]rune{}
 	after := from
 	for done := false; !done; {
@@ -277,7 +277,7 @@ func (s *Service) streamedTexts(ctx context.Context, sessionID string, from, upT
 
 // runWork returns the messages a run wrote (among the session's latest) and their tool
 // calls.
-func (s *Service) runWork(ctx context.Context, sessionID, runID string) ([]*Message, []*ToolCall, error) {
+func (s *core) runWork(ctx context.Context, sessionID, runID string) ([]*Message, []*ToolCall, error) {
 	latest, err := s.store.Messages(ctx, sessionID, MessagePage{Last: 100})
 	if err != nil {
 		return nil, nil, err
@@ -295,7 +295,7 @@ func (s *Service) runWork(ctx context.Context, sessionID, runID string) ([]*Mess
 }
 
 // runQuestions returns the questions of a run's messages (see runWork).
-func (s *Service) runQuestions(ctx context.Context, msgs []*Message) ([]*Question, error) {
+func (s *core) runQuestions(ctx context.Context, msgs []*Message) ([]*Question, error) {
 	var qids []string
 	for _, m := range msgs {
 		if m.Kind == KindQuestion {

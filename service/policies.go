@@ -74,7 +74,7 @@ func deniedBy(l policyLevel) string {
 }
 
 // toolsOf lists the tools agent offers with set; none for an agent that lists none.
-func (s *Service) toolsOf(agent string, set Settings) []ToolInfo {
+func (s *core) toolsOf(agent string, set Settings) []ToolInfo {
 	r, ok := s.agents.Get(agent)
 	if !ok {
 		return nil
@@ -88,7 +88,7 @@ func (s *Service) toolsOf(agent string, set Settings) []ToolInfo {
 
 // ceiling is the loosest policy a session with set may give the tool t, and whose word
 // it is.
-func (s *Service) ceiling(t ToolInfo, set Settings) (ToolPolicy, policyLevel) {
+func (s *core) ceiling(t ToolInfo, set Settings) (ToolPolicy, policyLevel) {
 	if t.Host && set.Guest && !s.cfg.GuestHostTools {
 		return PolicyDeny, levelGuest
 	}
@@ -102,7 +102,7 @@ func (s *Service) ceiling(t ToolInfo, set Settings) (ToolPolicy, policyLevel) {
 }
 
 // policyOf is the effective policy of the tool t under set, and whose word it is.
-func (s *Service) policyOf(t ToolInfo, set Settings) (ToolPolicy, policyLevel) {
+func (s *core) policyOf(t ToolInfo, set Settings) (ToolPolicy, policyLevel) {
 	p, level := s.ceiling(t, set)
 	if own, ok := set.ToolPolicies[t.Name]; ok && strictness(own) > strictness(p) {
 		return own, levelSession
@@ -129,7 +129,7 @@ func serverPolicy(ps map[string]ToolPolicy, name string) (ToolPolicy, bool) {
 
 // policies returns the effective policy under set of every tool in tools (as an agent
 // lists them), the asking tool left out.
-func (s *Service) policies(tools []ToolInfo, set Settings) map[string]ToolPolicy {
+func (s *core) policies(tools []ToolInfo, set Settings) map[string]ToolPolicy {
 	out := map[string]ToolPolicy{}
 	for _, t := range tools {
 		if !t.NoPolicy {
@@ -157,7 +157,7 @@ func (s *Service) ToolPolicies(set Settings) []ToolPolicyEntry {
 }
 
 // toolInfo returns the tool name of agent as it offers it with set.
-func (s *Service) toolInfo(agent, name string, set Settings) (ToolInfo, bool) {
+func (s *core) toolInfo(agent, name string, set Settings) (ToolInfo, bool) {
 	for _, t := range s.toolsOf(agent, set) {
 		if t.Name == name {
 			return t, true
@@ -175,7 +175,7 @@ const (
 // applyToolPolicies sets in set the policies in, leaving the tools it does not name as
 // they were. EINVALID, changing nothing, for a policy looser than the tool's ceiling (a
 // tool the agent does not offer is judged by the operator's policies alone).
-func (s *Service) applyToolPolicies(set *Settings, in map[string]ToolPolicy) error {
+func (s *core) applyToolPolicies(set *Settings, in map[string]ToolPolicy) error {
 	if len(in) == 0 {
 		return nil
 	}

@@ -31,7 +31,7 @@ const (
 )
 
 // footprint returns u's footprint, read from the store when the one held is stale.
-func (s *Service) footprint(ctx context.Context, u string) (*footprint, error) {
+func (s *core) footprint(ctx context.Context, u string) (*footprint, error) {
 	q := &s.quota
 	q.mu.Lock()
 	f := q.users[u]
@@ -56,7 +56,7 @@ func (s *Service) footprint(ctx context.Context, u string) (*footprint, error) {
 
 // checkQuota returns ERATELIMIT when u keeping more sessions or bytes would take them past
 // the limits.
-func (s *Service) checkQuota(ctx context.Context, u string, moreSessions int, moreBytes int64) error {
+func (s *core) checkQuota(ctx context.Context, u string, moreSessions int, moreBytes int64) error {
 	f, err := s.footprint(ctx, u)
 	if err != nil {
 		return err
@@ -88,7 +88,7 @@ func (q *quotas) sweep(now time.Time) {
 }
 
 // counted adds what a write just stored to u's footprint.
-func (s *Service) counted(u string, sessions int, bytes int64) {
+func (s *core) counted(u string, sessions int, bytes int64) {
 	s.quota.mu.Lock()
 	if f := s.quota.users[u]; f != nil {
 		f.sessions += sessions
@@ -98,7 +98,7 @@ func (s *Service) counted(u string, sessions int, bytes int64) {
 }
 
 // forget drops u's footprint, to be read again at the next check (after a deletion).
-func (s *Service) forget(u string) {
+func (s *core) forget(u string) {
 	s.quota.mu.Lock()
 	delete(s.quota.users, u)
 	s.quota.mu.Unlock()

@@ -317,9 +317,7 @@ func (r *replicas) ownerOf(ctx context.Context, sessionID string) (string, error
 // (NotServedReply), and its sender looks again for where the agent runs.
 func (r *replicas) serves(sessionID string) bool {
 	s := r.s
-	s.statesMu.Lock()
-	st := s.states[sessionID]
-	s.statesMu.Unlock()
+	st := s.states.get(sessionID)
 	if st == nil {
 		return false
 	}

@@ -117,7 +117,7 @@ func (ar *activeRun) seal() {
 // slot and executes it. resumed runs (after an answer) go first in their user's line; a run
 // admitted already (holding) has its slot. from is the context of the operation that
 // starts the run, if any (for its trace).
-func (s *Service) startLocked(st *sessionState, run *Run, resumed, holding bool, from context.Context) *activeRun {
+func (s *core) startLocked(st *sessionState, run *Run, resumed, holding bool, from context.Context) *activeRun {
 	ctx, cancel := context.WithCancel(context.Background())
 	var span trace.Span
 	if s.tracer != nil {
@@ -144,7 +144,7 @@ func (s *Service) startLocked(st *sessionState, run *Run, resumed, holding bool,
 
 // queueLocked starts run when the session has no active run, and queues it behind the
 // active one otherwise. holding and from are startLocked's.
-func (s *Service) queueLocked(st *sessionState, run *Run, holding bool, from context.Context) {
+func (s *core) queueLocked(st *sessionState, run *Run, holding bool, from context.Context) {
 	if st.active == nil {
 		s.startLocked(st, run, false, holding, from)
 		return
@@ -153,7 +153,7 @@ func (s *Service) queueLocked(st *sessionState, run *Run, holding bool, from con
 }
 
 // startNextLocked starts the session's oldest queued run, if any.
-func (s *Service) startNextLocked(st *sessionState) {
+func (s *core) startNextLocked(st *sessionState) {
 	if st.active != nil || len(st.queue) == 0 || s.closed.Load() {
 		return
 	}
@@ -165,7 +165,7 @@ func (s *Service) startNextLocked(st *sessionState) {
 // adoptLocked makes ar, a run brought back from the store (see recoverRunLocked), the
 // session's active run; parked, it waits for an answer with no agent behind it, and holds
 // the session's state until it is answered or ended.
-func (s *Service) adoptLocked(st *sessionState, ar *activeRun, parked bool) {
+func (s *core) adoptLocked(st *sessionState, ar *activeRun, parked bool) {
 	st.active = ar
 	if parked {
 		ar.parked = true
@@ -174,7 +174,7 @@ func (s *Service) adoptLocked(st *sessionState, ar *activeRun, parked bool) {
 }
 
 // endedLocked seals ar, whose end is durable, and starts the session's next queued run.
-func (s *Service) endedLocked(ar *activeRun) {
+func (s *core) endedLocked(ar *activeRun) {
 	st := ar.st
 	ar.seal()
 	if st.active == ar {
@@ -188,7 +188,7 @@ func (s *Service) endedLocked(ar *activeRun) {
 // history that now holds the answers and decisions: a new activeRun of the same run takes
 // its place, with its tool calls (an approved call is run by the agent that resumes, see
 // Output.StartTool). from is the context of the operation that answered.
-func (s *Service) resumeLocked(ar *activeRun, from context.Context) {
+func (s *core) resumeLocked(ar *activeRun, from context.Context) {
 	st := ar.st
 	ar.seal()
 	st.active = nil
@@ -198,7 +198,7 @@ func (s *Service) resumeLocked(ar *activeRun, from context.Context) {
 }
 
 // unparkLocked lets go of the session's state that ar held while parked.
-func (s *Service) unparkLocked(ar *activeRun) {
+func (s *core) unparkLocked(ar *activeRun) {
 	if ar.parked {
 		ar.parked = false
 		s.releaseState(ar.st)
@@ -207,7 +207,7 @@ func (s *Service) unparkLocked(ar *activeRun) {
 
 // dropActiveLocked stops the session's active run, if any, writing nothing: it is over
 // elsewhere (the session was deleted, or another replica took the run over).
-func (s *Service) dropActiveLocked(st *sessionState) {
+func (s *core) dropActiveLocked(st *sessionState) {
 	ar := st.active
 	if ar == nil {
 		return
@@ -218,14 +218,14 @@ func (s *Service) dropActiveLocked(st *sessionState) {
 }
 
 // dropQueueLocked empties the session's queue and returns the runs it held.
-func (s *Service) dropQueueLocked(st *sessionState) []*Run {
+func (s *core) dropQueueLocked(st *sessionState) []*Run {
 	q := st.queue
 	st.queue = nil
 	return q
 }
 
 // keepQueuedLocked keeps in the session's queue only the runs keep says.
-func (s *Service) keepQueuedLocked(st *sessionState, keep func(*Run) bool) {
+func (s *core) keepQueuedLocked(st *sessionState, keep func(*Run) bool) {
 	queue := st.queue[:0]
 	for _, run := range st.queue {
 		if keep(run) {
@@ -238,7 +238,7 @@ func (s *Service) keepQueuedLocked(st *sessionState, keep func(*Run) bool) {
 
 // execute runs the agent of ar: it waits for a slot, marks the run RUNNING, calls the
 // runner on the stored history, and records how it ended.
-func (s *Service) execute(ar *activeRun, resumed bool) {
+func (s *core) execute(ar *activeRun, resumed bool) {
 	st := ar.st
 	defer s.runs.Done()
 	defer s.releaseState(st)
@@ -333,7 +333,7 @@ start:
 // waitPrevious waits until the session's previous agent has returned, for at most
 // StopTimeout: an agent that ignores its cancellation longer than that is logged and no
 // longer waited for.
-func (s *Service) waitPrevious(ar *activeRun) {
+func (s *core) waitPrevious(ar *activeRun) {
 	if ar.prev == nil {
 		return
 	}
@@ -362,7 +362,7 @@ func modelOf(runner Runner, set Settings) string {
 
 // startRunLocked marks ar RUNNING, unless it was admitted RUNNING when it was created, and
 // reads what its agent works on.
-func (s *Service) startRunLocked(ar *activeRun) (RunRequest, error) {
+func (s *core) startRunLocked(ar *activeRun) (RunRequest, error) {
 	st := ar.st
 	if ar.sealed {
 		return RunRequest{}, nil
@@ -412,7 +412,7 @@ func (s *Service) startRunLocked(ar *activeRun) (RunRequest, error) {
 // the write leaves it. Where the store is shared, the write carries the Admission that
 // keeps a user within RunsPerUser across every process: the store refuses it with
 // ERATELIMIT while the user's other runs hold every slot.
-func (s *Service) admit(t *txn, run *Run) *Run {
+func (s *core) admit(t *txn, run *Run) *Run {
 	snap := *run
 	now := s.now()
 	snap.Status, snap.StartedAt = RunRunning, &now
@@ -422,7 +422,7 @@ func (s *Service) admit(t *txn, run *Run) *Run {
 }
 
 // safeRun calls the runner, turning a panic into an error.
-func (s *Service) safeRun(r Runner, ar *activeRun, req RunRequest) (err error) {
+func (s *core) safeRun(r Runner, ar *activeRun, req RunRequest) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error("agent panicked", "session", ar.st.id, "run", ar.run.ID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -434,7 +434,7 @@ func (s *Service) safeRun(r Runner, ar *activeRun, req RunRequest) (err error) {
 
 // request builds what the agent gets: the settings, the policies of the tools it offered
 // when the run began (offered) and the whole history.
-func (s *Service) request(ctx context.Context, sess *TalkSession, run *Run, offered []ToolInfo) (RunRequest, error) {
+func (s *core) request(ctx context.Context, sess *TalkSession, run *Run, offered []ToolInfo) (RunRequest, error) {
 	var msgs []*Message
 	var after int64
 	for {
@@ -459,7 +459,7 @@ func (s *Service) request(ctx context.Context, sess *TalkSession, run *Run, offe
 // Policies are those of offered, the very list StartTool finds a call's tool in: an
 // agent whose tools come and go (MCP servers) offers a model only tools whose policy
 // the service knows.
-func (s *Service) requestOf(sess *TalkSession, run *Run, offered []ToolInfo, hist []*HistoryMessage) RunRequest {
+func (s *core) requestOf(sess *TalkSession, run *Run, offered []ToolInfo, hist []*HistoryMessage) RunRequest {
 	req := RunRequest{SessionID: sess.ID, RunID: run.ID, UserID: sess.UserID, Settings: sess.Settings,
 		Policies: s.policies(offered, sess.Settings)}
 	req.History = make([]HistoryMessage, len(hist))
@@ -473,7 +473,7 @@ func (s *Service) requestOf(sess *TalkSession, run *Run, offered []ToolInfo, his
 // events in memory, when they are the whole log (see sessionLog.whole): a run then starts
 // without reading the store. The caller holds st.mu and knows that no other process wrote
 // to the session since its own last write.
-func (s *Service) historyFromTail(st *sessionState) ([]*HistoryMessage, bool) {
+func (s *core) historyFromTail(st *sessionState) ([]*HistoryMessage, bool) {
 	evs, ok := st.log.whole()
 	if !ok {
 		return nil, false
@@ -515,7 +515,7 @@ func (s *Service) historyFromTail(st *sessionState) ([]*HistoryMessage, bool) {
 // finishLockedRetrying records the end of ar, trying again while the storage fails, until
 // it is written, another command ends the run, or the server shuts down (the run is then
 // recovered at the next start).
-func (s *Service) finishLockedRetrying(ar *activeRun, status RunStatus, msg string) {
+func (s *core) finishLockedRetrying(ar *activeRun, status RunStatus, msg string) {
 	pause := 50 * time.Millisecond
 	for !ar.sealed {
 		t := s.begin(ar.st)
@@ -552,7 +552,7 @@ func (s *Service) finishLockedRetrying(ar *activeRun, status RunStatus, msg stri
 // tool calls end, and the run gets its final status (its unanswered question is withdrawn
 // with it). Once t is durable the agent is stopped and the session's next queued run
 // starts.
-func (s *Service) planFinish(t *txn, ar *activeRun, status RunStatus, errMsg string) {
+func (s *core) planFinish(t *txn, ar *activeRun, status RunStatus, errMsg string) {
 	st := ar.st
 	msgStatus := MessageComplete
 	switch status {
@@ -648,7 +648,7 @@ func (s *Service) StopRun(ctx context.Context, sessionID, runID string) (*Run, e
 }
 
 // cancelRun is CancelRun where the session's agent runs.
-func (s *Service) cancelRun(ctx context.Context, sessionID, runID string) (*Run, error) {
+func (s *core) cancelRun(ctx context.Context, sessionID, runID string) (*Run, error) {
 	if s.closed.Load() { // what this process held is stored as it was: not "nothing ran"
 		return nil, Errorf(EUNAVAILABLE, "the server is shutting down")
 	}
@@ -675,7 +675,7 @@ func (s *Service) cancelRun(ctx context.Context, sessionID, runID string) (*Run,
 
 // cancelQueuedLocked cancels the session's queued run runID before it starts; nil when
 // the run has ended already, ENOTFOUND when the session has no such run.
-func (s *Service) cancelQueuedLocked(ctx context.Context, st *sessionState, runID string) (*Run, error) {
+func (s *core) cancelQueuedLocked(ctx context.Context, st *sessionState, runID string) (*Run, error) {
 	i := slices.IndexFunc(st.queue, func(r *Run) bool { return r.ID == runID })
 	if i < 0 {
 		r, err := s.store.Run(ctx, runID)

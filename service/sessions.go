@@ -38,7 +38,10 @@ type snapshot struct {
 
 // View returns the caller's session with its status, active run, pending question and
 // stream cursor, read together. ENOTFOUND when missing or another user's.
-func (s *Service) View(ctx context.Context, id string) (*SessionView, error) {
+func (s *Service) View(ctx context.Context, id string) (*SessionView, error) { return s.view(ctx, id) }
+
+// view is View.
+func (s *core) view(ctx context.Context, id string) (*SessionView, error) {
 	sess, err := s.session(ctx, id)
 	if err != nil {
 		return nil, err
@@ -46,7 +49,7 @@ func (s *Service) View(ctx context.Context, id string) (*SessionView, error) {
 	return s.viewOf(ctx, sess), nil
 }
 
-func (s *Service) viewOf(ctx context.Context, sess *TalkSession) *SessionView {
+func (s *core) viewOf(ctx context.Context, sess *TalkSession) *SessionView {
 	st := s.acquireState(sess)
 	defer s.releaseState(st)
 	st.mu.Lock()
@@ -59,7 +62,7 @@ func (s *Service) viewOf(ctx context.Context, sess *TalkSession) *SessionView {
 }
 
 // viewLocked builds the view of sess from its state; st.mu must be held.
-func (s *Service) viewLocked(sess *TalkSession, st *sessionState) *SessionView {
+func (s *core) viewLocked(sess *TalkSession, st *sessionState) *SessionView {
 	v := &SessionView{TalkSession: sess, Status: SessionIdle}
 	c := Cursor{Seq: sess.LastSeq}
 	switch end := st.log.end; {
@@ -144,7 +147,7 @@ func trimTitle(title string) string {
 	return title
 }
 
-func (s *Service) checkTitle(title string) error {
+func (s *core) checkTitle(title string) error {
 	if !utf8.ValidString(title) {
 		return Errorf(EINVALID, "title is not valid UTF-8")
 	}
@@ -166,7 +169,7 @@ type SettingsInput struct {
 	ToolPolicies map[string]ToolPolicy
 }
 
-func (s *Service) applySettings(set *Settings, in SettingsInput) error {
+func (s *core) applySettings(set *Settings, in SettingsInput) error {
 	if in.Agent != nil {
 		if _, ok := s.agents.Get(*in.Agent); !ok {
 			return Errorf(EINVALID, "unknown agent %q", truncate(*in.Agent, 40))
@@ -261,7 +264,7 @@ func (s *Service) Sessions(ctx context.Context, first *int, after string) (page 
 	return page, hasNext, nil
 }
 
-func (s *Service) pageSize(n *int) (int, error) {
+func (s *core) pageSize(n *int) (int, error) {
 	if n == nil {
 		return s.cfg.DefaultPageSize, nil
 	}
@@ -287,7 +290,7 @@ func (s *Service) UpdateSettings(ctx context.Context, id string, in SettingsInpu
 
 // updateSession changes the session cmd names, where its agent runs (its log is written
 // there).
-func (s *Service) updateSession(ctx context.Context, cmd *Command, change func(*TalkSession) error) (*SessionView, error) {
+func (s *core) updateSession(ctx context.Context, cmd *Command, change func(*TalkSession) error) (*SessionView, error) {
 	u, err := user(ctx)
 	if err != nil {
 		return nil, err
@@ -306,7 +309,7 @@ func (s *Service) updateSession(ctx context.Context, cmd *Command, change func(*
 
 // routeView does cmd where the session's agent runs (fn, when that is here) and answers
 // the session as it left it: read again when another replica did it.
-func (s *Service) routeView(ctx context.Context, cmd *Command, fn func(ctx context.Context) (*SessionView, error)) (*SessionView, error) {
+func (s *core) routeView(ctx context.Context, cmd *Command, fn func(ctx context.Context) (*SessionView, error)) (*SessionView, error) {
 	var view *SessionView
 	_, err := s.peers.route(ctx, cmd, func(ctx context.Context) (*Reply, error) {
 		v, err := fn(ctx)
@@ -317,12 +320,12 @@ func (s *Service) routeView(ctx context.Context, cmd *Command, fn func(ctx conte
 		return nil, err
 	}
 	if view == nil { // done on another replica
-		return s.View(ctx, cmd.SessionID)
+		return s.view(ctx, cmd.SessionID)
 	}
 	return view, nil
 }
 
-func (s *Service) changeSession(ctx context.Context, id string, change func(*TalkSession) error) (*SessionView, error) {
+func (s *core) changeSession(ctx context.Context, id string, change func(*TalkSession) error) (*SessionView, error) {
 	sess, st, unlock, err := s.lockSession(ctx, id)
 	if err != nil {
 		return nil, err
@@ -367,7 +370,7 @@ func (s *Service) DeleteTalkSession(ctx context.Context, id string) error {
 
 // deleteSession is DeleteTalkSession where the session's agent runs. Once the deletion
 // is durable the log ends (its readers with it), and the session's run stops unwritten.
-func (s *Service) deleteSession(ctx context.Context, id string) error {
+func (s *core) deleteSession(ctx context.Context, id string) error {
 	_, st, unlock, err := s.lockSession(ctx, id)
 	if err != nil {
 		return err

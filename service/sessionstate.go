@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/talkgraph/talkgraph/internal/shrink"
 )
 
 // sessionState is the service's in-memory side of one session: the lock that serialises
@@ -13,12 +12,12 @@ import (
 // while the session has subscribers, runs or operations in flight, and is dropped when it
 // has none. Every field but refs is guarded by mu.
 type sessionState struct {
-	s      *Service
+	c      *core
 	id     string
 	userID string
 
 	mu   sync.Mutex
-	refs int // subscribers + runs + operations in flight; guarded by Service.statesMu
+	refs int // subscribers + runs + operations in flight; guarded by the registry's lock
 
 	// log is the session's log: its durable end, tail, readers and write gate.
 	log sessionLog
@@ -43,60 +42,31 @@ var _ textSource = (*sessionState)(nil)
 
 // acquireState returns the state of a session, creating it on first use, and holds a
 // reference until releaseState.
-func (s *Service) acquireState(sess *TalkSession) *sessionState {
-	s.statesMu.Lock()
-	defer s.statesMu.Unlock()
-	st := s.states[sess.ID]
-	if st == nil {
+func (c *core) acquireState(sess *TalkSession) *sessionState {
+	return c.states.acquire(sess.ID, func() *sessionState {
 		cp := *sess
-		st = &sessionState{s: s, id: sess.ID, userID: sess.UserID, sess: &cp}
-		st.log = newSessionLog(sess.ID, sess.LastSeq, &st.mu, s.cfg.TailEvents)
-		s.states[sess.ID] = st
-		s.statesPeak = max(s.statesPeak, len(s.states))
-	}
-	st.refs++
-	return st
-}
-
-// shrinkStates makes the map of session states anew once most of the states it held have
-// gone: a crowd of subscribers that came and left would otherwise leave its room behind.
-func (s *Service) shrinkStates() {
-	s.statesMu.Lock()
-	defer s.statesMu.Unlock()
-	s.states, s.statesPeak = shrink.Map(s.states, s.statesPeak)
+		st := &sessionState{c: c, id: sess.ID, userID: sess.UserID, sess: &cp}
+		st.log = newSessionLog(sess.ID, sess.LastSeq, &st.mu, c.cfg.TailEvents)
+		return st
+	})
 }
 
 // holdState takes one more reference on a state the caller already holds.
-func (s *Service) holdState(st *sessionState) {
-	s.statesMu.Lock()
-	st.refs++
-	s.statesMu.Unlock()
-}
+func (c *core) holdState(st *sessionState) { c.states.hold(st) }
 
-func (s *Service) releaseState(st *sessionState) {
-	s.statesMu.Lock()
-	defer s.statesMu.Unlock()
-	st.refs--
-	if st.refs == 0 && s.states[st.id] == st {
-		delete(s.states, st.id)
-		s.peers.unfollow(st) // nobody else holds st now
+// releaseState gives back a reference; the last one ends the state's following.
+func (c *core) releaseState(st *sessionState) {
+	if c.states.release(st) {
+		c.peers.unfollow(st) // nobody else holds st now
 	}
 }
 
 // liveStates returns the states held now.
-func (s *Service) liveStates() []*sessionState {
-	s.statesMu.Lock()
-	defer s.statesMu.Unlock()
-	out := make([]*sessionState, 0, len(s.states))
-	for _, st := range s.states {
-		out = append(out, st)
-	}
-	return out
-}
+func (c *core) liveStates() []*sessionState { return c.states.live() }
 
 // session returns the caller's session; ENOTFOUND when missing or another user's, EINVALID
 // for a malformed ID.
-func (s *Service) session(ctx context.Context, id string) (*TalkSession, error) {
+func (s *core) session(ctx context.Context, id string) (*TalkSession, error) {
 	u, err := user(ctx)
 	if err != nil {
 		return nil, err
@@ -116,7 +86,7 @@ func (s *Service) session(ctx context.Context, id string) (*TalkSession, error) 
 
 // lockSession loads the caller's session and locks its state, current with the stored
 // log and with no write in flight; the returned func unlocks and releases it.
-func (s *Service) lockSession(ctx context.Context, id string) (*TalkSession, *sessionState, func(), error) {
+func (s *core) lockSession(ctx context.Context, id string) (*TalkSession, *sessionState, func(), error) {
 	if sess, st, unlock := s.lockLive(ctx, id); st != nil {
 		return sess, st, unlock, nil
 	}
@@ -141,7 +111,7 @@ func (s *Service) lockSession(ctx context.Context, id string) (*TalkSession, *se
 // answer takes as long whoever's the session is). Only a SoleWriter store lets the
 // service know its states are current: otherwise another process may have changed the
 // session.
-func (s *Service) lockLive(ctx context.Context, id string) (*TalkSession, *sessionState, func()) {
+func (s *core) lockLive(ctx context.Context, id string) (*TalkSession, *sessionState, func()) {
 	if !s.sole {
 		return nil, nil, nil
 	}
@@ -149,14 +119,10 @@ func (s *Service) lockLive(ctx context.Context, id string) (*TalkSession, *sessi
 	if err != nil || checkID("session ID", id) != nil {
 		return nil, nil, nil
 	}
-	s.statesMu.Lock()
-	st := s.states[id]
-	if st == nil || st.userID != u {
-		s.statesMu.Unlock()
+	st := s.states.holdIf(id, u)
+	if st == nil {
 		return nil, nil, nil
 	}
-	st.refs++
-	s.statesMu.Unlock()
 	st.mu.Lock()
 	unlock := func() { st.mu.Unlock(); s.releaseState(st) }
 	if s.readyLocked(ctx, st) != nil || st.sess == nil {
@@ -171,7 +137,7 @@ func (s *Service) lockLive(ctx context.Context, id string) (*TalkSession, *sessi
 
 // readyLocked waits until no write of st is out and brings st's log up to date with the
 // store (see sessionLog: synced). ENOTFOUND once the session is deleted.
-func (s *Service) readyLocked(ctx context.Context, st *sessionState) error {
+func (s *core) readyLocked(ctx context.Context, st *sessionState) error {
 	st.log.waitIdle()
 	if st.log.deleted {
 		return Errorf(ENOTFOUND, "session not found")
@@ -202,7 +168,7 @@ func (s *Service) readyLocked(ctx context.Context, st *sessionState) error {
 
 // storedEnd returns the position after the session's last stored event, whose Seq is
 // lastSeq.
-func (s *Service) storedEnd(ctx context.Context, sessionID string, lastSeq int64) (Cursor, error) {
+func (s *core) storedEnd(ctx context.Context, sessionID string, lastSeq int64) (Cursor, error) {
 	end := Cursor{Seq: lastSeq}
 	if lastSeq == 0 {
 		return end, nil
@@ -219,11 +185,11 @@ func (s *Service) storedEnd(ctx context.Context, sessionID string, lastSeq int64
 
 // begin starts a write to st's log (see sessionLog.begin); st.mu must be held, and stays
 // held until the write is committed.
-func (s *Service) begin(st *sessionState) *txn { return st.log.begin(st) }
+func (s *core) begin(st *sessionState) *txn { return st.log.begin(st) }
 
 // add appends events to the write, numbering them. Their payloads must be snapshots that
 // nothing changes afterwards.
-func (s *Service) add(t *txn, evs ...*Event) {
+func (s *core) add(t *txn, evs ...*Event) {
 	now := s.now()
 	for _, ev := range evs {
 		ev.SessionID = t.st.id
@@ -254,7 +220,7 @@ func (s *Service) add(t *txn, evs ...*Event) {
 // leafOf returns the current branch's last message as t's events so far leave it,
 // reading the store once when this process does not know it (a session just loaded, or
 // whose log was read again).
-func (s *Service) leafOf(t *txn) string {
+func (s *core) leafOf(t *txn) string {
 	if !t.leafKnown {
 		if err := s.loadLeafLocked(context.Background(), t.st); err != nil {
 			s.log.Warn("reading the current branch", "session", t.st.id, "err", err)
@@ -266,7 +232,7 @@ func (s *Service) leafOf(t *txn) string {
 
 // loadLeafLocked reads the current branch's last message from the store, unless st's
 // log knows it.
-func (s *Service) loadLeafLocked(ctx context.Context, st *sessionState) error {
+func (s *core) loadLeafLocked(ctx context.Context, st *sessionState) error {
 	if st.log.leafKnown {
 		return nil
 	}
@@ -288,7 +254,7 @@ func (s *Service) loadLeafLocked(ctx context.Context, st *sessionState) error {
 // commitLocked writes t and, once it is durable, applies it (see sessionLog.settle and
 // settled). When the write fails its undo funcs run and the error is returned, and the
 // running agent goes on as it was. st.mu must be held; it stays held throughout.
-func (s *Service) commitLocked(ctx context.Context, t *txn) error {
+func (s *core) commitLocked(ctx context.Context, t *txn) error {
 	err := t.st.log.commit(ctx, s.writer, t)
 	s.settled(t, err)
 	if err != nil {
@@ -302,7 +268,7 @@ func (s *Service) commitLocked(ctx context.Context, t *txn) error {
 // copy of the session's row and its counters follow the events, and the other processes
 // sharing the store are told; refused because the log moved on, the replicas check
 // whether the session's runs are still this one's.
-func (s *Service) settled(t *txn, err error) {
+func (s *core) settled(t *txn, err error) {
 	st := t.st
 	switch {
 	case err == nil && t.b.Delete:
@@ -319,7 +285,7 @@ func (s *Service) settled(t *txn, err error) {
 // durable, written here (ch their changes) or by another process (ch nil): its copy of
 // the session's row, which changes as a store's does (Changes.ApplySession), and the
 // count of streamed chunks.
-func (s *Service) noteDurable(st *sessionState, evs []*Event, ch *Changes) {
+func (s *core) noteDurable(st *sessionState, evs []*Event, ch *Changes) {
 	rows := false
 	for _, ev := range evs {
 		if ev.Type.Chunky() {
@@ -354,10 +320,10 @@ func (st *sessionState) take(at time.Time) (*Batch, bool) {
 		return nil, false
 	}
 	if st.log.writing { // taken already this round: the next takes the rest
-		st.log.relist(st.s.writer, st)
+		st.log.relist(st.c.writer, st)
 		return nil, false
 	}
-	t := st.s.takeTextLocked(st)
+	t := st.c.takeTextLocked(st)
 	if t == nil {
 		return nil, false
 	}
@@ -368,7 +334,7 @@ func (st *sessionState) take(at time.Time) (*Batch, bool) {
 // later round; when writes keep failing for longer than WriteRetry the agent is stopped
 // and its run fails.
 func (st *sessionState) written(err error) {
-	s := st.s
+	s := st.c
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	t, err := st.log.written(err)
@@ -387,6 +353,6 @@ func (st *sessionState) written(err error) {
 
 // flushSoonLocked has the writer take st's streamed text at once, or once FlushInterval
 // has passed since its last flush.
-func (s *Service) flushSoonLocked(st *sessionState) {
+func (s *core) flushSoonLocked(st *sessionState) {
 	st.log.flushSoon(s.writer, st, s.cfg.FlushInterval)
 }

@@ -19,7 +19,7 @@ type Steerable interface {
 
 // steerable reports whether ar's agent takes steers now: it runs (not waiting for a
 // slot, an answer or a decision) and is Steerable.
-func (s *Service) steerable(ar *activeRun) bool {
+func (s *core) steerable(ar *activeRun) bool {
 	if ar == nil || ar.sealed || ar.parked || ar.run.Status != RunRunning || len(ar.inputs) > 0 {
 		return false
 	}
@@ -34,7 +34,7 @@ func (s *Service) steerable(ar *activeRun) bool {
 // planSteer builds the write of a steer to the session's active run: the text its agent
 // wrote so far, then the user's message, which joins the branch after it. Once durable,
 // the message waits for the agent (activeRun.steers).
-func (s *Service) planSteer(st *sessionState, sess *TalkSession, u string, a addition) (*txn, *Message, *Run) {
+func (s *core) planSteer(st *sessionState, sess *TalkSession, u string, a addition) (*txn, *Message, *Run) {
 	ar := st.active
 	t := s.begin(st)
 	s.writeText(t, ar)
@@ -90,7 +90,7 @@ func (o *output) Steers() ([]Message, error) {
 // agent never took, when the run ended by itself (completed or failed): the steers are
 // on the branch, and the new run reads them. Once t is durable the run is first in the
 // session's queue.
-func (s *Service) planSteersLeft(t *txn, ar *activeRun, status RunStatus) {
+func (s *core) planSteersLeft(t *txn, ar *activeRun, status RunStatus) {
 	if len(ar.steers) == 0 || (status != RunCompleted && status != RunFailed) {
 		return
 	}

@@ -95,7 +95,7 @@ func (s *Service) Subscribe(ctx context.Context, sessionID, after string, notify
 
 // eventHolding returns the stored event at seq, or the chunk event that replaced it when
 // its run of chunks was folded; nil when there is neither.
-func (s *Service) eventHolding(ctx context.Context, sessionID string, seq int64) (*Event, error) {
+func (s *core) eventHolding(ctx context.Context, sessionID string, seq int64) (*Event, error) {
 	if seq <= 0 {
 		return nil, nil
 	}
@@ -181,7 +181,7 @@ func (sub *Subscription) Close() {
 // readAfter returns up to limit events of st's log after position pos and the position
 // after the last of them: from the tail when it reaches back to pos, else from the store
 // up to the end as it stood. ok is false once the session is deleted.
-func (s *Service) readAfter(ctx context.Context, st *sessionState, pos Cursor, limit int) (evs []*Event, next Cursor, ok bool, err error) {
+func (s *core) readAfter(ctx context.Context, st *sessionState, pos Cursor, limit int) (evs []*Event, next Cursor, ok bool, err error) {
 	st.mu.Lock()
 	deleted, last := st.log.deleted, st.log.end.Seq
 	if !deleted {

@@ -33,25 +33,25 @@ func TestQuotaSweepForgetsStaleFootprintsAndTheirRoom(t *testing.T) {
 }
 
 func TestShrinkStatesGivesBackTheRoomOfACrowd(t *testing.T) {
-	s := &Service{states: map[string]*sessionState{}}
-	s.peers = solo{s}
+	c := &core{states: registry{byID: map[string]*sessionState{}}}
+	c.peers = solo{c}
 	for i := range 3000 {
-		s.acquireState(&TalkSession{ID: fmt.Sprint("session", i), UserID: "u"})
+		c.acquireState(&TalkSession{ID: fmt.Sprint("session", i), UserID: "u"})
 	}
-	kept := s.states["session7"]
-	for id, st := range s.states {
-		if id != "session7" {
-			s.releaseState(st)
+	kept := c.states.byID["session7"]
+	for _, st := range c.liveStates() {
+		if st.id != "session7" {
+			c.releaseState(st)
 		}
 	}
-	s.shrinkStates()
-	if len(s.states) != 1 || s.states["session7"] != kept {
-		t.Fatalf("states after the crowd left: %d, want the one still held", len(s.states))
+	c.states.shrink()
+	if len(c.states.byID) != 1 || c.states.byID["session7"] != kept {
+		t.Fatalf("states after the crowd left: %d, want the one still held", len(c.states.byID))
 	}
-	if s.statesPeak != 1 {
-		t.Errorf("peak %d after shrinking, want the map made anew at its size (1)", s.statesPeak)
+	if c.states.peak != 1 {
+		t.Errorf("peak %d after shrinking, want the map made anew at its size (1)", c.states.peak)
 	}
-	if st := s.acquireState(&TalkSession{ID: "session7", UserID: "u"}); st != kept || st.refs != 2 {
+	if st := c.acquireState(&TalkSession{ID: "session7", UserID: "u"}); st != kept || st.refs != 2 {
 		t.Errorf("the held state was not kept as it was (refs %d)", st.refs)
 	}
 }

@@ -74,7 +74,7 @@ func (t *textStream) restore(text string) {
 // stream's pending text, if any; the text is written with t, or put back when t fails.
 // key and messageID are the event's: the message's ID twice, or the tool call's ID and
 // its message's.
-func (s *Service) chunk(t *txn, text *textStream, typ EventType, key, messageID string) {
+func (s *core) chunk(t *txn, text *textStream, typ EventType, key, messageID string) {
 	delta, off, ok := text.take()
 	if !ok {
 		return
@@ -86,7 +86,7 @@ func (s *Service) chunk(t *txn, text *textStream, typ EventType, key, messageID 
 
 // announce adds the MessageAdded of ar's current message to t unless it is durable, and
 // returns the message's Seq.
-func (s *Service) announce(t *txn, ar *activeRun) int64 {
+func (s *core) announce(t *txn, ar *activeRun) int64 {
 	if ar.msg == nil {
 		return 0
 	}
@@ -106,7 +106,7 @@ func (s *Service) announce(t *txn, ar *activeRun) int64 {
 // writeText adds to t everything ar streamed that is not written yet: its current
 // message's text, announcing the message first if need be, then the output of its
 // running tools.
-func (s *Service) writeText(t *txn, ar *activeRun) {
+func (s *core) writeText(t *txn, ar *activeRun) {
 	if ar.msg != nil && ar.text.pending.Len() > 0 {
 		s.announce(t, ar)
 		s.chunk(t, &ar.text, EventMessageChunk, ar.msg.ID, ar.msg.ID)
@@ -120,7 +120,7 @@ func (s *Service) writeText(t *txn, ar *activeRun) {
 
 // takeTextLocked takes the streamed text of st's run that waits to be written into a
 // write for the writer's round; nil when there is none. st.mu must be held.
-func (s *Service) takeTextLocked(st *sessionState) *txn {
+func (s *core) takeTextLocked(st *sessionState) *txn {
 	ar := st.active
 	if ar == nil || ar.sealed || ar.parked {
 		return nil
@@ -134,7 +134,7 @@ func (s *Service) takeTextLocked(st *sessionState) *txn {
 }
 
 // completeMessage adds to t the rest of ar's current message and its completion.
-func (s *Service) completeMessage(t *txn, ar *activeRun, status MessageStatus, errMsg string) {
+func (s *core) completeMessage(t *txn, ar *activeRun, status MessageStatus, errMsg string) {
 	m := ar.msg
 	seq := s.announce(t, ar)
 	s.chunk(t, &ar.text, EventMessageChunk, m.ID, m.ID)
@@ -156,7 +156,7 @@ func (s *Service) completeMessage(t *txn, ar *activeRun, status MessageStatus, e
 }
 
 // finishTool adds to t the rest of a tool call's output and its end.
-func (s *Service) finishTool(t *txn, tool *toolState, status ToolCallStatus, result, errMsg *string) {
+func (s *core) finishTool(t *txn, tool *toolState, status ToolCallStatus, result, errMsg *string) {
 	s.chunk(t, &tool.out, EventToolCallOutput, tool.call.ID, tool.call.MessageID)
 	snap := *tool.call
 	now := s.now()

@@ -28,7 +28,7 @@ const tracerName = "github.com/talkgraph/talkgraph/service"
 
 // annotate adds the IDs an operation concerns to the span in ctx, the operation's. It
 // does nothing unless the service traces (Config.Tracing) and that span records.
-func (s *Service) annotate(ctx context.Context, sessionID, runID string) {
+func (s *core) annotate(ctx context.Context, sessionID, runID string) {
 	if s.tracer == nil {
 		return
 	}
@@ -48,7 +48,7 @@ func (s *Service) annotate(ctx context.Context, sessionID, runID string) {
 // run (a wait for a worker slot included) until its goroutine returns. cause is the span
 // of the operation that started the run, if any: the run's span links to it (it is not
 // its child: a run outlives the request that started it).
-func (s *Service) startRunSpan(ctx context.Context, st *sessionState, run *Run, cause trace.SpanContext) (context.Context, trace.Span) {
+func (s *core) startRunSpan(ctx context.Context, st *sessionState, run *Run, cause trace.SpanContext) (context.Context, trace.Span) {
 	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithAttributes(
 		AttrSessionID.String(st.id), AttrRunID.String(run.ID), AttrAgent.String(run.Agent))}
 	if cause.IsValid() {
@@ -58,7 +58,7 @@ func (s *Service) startRunSpan(ctx context.Context, st *sessionState, run *Run, 
 }
 
 // endRunSpan ends the span of ar with how the run stands: its status, usage and error.
-func (s *Service) endRunSpan(ar *activeRun, cause error) {
+func (s *core) endRunSpan(ar *activeRun, cause error) {
 	ar.st.mu.Lock()
 	r := *ar.run
 	ar.st.mu.Unlock()

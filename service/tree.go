@@ -98,7 +98,7 @@ func (s *Service) SelectBranch(ctx context.Context, messageID string) (*SessionV
 	})
 }
 
-func (s *Service) selectBranch(ctx context.Context, m *Message) (*SessionView, error) {
+func (s *core) selectBranch(ctx context.Context, m *Message) (*SessionView, error) {
 	sess, st, unlock, err := s.lockSession(ctx, m.SessionID)
 	if err != nil {
 		return nil, err
@@ -226,7 +226,7 @@ func (s *Service) QueuedRuns(ctx context.Context, v *SessionView) ([]*Run, error
 }
 
 // ownMessage returns message id when it is the caller's (u's); ENOTFOUND otherwise.
-func (s *Service) ownMessage(ctx context.Context, u, id string) (*Message, error) {
+func (s *core) ownMessage(ctx context.Context, u, id string) (*Message, error) {
 	if err := checkID("message ID", id); err != nil {
 		return nil, err
 	}
@@ -250,7 +250,7 @@ func (s *Service) ownMessage(ctx context.Context, u, id string) (*Message, error
 // messages are counted with those promised: one reply for each run that has not written
 // one yet (the queued runs, the active run until it replies), and what the addition adds
 // (its message, and a reply unless it is a steer, which the running run answers).
-func (s *Service) checkTreeLimits(ctx context.Context, st *sessionState, a addition, steer bool) error {
+func (s *core) checkTreeLimits(ctx context.Context, st *sessionState, a addition, steer bool) error {
 	adds := 2 // a message and its reply
 	switch {
 	case a.regenerated != nil:
@@ -300,7 +300,7 @@ func (s *Service) checkTreeLimits(ctx context.Context, st *sessionState, a addit
 // far, the branch through target ("" for none: the empty branch), ending there, or, with
 // descend, continuing below it at each step to the child added last; nil when that
 // branch is current already. The session's lock is held.
-func (s *Service) switchTo(ctx context.Context, t *txn, target string, descend bool) (*Event, error) {
+func (s *core) switchTo(ctx context.Context, t *txn, target string, descend bool) (*Event, error) {
 	st := t.st
 	leaf := s.leafOf(t)
 	// Up from target to the first message on the current branch (the fork point).
