@@ -1,9 +1,6 @@
 package service
 
-import (
-	"context"
-	"encoding/json"
-)
+import "context"
 
 // Cluster connects the replicas that share one store (package nats implements it over a
 // NATS server). It carries two kinds of messages, neither of which needs to be durable,
@@ -47,100 +44,6 @@ type Cluster interface {
 // ErrNoServer is Cluster.Send's answer when no replica serves the session: none answers
 // on the replica's subject, or it answered NotServed.
 var ErrNoServer = Errorf(EUNAVAILABLE, "no replica runs this session's agent right now; try again")
-
-// Command is an operation one replica asks the replica that runs a session's agent to do,
-// on behalf of UserID.
-type Command struct {
-	Op         string         `json:"op"`
-	UserID     string         `json:"user"`
-	SessionID  string         `json:"session"`
-	Content    string         `json:"content,omitempty"`
-	Key        string         `json:"key,omitempty"`
-	QuestionID string         `json:"question,omitempty"`
-	Answer     string         `json:"answer,omitempty"`
-	Title      string         `json:"title,omitempty"`
-	Settings   *SettingsInput `json:"settings,omitempty"`
-	Answers    []Answer       `json:"answers,omitempty"`
-	Decisions  []Decision     `json:"decisions,omitempty"`
-	MessageID  string         `json:"messageId,omitempty"`
-	RunID      string         `json:"runId,omitempty"`
-	Policy     BusyPolicy     `json:"policy,omitempty"`
-}
-
-// Command operations.
-const (
-	opAdd      = "addMessage"
-	opCancel   = "cancelRun"
-	opRespond  = "respond"
-	opDelete   = "delete"
-	opRename   = "rename"
-	opSettings = "settings"
-	opInputs   = "inputs"
-	opEdit     = "editMessage"
-	opRegen    = "regenerate"
-	opSelect   = "selectBranch"
-)
-
-// Reply is what a command returned: its error's code and message, or its results.
-//
-// NotServed is set instead by a replica that does not run the session's agent (it never
-// did, or handed the run over meanwhile): the sender looks for the agent's replica again
-// (Cluster.Send answers ErrNoServer for it). It is a field of its own rather than an
-// error code or message, so that no rewording and no client-facing code is taken for it.
-type Reply struct {
-	NotServed bool         `json:"notServed,omitempty"`
-	Code      string       `json:"code,omitempty"`
-	Error     string       `json:"error,omitempty"`
-	Message   *Message     `json:"message,omitempty"`
-	Run       *Run         `json:"run,omitempty"`
-	Question  *Question    `json:"question,omitempty"`
-	Session   *TalkSession `json:"session,omitempty"`
-	Questions []*Question  `json:"questions,omitempty"`
-	ToolCalls []*ToolCall  `json:"toolCalls,omitempty"`
-}
-
-// NotServedReply is the reply of a replica that does not run the session's agent.
-func NotServedReply() *Reply { return &Reply{NotServed: true} }
-
-func (r *Reply) err() error {
-	switch {
-	case r.NotServed:
-		return ErrNoServer
-	case r.Code == "":
-		return nil
-	}
-	return Errorf(r.Code, "%s", r.Error)
-}
-
-func replyOf(r *Reply, err error) *Reply {
-	if r == nil {
-		r = &Reply{}
-	}
-	if err != nil {
-		r.Code, r.Error = ErrorCode(err), ErrorMessage(err)
-	}
-	return r
-}
-
-// Encode returns the command's wire form, for Cluster implementations.
-func (c *Command) Encode() ([]byte, error) { return json.Marshal(c) }
-
-// DecodeCommand reads a command encoded with Encode.
-func DecodeCommand(b []byte) (*Command, error) {
-	var c Command
-	err := json.Unmarshal(b, &c)
-	return &c, err
-}
-
-// Encode returns the reply's wire form.
-func (r *Reply) Encode() ([]byte, error) { return json.Marshal(r) }
-
-// DecodeReply reads a reply encoded with Encode.
-func DecodeReply(b []byte) (*Reply, error) {
-	var r Reply
-	err := json.Unmarshal(b, &r)
-	return &r, err
-}
 
 // ReconnectCounter is an ability of a Cluster whose connection to its broker can be lost
 // and come back. Reconnects counts the times it came back; the service reports it in

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -242,44 +243,77 @@ type Responded struct {
 const maxInputsAtOnce = 100
 
 // RespondToInputs answers questions and decides tool calls of one of the caller's
-// sessions, all in one write, or none of them: the error names the first that failed.
-// Each goes to the run waiting on it, which goes on once nothing is left to wait on
-// (started again on its history when the server restarted meanwhile). ENOTFOUND when the
-// session, a question or a call is missing or not the caller's; ECONFLICT for one already
-// answered or decided, withdrawn or expired; EINVALID for a malformed request, an answer
-// that is empty, too long, not one of the choices of a multiple-choice question or does
-// not satisfy the question's answerSchema, and arguments that are not JSON or do not
-// satisfy the tool's input schema; EUNAVAILABLE when it cannot be written, and then
-// everything stays waiting.
+// sessions, all in one write, or none of them: the error (an *InputError) names the first
+// that failed. Each goes to the run waiting on it, which goes on once nothing is left to
+// wait on (started again on its history when the server restarted meanwhile). ENOTFOUND
+// when the session, a question or a call is missing or not the caller's; ECONFLICT for
+// one already answered or decided, withdrawn or expired; EINVALID for a malformed
+// request, an answer that is empty, too long, not one of the choices of a
+// multiple-choice question or does not satisfy the question's answerSchema, and
+// arguments that are not JSON or do not satisfy the tool's input schema; EUNAVAILABLE
+// when it cannot be written, and then everything stays waiting.
 func (s *Service) RespondToInputs(ctx context.Context, sessionID string, answers []Answer, decisions []Decision) (*Responded, error) {
-	u, err := user(ctx)
+	r, err := s.exec(ctx, &Command{Op: "respondToInputs", SessionID: sessionID, Args: &RespondArgs{Answers: answers, Decisions: decisions}})
 	if err != nil {
 		return nil, err
 	}
-	if err := checkID("session ID", sessionID); err != nil {
-		return nil, err
+	return &Responded{Questions: r.Questions, ToolCalls: r.ToolCalls, Run: r.Run}, nil
+}
+
+// RespondArgs are respondToInputs's arguments.
+type RespondArgs struct {
+	Answers   []Answer   `json:"answers,omitempty"`
+	Decisions []Decision `json:"decisions,omitempty"`
+}
+
+// InputError is the error of one answer or decision of a request to RespondToInputs:
+// List is "answers" or "decisions", Index its place there, Err what is wrong with it.
+// It is an *Error too (errors.As), with Err's code and a message that names the input.
+type InputError struct {
+	List  string
+	Index int
+	Err   error
+}
+
+func (e *InputError) Error() string { return fmt.Sprintf("%s[%d]: %s", e.List, e.Index, ErrorMessage(e.Err)) }
+
+// Unwrap is Err's code with a message that names the input.
+func (e *InputError) Unwrap() error { return Errorf(ErrorCode(e.Err), "%s", e.Error()) }
+
+// inputErr is err, of the input at index i of list, as an *InputError (nil for nil).
+func inputErr(list string, i int, err error) error {
+	if err == nil {
+		return nil
 	}
-	if err := s.checkInputs(answers, decisions); err != nil {
-		return nil, err
+	return &InputError{List: list, Index: i, Err: err}
+}
+
+// oneInput returns the error of a request of one input, which names no list: the
+// input's own.
+func oneInput(err error) error {
+	var ie *InputError
+	if errors.As(err, &ie) {
+		return ie.Err
 	}
-	if err := s.checkOpen(); err != nil {
-		return nil, err
-	}
-	r, err := s.peers.route(ctx, &Command{Op: opInputs, UserID: u, SessionID: sessionID, Answers: answers, Decisions: decisions},
-		func(ctx context.Context) (*Reply, error) {
-			res, err := s.respondToInputs(ctx, u, sessionID, answers, decisions)
+	return err
+}
+
+func init() {
+	addOperation("respondToInputs", &operation{
+		args: func() any { return new(RespondArgs) },
+		check: func(c *core, args any) error {
+			a := args.(*RespondArgs)
+			return c.checkInputs(a.Answers, a.Decisions)
+		},
+		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
+			a := cmd.Args.(*RespondArgs)
+			res, err := s.respondToInputs(ctx, cmd.UserID, cmd.SessionID, a.Answers, a.Decisions)
 			if err != nil {
 				return nil, err
 			}
 			return &Reply{Questions: res.Questions, ToolCalls: res.ToolCalls, Run: res.Run}, nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	if r.Run != nil {
-		s.annotate(ctx, sessionID, r.Run.ID)
-	}
-	return &Responded{Questions: r.Questions, ToolCalls: r.ToolCalls, Run: r.Run}, nil
+		},
+	})
 }
 
 // checkInputs checks what a request to RespondToInputs says on its face.
@@ -293,43 +327,50 @@ func (s *core) checkInputs(answers []Answer, decisions []Decision) error {
 	seen := map[string]bool{}
 	for i, a := range answers {
 		if err := checkID("question ID", a.QuestionID); err != nil {
-			return Errorf(EINVALID, "answers[%d]: %s", i, ErrorMessage(err))
+			return inputErr("answers", i, err)
 		}
 		if err := s.checkText("answer", a.Answer); err != nil {
-			return Errorf(EINVALID, "answers[%d]: %s", i, ErrorMessage(err))
+			return inputErr("answers", i, err)
 		}
 		if seen[a.QuestionID] {
-			return Errorf(EINVALID, "answers[%d]: the question is answered twice", i)
+			return inputErr("answers", i, Errorf(EINVALID, "the question is answered twice"))
 		}
 		seen[a.QuestionID] = true
 	}
 	for i, d := range decisions {
-		where := fmt.Sprintf("decisions[%d]", i)
 		if err := checkID("tool call ID", d.ToolCallID); err != nil {
-			return Errorf(EINVALID, "%s: %s", where, ErrorMessage(err))
+			return inputErr("decisions", i, err)
 		}
-		switch d.Decision {
-		case DecisionApprove:
-			if d.Reason != "" {
-				return Errorf(EINVALID, "%s: a reason goes with REJECT only", where)
-			}
-			if len(d.Arguments) > s.cfg.MaxReplyBytes || !utf8.ValidString(d.Arguments) {
-				return Errorf(EINVALID, "%s: the arguments are longer than %d bytes or not valid UTF-8", where, s.cfg.MaxReplyBytes)
-			}
-		case DecisionReject:
-			if d.Arguments != "" {
-				return Errorf(EINVALID, "%s: arguments go with APPROVE only", where)
-			}
-			if len(d.Reason) > s.cfg.MaxMessageBytes || !utf8.ValidString(d.Reason) {
-				return Errorf(EINVALID, "%s: the reason is longer than %d bytes or not valid UTF-8", where, s.cfg.MaxMessageBytes)
-			}
-		default:
-			return Errorf(EINVALID, "%s: the decision is not APPROVE or REJECT", where)
+		if err := s.checkDecision(d); err != nil {
+			return inputErr("decisions", i, err)
 		}
 		if seen[d.ToolCallID] {
-			return Errorf(EINVALID, "%s: the call is decided twice", where)
+			return inputErr("decisions", i, Errorf(EINVALID, "the call is decided twice"))
 		}
 		seen[d.ToolCallID] = true
+	}
+	return nil
+}
+
+// checkDecision checks a decision on its face.
+func (s *core) checkDecision(d Decision) error {
+	switch d.Decision {
+	case DecisionApprove:
+		if d.Reason != "" {
+			return Errorf(EINVALID, "a reason goes with REJECT only")
+		}
+		if len(d.Arguments) > s.cfg.MaxReplyBytes || !utf8.ValidString(d.Arguments) {
+			return Errorf(EINVALID, "the arguments are longer than %d bytes or not valid UTF-8", s.cfg.MaxReplyBytes)
+		}
+	case DecisionReject:
+		if d.Arguments != "" {
+			return Errorf(EINVALID, "arguments go with APPROVE only")
+		}
+		if len(d.Reason) > s.cfg.MaxMessageBytes || !utf8.ValidString(d.Reason) {
+			return Errorf(EINVALID, "the reason is longer than %d bytes or not valid UTF-8", s.cfg.MaxMessageBytes)
+		}
+	default:
+		return Errorf(EINVALID, "the decision is not APPROVE or REJECT")
 	}
 	return nil
 }
@@ -359,7 +400,7 @@ func (s *core) respondToInputs(ctx context.Context, u, sessionID string, answers
 			err = checkAnswer(w.question, a.Answer)
 		}
 		if err != nil {
-			return nil, Errorf(ErrorCode(err), "answers[%d]: %s", i, ErrorMessage(err))
+			return nil, inputErr("answers", i, err)
 		}
 		as = append(as, answered{w, a.Answer})
 	}
@@ -369,7 +410,7 @@ func (s *core) respondToInputs(ctx context.Context, u, sessionID string, answers
 			err = s.checkArguments(ar, sess, w.tool.call.Name, d.Arguments)
 		}
 		if err != nil {
-			return nil, Errorf(ErrorCode(err), "decisions[%d]: %s", i, ErrorMessage(err))
+			return nil, inputErr("decisions", i, err)
 		}
 		ds = append(ds, decided{w, d})
 	}

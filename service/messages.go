@@ -28,36 +28,45 @@ func (s *Service) AddMessage(ctx context.Context, sessionID, content, key string
 // Otherwise STEER is ENQUEUE. A steer the agent never took starts the next run once its
 // run completes or fails.
 func (s *Service) AddMessageWith(ctx context.Context, sessionID, content, key string, policy BusyPolicy) (*Message, *Run, error) {
-	u, err := user(ctx)
+	r, err := s.exec(ctx, &Command{Op: "addMessage", SessionID: sessionID, Args: &AddMessageArgs{Content: content, Key: key, Policy: policy}})
 	if err != nil {
 		return nil, nil, err
-	}
-	if err := s.checkText("message", content); err != nil {
-		return nil, nil, err
-	}
-	if err := checkKey(key); err != nil {
-		return nil, nil, err
-	}
-	if policy != "" && !policy.Valid() {
-		return nil, nil, Errorf(EINVALID, "unknown busy policy %q", truncate(string(policy), 20))
-	}
-	if err := s.checkOpen(); err != nil {
-		return nil, nil, err
-	}
-	if err := checkID("session ID", sessionID); err != nil {
-		return nil, nil, err
-	}
-	r, err := s.peers.route(ctx, &Command{Op: opAdd, UserID: u, SessionID: sessionID, Content: content, Key: key, Policy: policy}, func(ctx context.Context) (*Reply, error) {
-		m, run, err := s.addMessage(ctx, u, sessionID, addition{content: content, key: key, policy: policy})
-		return &Reply{Message: m, Run: run}, err
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	if r.Run != nil {
-		s.annotate(ctx, sessionID, r.Run.ID)
 	}
 	return r.Message, r.Run, nil
+}
+
+// AddMessageArgs are addMessage's arguments.
+type AddMessageArgs struct {
+	Content string     `json:"content"`
+	Key     string     `json:"key,omitempty"`
+	Policy  BusyPolicy `json:"policy,omitempty"`
+}
+
+func init() {
+	addOperation("addMessage", &operation{
+		args: func() any { return new(AddMessageArgs) },
+		check: func(c *core, args any) error {
+			a := args.(*AddMessageArgs)
+			if err := c.checkText("message", a.Content); err != nil {
+				return err
+			}
+			if err := checkKey(a.Key); err != nil {
+				return err
+			}
+			if a.Policy != "" && !a.Policy.Valid() {
+				return Errorf(EINVALID, "unknown busy policy %q", truncate(string(a.Policy), 20))
+			}
+			return nil
+		},
+		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
+			a := cmd.Args.(*AddMessageArgs)
+			m, run, err := s.addMessage(ctx, cmd.UserID, cmd.SessionID, addition{content: a.Content, key: a.Key, policy: a.Policy})
+			if err != nil {
+				return nil, err
+			}
+			return &Reply{Message: m, Run: run}, nil
+		},
+	})
 }
 
 // addition is what a command adds to a session: a user message with its run (addMessage,

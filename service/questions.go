@@ -12,62 +12,87 @@ import (
 // RespondToInputs) unfit answer; EUNAVAILABLE when it cannot be written, and then the
 // question stays waiting.
 func (s *Service) Respond(ctx context.Context, questionID, answer string) (*Question, *Run, error) {
-	if _, err := user(ctx); err != nil {
-		return nil, nil, err
-	}
-	if err := checkID("question ID", questionID); err != nil {
-		return nil, nil, err
-	}
-	if err := s.checkText("answer", answer); err != nil {
-		return nil, nil, err
-	}
-	q, err := s.Question(ctx, questionID)
+	r, err := s.exec(ctx, &Command{Op: "respondToQuestion", Args: &Answer{QuestionID: questionID, Answer: answer}})
 	if err != nil {
 		return nil, nil, err
 	}
-	res, err := s.RespondToInputs(ctx, q.SessionID, []Answer{{QuestionID: questionID, Answer: answer}}, nil)
-	if err != nil {
-		return nil, nil, unwrapInputErr(err)
-	}
-	return res.Questions[0], res.Run, nil
+	return r.Questions[0], r.Run, nil
 }
 
 // DecideToolCall approves or rejects a call of the caller's awaiting approval: it is
 // RespondToInputs with one decision, and answers the call as decided and its run.
 // ENOTFOUND when the call is missing or not the caller's; the rest as RespondToInputs.
 func (s *Service) DecideToolCall(ctx context.Context, d Decision) (*ToolCall, *Run, error) {
-	if _, err := user(ctx); err != nil {
-		return nil, nil, err
-	}
-	if err := checkID("tool call ID", d.ToolCallID); err != nil {
-		return nil, nil, err
-	}
-	tc, err := s.ToolCall(ctx, d.ToolCallID)
+	r, err := s.exec(ctx, &Command{Op: "decideToolCall", Args: &d})
 	if err != nil {
 		return nil, nil, err
 	}
-	res, err := s.RespondToInputs(ctx, tc.SessionID, nil, []Decision{d})
-	if err != nil {
-		return nil, nil, unwrapInputErr(err)
-	}
-	return res.ToolCalls[0], res.Run, nil
+	return r.ToolCalls[0], r.Run, nil
 }
 
-// unwrapInputErr drops the "answers[0]: " RespondToInputs puts before the error of a
-// request of one input, which names no list.
-func unwrapInputErr(err error) error {
-	msg := ErrorMessage(err)
-	for _, prefix := range []string{"answers[0]: ", "decisions[0]: "} {
-		if len(msg) > len(prefix) && msg[:len(prefix)] == prefix {
-			return Errorf(ErrorCode(err), "%s", msg[len(prefix):])
-		}
-	}
-	return err
+func init() {
+	addOperation("respondToQuestion", &operation{
+		args: func() any { return new(Answer) },
+		check: func(c *core, args any) error {
+			a := args.(*Answer)
+			if err := checkID("question ID", a.QuestionID); err != nil {
+				return err
+			}
+			return c.checkText("answer", a.Answer)
+		},
+		locate: func(ctx context.Context, c *core, u string, args any) (string, error) {
+			q, err := c.question(ctx, u, args.(*Answer).QuestionID)
+			if err != nil {
+				return "", err
+			}
+			return q.SessionID, nil
+		},
+		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
+			res, err := s.respondToInputs(ctx, cmd.UserID, cmd.SessionID, []Answer{*cmd.Args.(*Answer)}, nil)
+			if err != nil {
+				return nil, oneInput(err)
+			}
+			return &Reply{Questions: res.Questions, Run: res.Run}, nil
+		},
+	})
+	addOperation("decideToolCall", &operation{
+		args: func() any { return new(Decision) },
+		check: func(c *core, args any) error {
+			d := args.(*Decision)
+			if err := checkID("tool call ID", d.ToolCallID); err != nil {
+				return err
+			}
+			return c.checkDecision(*d)
+		},
+		locate: func(ctx context.Context, c *core, u string, args any) (string, error) {
+			tc, err := c.toolCall(ctx, u, args.(*Decision).ToolCallID)
+			if err != nil {
+				return "", err
+			}
+			return tc.SessionID, nil
+		},
+		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
+			res, err := s.respondToInputs(ctx, cmd.UserID, cmd.SessionID, nil, []Decision{*cmd.Args.(*Decision)})
+			if err != nil {
+				return nil, oneInput(err)
+			}
+			return &Reply{ToolCalls: res.ToolCalls, Run: res.Run}, nil
+		},
+	})
 }
 
 // Question returns a question of the caller's; ENOTFOUND when missing or another user's.
 // Both cases cost the same reads, so the answer's timing does not tell them apart.
 func (s *Service) Question(ctx context.Context, id string) (*Question, error) {
+	u, err := user(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.question(ctx, u, id)
+}
+
+// question is Question for user u.
+func (s *core) question(ctx context.Context, u, id string) (*Question, error) {
 	if err := checkID("question ID", id); err != nil {
 		return nil, err
 	}
@@ -79,7 +104,7 @@ func (s *Service) Question(ctx context.Context, id string) (*Question, error) {
 	} else if ErrorCode(err) != ENOTFOUND {
 		return nil, err
 	}
-	if _, serr := s.session(ctx, sessionID); serr != nil || err != nil {
+	if _, serr := s.ownSession(ctx, u, sessionID); serr != nil || err != nil {
 		if serr != nil && ErrorCode(serr) != ENOTFOUND {
 			return nil, serr
 		}
@@ -91,6 +116,15 @@ func (s *Service) Question(ctx context.Context, id string) (*Question, error) {
 // ToolCall returns a tool call of the caller's; ENOTFOUND when missing or another user's,
 // at the same cost.
 func (s *Service) ToolCall(ctx context.Context, id string) (*ToolCall, error) {
+	u, err := user(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.toolCall(ctx, u, id)
+}
+
+// toolCall is ToolCall for user u.
+func (s *core) toolCall(ctx context.Context, u, id string) (*ToolCall, error) {
 	if err := checkID("tool call ID", id); err != nil {
 		return nil, err
 	}
@@ -102,7 +136,7 @@ func (s *Service) ToolCall(ctx context.Context, id string) (*ToolCall, error) {
 	} else if ErrorCode(err) != ENOTFOUND {
 		return nil, err
 	}
-	if _, serr := s.session(ctx, sessionID); serr != nil || err != nil {
+	if _, serr := s.ownSession(ctx, u, sessionID); serr != nil || err != nil {
 		if serr != nil && ErrorCode(serr) != ENOTFOUND {
 			return nil, serr
 		}

@@ -24,10 +24,11 @@ import (
 // session's log while the run is active, so the log's continuity (ErrNotNext) catches two
 // replicas writing one session at once, and the loser looks again.
 type replicas struct {
-	s       *Service
+	s       *core
+	exec    func(ctx context.Context, cmd *Command) *Reply // the service's door, for commands sent here
 	me      string
 	coord   Coordinator
-	cluster Cluster // nil: no other replica can be reached, and none may run beside this one
+	cluster Cluster // lone{} without a broker: then no other replica may run beside this one
 	unserve func()  // stops answering the commands sent to this replica
 
 	live       atomic.Value // []string: the replicas alive at the last heartbeat
@@ -41,29 +42,53 @@ type replicas struct {
 
 var _ peers = (*replicas)(nil)
 
-func newReplicas(s *Service, coord Coordinator, cfg Config) *replicas {
-	r := &replicas{s: s, me: cfg.ReplicaID, coord: coord, cluster: cfg.Cluster, unserve: func() {},
+func newReplicas(s *core, exec func(context.Context, *Command) *Reply, coord Coordinator, cfg Config) *replicas {
+	r := &replicas{s: s, exec: exec, me: cfg.ReplicaID, coord: coord, cluster: cfg.Cluster, unserve: func() {},
 		claimNow: make(chan struct{}, 1), leasesDone: make(chan struct{})}
+	if r.cluster == nil {
+		r.cluster = lone{}
+	}
 	if r.me == "" {
 		r.me = newID()
 	}
 	return r
 }
 
+// lone is the Cluster of a replica without a broker (NATS_URL unset): it reaches no other
+// replica and none reaches it, so it must be the only replica alive on its store (join
+// refuses to start beside another). Nothing is published, nothing followed, and a
+// command for a run another replica owns cannot be sent (ErrNoServer: that replica is
+// gone, and its runs are claimed here).
+type lone struct{}
+
+var errLone = Errorf(EUNAVAILABLE, "this replica has no broker to reach others through")
+
+func (lone) Publish(string, []*Event) {}
+func (lone) Follow(string, func([]*Event)) (func(), error) {
+	return func() {}, nil
+}
+func (lone) Serve(string, func(context.Context, *Command) *Reply) (func(), error) {
+	return func() {}, nil
+}
+func (lone) Send(context.Context, string, *Command) (*Reply, error) { return nil, ErrNoServer }
+func (lone) Announce(string)                                        {}
+func (lone) OnLeft(func(string))                                    {}
+func (lone) OnReconnect(func())                                     {}
+func (lone) Ready() error                                           { return nil }
+func (lone) Flush() error                                           { return errLone } // no events come from others to wait for
+
 func (r *replicas) id() string { return r.me }
 
 // start serves this replica's commands, joins the others and keeps its lease until the
 // service closes.
 func (r *replicas) start(ctx context.Context) error {
-	if r.cluster != nil {
-		// Commands come addressed to this replica for as long as it runs, so that no
-		// subscription comes and goes with each run.
-		stop, err := r.cluster.Serve(r.me, r.handle)
-		if err != nil {
-			return err
-		}
-		r.unserve = stop
+	// Commands come addressed to this replica for as long as it runs, so that no
+	// subscription comes and goes with each run.
+	stop, err := r.cluster.Serve(r.me, r.handle)
+	if err != nil {
+		return err
 	}
+	r.unserve = stop
 	if err := r.join(ctx); err != nil {
 		r.unserve()
 		return err
@@ -87,17 +112,16 @@ func (r *replicas) join(ctx context.Context) error {
 	r.leaseMu.Lock()
 	r.leaseUntil = now.Add(s.cfg.RunLease)
 	r.leaseMu.Unlock()
-	if r.cluster == nil {
+	if _, alone := r.cluster.(lone); alone {
 		for _, id := range live {
 			if id != r.me {
 				_ = r.coord.Leave(ctx, r.me)
 				return Errorf(EUNAVAILABLE, "another replica (%s) uses this database: set NATS_URL on every replica so that they can reach each other, or stop it", id)
 			}
 		}
-	} else {
-		r.cluster.OnLeft(r.onLeft)
-		r.cluster.OnReconnect(func() { go r.resync() })
 	}
+	r.cluster.OnLeft(r.onLeft)
+	r.cluster.OnReconnect(func() { go r.resync() })
 	// This replica is alive now, so no other claims its runs: those of its earlier life
 	// (its ID kept across a restart) are brought back here.
 	runs, err := s.store.RunsByStatus(ctx, RunRunning, RunQueued, RunWaitingForInput)
@@ -229,26 +253,15 @@ func (r *replicas) alive(id string) bool {
 	return id != "" && slices.Contains(live, id)
 }
 
-type forwardedKey struct{}
-
-// forwarded reports whether the operation in ctx came from another replica: it is done
-// here, never sent on.
-func forwarded(ctx context.Context) bool { return ctx.Value(forwardedKey{}) != nil }
-
 // route does cmd where the session's agent runs: here (local) when this replica runs it or
 // nobody does, else on the replica that runs it. A local write that finds the log moved
 // on (another replica wrote first) is tried again on the state read anew, and a replica
 // that no longer answers for its runs has them taken over first.
 func (r *replicas) route(ctx context.Context, cmd *Command, local func(ctx context.Context) (*Reply, error)) (*Reply, error) {
-	if forwarded(ctx) {
-		return local(ctx)
-	}
-	if r.cluster != nil {
-		// Without the broker this replica can neither reach the replica running the
-		// session's agent nor be reached by others for the run it would start.
-		if err := r.cluster.Ready(); err != nil {
-			return nil, err
-		}
+	// Without the broker this replica can neither reach the replica running the
+	// session's agent nor be reached by others for the run it would start.
+	if err := r.cluster.Ready(); err != nil {
+		return nil, err
 	}
 	var err error
 	var rep *Reply
@@ -258,7 +271,7 @@ func (r *replicas) route(ctx context.Context, cmd *Command, local func(ctx conte
 		if err != nil {
 			return nil, err
 		}
-		if owner == "" || owner == r.me || r.cluster == nil {
+		if owner == "" || owner == r.me {
 			rep, err = local(ctx)
 			if isNotNext(err) {
 				continue
@@ -326,73 +339,25 @@ func (r *replicas) serves(sessionID string) bool {
 	return st.active != nil || len(st.queue) > 0
 }
 
-// handle does a command another replica sent.
+// handle takes a command another replica sent: done here while this replica runs the
+// session's agent (through the service's one door, exec), refused NotServed otherwise.
 func (r *replicas) handle(ctx context.Context, cmd *Command) *Reply {
-	s := r.s
 	if !r.serves(cmd.SessionID) {
 		return NotServedReply()
 	}
-	ctx = context.WithValue(WithUser(ctx, cmd.UserID), forwardedKey{}, true)
-	switch cmd.Op {
-	case opAdd:
-		m, run, err := s.AddMessageWith(ctx, cmd.SessionID, cmd.Content, cmd.Key, cmd.Policy)
-		return replyOf(&Reply{Message: m, Run: run}, err)
-	case opCancel:
-		run, err := s.StopRun(ctx, cmd.SessionID, cmd.RunID)
-		return replyOf(&Reply{Run: run}, err)
-	case opEdit:
-		m, run, err := s.EditMessage(ctx, cmd.MessageID, cmd.Content)
-		return replyOf(&Reply{Message: m, Run: run}, err)
-	case opRegen:
-		run, err := s.Regenerate(ctx, cmd.MessageID)
-		return replyOf(&Reply{Run: run}, err)
-	case opSelect:
-		v, err := s.SelectBranch(ctx, cmd.MessageID)
-		return replyOf(sessionReply(v), err)
-	case opRespond: // from a replica of an earlier release
-		q, run, err := s.Respond(ctx, cmd.QuestionID, cmd.Answer)
-		return replyOf(&Reply{Question: q, Run: run}, err)
-	case opInputs:
-		res, err := s.RespondToInputs(ctx, cmd.SessionID, cmd.Answers, cmd.Decisions)
-		if err != nil {
-			return replyOf(nil, err)
-		}
-		return &Reply{Questions: res.Questions, ToolCalls: res.ToolCalls, Run: res.Run}
-	case opDelete:
-		return replyOf(nil, s.DeleteTalkSession(ctx, cmd.SessionID))
-	case opRename:
-		v, err := s.RenameTalkSession(ctx, cmd.SessionID, cmd.Title)
-		return replyOf(sessionReply(v), err)
-	case opSettings:
-		var in SettingsInput
-		if cmd.Settings != nil {
-			in = *cmd.Settings
-		}
-		v, err := s.UpdateSettings(ctx, cmd.SessionID, in)
-		return replyOf(sessionReply(v), err)
-	}
-	return replyOf(nil, Errorf(EINVALID, "unknown command %q", cmd.Op))
-}
-
-func sessionReply(v *SessionView) *Reply {
-	if v == nil {
-		return nil
-	}
-	return &Reply{Session: v.TalkSession}
+	return r.exec(ctx, cmd)
 }
 
 // published tells the replicas following st's session about events just made durable.
 func (r *replicas) published(st *sessionState, evs []*Event) {
-	if r.cluster != nil {
-		r.cluster.Publish(st.id, evs)
-	}
+	r.cluster.Publish(st.id, evs)
 }
 
 // follow makes st receive the events other replicas write to its session, while it has
 // subscribers here; st.mu must be held.
 func (r *replicas) follow(st *sessionState) {
 	s := r.s
-	if r.cluster == nil || st.following != nil {
+	if st.following != nil {
 		return
 	}
 	stop, err := r.cluster.Follow(st.id, func(evs []*Event) { r.remote(st, evs) })
@@ -571,12 +536,7 @@ func (r *replicas) admission(run *Run, limit int) *Admission {
 	return &Admission{UserID: run.UserID, RunID: run.ID, Limit: limit}
 }
 
-func (r *replicas) ready() error {
-	if r.cluster != nil {
-		return r.cluster.Ready()
-	}
-	return nil
-}
+func (r *replicas) ready() error { return r.cluster.Ready() }
 
 // leave ends this replica's part once the service closed: the heartbeat stops, and the
 // others take its queued and waiting runs over now.
@@ -585,10 +545,8 @@ func (r *replicas) leave() {
 	if err := r.coord.Leave(context.Background(), r.me); err != nil {
 		r.s.log.Warn("leaving the replicas", "err", err)
 	}
-	if r.cluster != nil {
-		r.cluster.Announce(r.me)
-		r.unserve()
-	}
+	r.cluster.Announce(r.me)
+	r.unserve()
 }
 
 func (r *replicas) stats(st *Stats) {

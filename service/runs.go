@@ -622,29 +622,35 @@ func (s *Service) CancelRun(ctx context.Context, sessionID string) (*Run, error)
 // stops as CancelRun says. It returns nil when the run has ended already. ENOTFOUND for a
 // run that is missing, of another session or not the caller's.
 func (s *Service) StopRun(ctx context.Context, sessionID, runID string) (*Run, error) {
-	u, err := user(ctx)
+	r, err := s.exec(ctx, &Command{Op: "cancelRun", SessionID: sessionID, Args: &CancelRunArgs{RunID: runID}})
 	if err != nil {
 		return nil, err
-	}
-	if err := checkID("session ID", sessionID); err != nil {
-		return nil, err
-	}
-	if runID != "" {
-		if err := checkID("run ID", runID); err != nil {
-			return nil, err
-		}
-	}
-	r, err := s.peers.route(ctx, &Command{Op: opCancel, UserID: u, SessionID: sessionID, RunID: runID}, func(ctx context.Context) (*Reply, error) {
-		run, err := s.cancelRun(ctx, sessionID, runID)
-		return &Reply{Run: run}, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	if r.Run != nil {
-		s.annotate(ctx, sessionID, r.Run.ID)
 	}
 	return r.Run, nil
+}
+
+// CancelRunArgs are cancelRun's arguments: the run to stop, "" for the active one.
+type CancelRunArgs struct {
+	RunID string `json:"runId,omitempty"`
+}
+
+func init() {
+	addOperation("cancelRun", &operation{
+		args: func() any { return new(CancelRunArgs) },
+		check: func(_ *core, args any) error {
+			if id := args.(*CancelRunArgs).RunID; id != "" {
+				return checkID("run ID", id)
+			}
+			return nil
+		},
+		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
+			run, err := s.cancelRun(ctx, cmd.SessionID, cmd.Args.(*CancelRunArgs).RunID)
+			if err != nil {
+				return nil, err
+			}
+			return &Reply{Run: run}, nil
+		},
+	})
 }
 
 // cancelRun is CancelRun where the session's agent runs.

@@ -59,6 +59,7 @@ type core struct {
 }
 
 type counters struct {
+	cmds     commandCounts
 	chunks   atomic.Int64
 	mu       sync.Mutex
 	runsDone map[RunStatus]int64
@@ -95,7 +96,7 @@ func New(ctx context.Context, store Store, agents *Agents, cfg Config, log *slog
 		s.models[m] = true
 	}
 	if c, ok := store.(Coordinator); ok {
-		s.peers = newReplicas(s, c, cfg)
+		s.peers = newReplicas(s.core, s.handle, c, cfg)
 	} else {
 		s.peers = solo{s.core}
 		w, ok := store.(SoleWriter)
@@ -138,6 +139,9 @@ type Stats struct {
 	// Usage is the tokens agents reported, by model: those of Config.Models, and
 	// OtherModel for the rest.
 	Usage map[string]Usage
+	// Commands counts the commands that came in (exec), by operation, whatever became of
+	// them; "unknown" counts those naming none.
+	Commands map[string]int64
 	// Writes is what the writer did: rounds, batches and the time spent in the store.
 	Writes WriterStats
 	// RunsOwned is the runs this replica runs, queued or waiting included; Takeovers
@@ -185,6 +189,12 @@ func (s *Service) Stats() Stats {
 		st.RunsOwned += len(ss.queue)
 		ss.mu.Unlock()
 	}
+	st.Commands = map[string]int64{}
+	s.stats.cmds.mu.Lock()
+	for k, v := range s.stats.cmds.n {
+		st.Commands[k] = v
+	}
+	s.stats.cmds.mu.Unlock()
 	s.stats.mu.Lock()
 	for k, v := range s.stats.runsDone {
 		st.RunsFinished[k] = v

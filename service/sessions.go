@@ -110,18 +110,70 @@ func (s *core) viewLocked(sess *TalkSession, st *sessionState) *SessionView {
 // CreateTalkSession creates a session for the caller. EINVALID for a title that is too
 // long, an unknown agent or an invalid setting.
 func (s *Service) CreateTalkSession(ctx context.Context, title string, settings SettingsInput) (*SessionView, error) {
-	u, err := user(ctx)
+	r, err := s.exec(ctx, &Command{Op: "createTalkSession", Args: &CreateSessionArgs{Title: title, Settings: settings}})
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkOpen(); err != nil {
-		return nil, err
-	}
-	title = trimTitle(title)
-	if err := s.checkTitle(title); err != nil {
-		return nil, err
-	}
-	set := guestSettings(ctx, Settings{Agent: "demo", BusyPolicy: BusyInterrupt})
+	return r.view, nil
+}
+
+// CreateSessionArgs are createTalkSession's arguments.
+type CreateSessionArgs struct {
+	Title    string        `json:"title,omitempty"`
+	Settings SettingsInput `json:"settings"`
+}
+
+// SessionArgs are the arguments of a change of a session's row: its title
+// (renameTalkSession) or its settings (updateTalkSessionSettings).
+type SessionArgs struct {
+	Title    string        `json:"title,omitempty"`
+	Settings SettingsInput `json:"settings"`
+}
+
+func init() {
+	addOperation("createTalkSession", &operation{
+		args:  func() any { return new(CreateSessionArgs) },
+		local: true,
+		check: func(c *core, args any) error {
+			a := args.(*CreateSessionArgs)
+			a.Title = trimTitle(a.Title)
+			return c.checkTitle(a.Title)
+		},
+		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
+			a := cmd.Args.(*CreateSessionArgs)
+			return viewReply(s.createSession(ctx, cmd.UserID, cmd.Guest, a.Title, a.Settings))
+		},
+	})
+	addOperation("renameTalkSession", &operation{
+		args: func() any { return new(SessionArgs) },
+		check: func(c *core, args any) error {
+			a := args.(*SessionArgs)
+			a.Title = trimTitle(a.Title)
+			return c.checkTitle(a.Title)
+		},
+		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
+			title := cmd.Args.(*SessionArgs).Title
+			return viewReply(s.changeSession(ctx, cmd.SessionID, func(sess *TalkSession) error { sess.Title = title; return nil }))
+		},
+	})
+	addOperation("updateTalkSessionSettings", &operation{
+		args: func() any { return new(SessionArgs) },
+		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
+			in := cmd.Args.(*SessionArgs).Settings
+			return viewReply(s.changeSession(ctx, cmd.SessionID, func(sess *TalkSession) error { return s.applySettings(&sess.Settings, in) }))
+		},
+	})
+	addOperation("deleteTalkSession", &operation{
+		args: func() any { return new(struct{}) },
+		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
+			return nil, s.deleteSession(ctx, cmd.SessionID)
+		},
+	})
+}
+
+// createSession makes a session of user u's (a guest's when guest).
+func (s *core) createSession(ctx context.Context, u string, guest bool, title string, settings SettingsInput) (*SessionView, error) {
+	set := Settings{Agent: "demo", BusyPolicy: BusyInterrupt, Guest: guest}
 	if err := s.applySettings(&set, settings); err != nil {
 		return nil, err
 	}
@@ -134,7 +186,6 @@ func (s *Service) CreateTalkSession(ctx context.Context, title string, settings 
 		return nil, err
 	}
 	s.counted(u, 1, sess.Size())
-	s.annotate(ctx, sess.ID, "")
 	return &SessionView{TalkSession: sess, Status: SessionIdle, StreamCursor: EncodeCursor(sess.ID, Cursor{})}, nil
 }
 
@@ -276,53 +327,21 @@ func (s *core) pageSize(n *int) (int, error) {
 
 // RenameTalkSession sets a session's title. ENOTFOUND, EINVALID as for create.
 func (s *Service) RenameTalkSession(ctx context.Context, id, title string) (*SessionView, error) {
-	title = trimTitle(title)
-	if err := s.checkTitle(title); err != nil {
-		return nil, err
-	}
-	return s.updateSession(ctx, &Command{Op: opRename, SessionID: id, Title: title}, func(sess *TalkSession) error { sess.Title = title; return nil })
+	return s.changeRow(ctx, &Command{Op: "renameTalkSession", SessionID: id, Args: &SessionArgs{Title: title}})
 }
 
 // UpdateSettings changes a session's settings; they apply to runs that start afterwards.
 func (s *Service) UpdateSettings(ctx context.Context, id string, in SettingsInput) (*SessionView, error) {
-	return s.updateSession(ctx, &Command{Op: opSettings, SessionID: id, Settings: &in}, func(sess *TalkSession) error { return s.applySettings(&sess.Settings, in) })
+	return s.changeRow(ctx, &Command{Op: "updateTalkSessionSettings", SessionID: id, Args: &SessionArgs{Settings: in}})
 }
 
-// updateSession changes the session cmd names, where its agent runs (its log is written
-// there).
-func (s *core) updateSession(ctx context.Context, cmd *Command, change func(*TalkSession) error) (*SessionView, error) {
-	u, err := user(ctx)
+// changeRow does cmd, a change of a session's row, and answers the session as it left it.
+func (s *Service) changeRow(ctx context.Context, cmd *Command) (*SessionView, error) {
+	r, err := s.exec(ctx, cmd)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkOpen(); err != nil {
-		return nil, err
-	}
-	if err := checkID("session ID", cmd.SessionID); err != nil {
-		return nil, err
-	}
-	cmd.UserID = u
-	return s.routeView(ctx, cmd, func(ctx context.Context) (*SessionView, error) {
-		return s.changeSession(ctx, cmd.SessionID, change)
-	})
-}
-
-// routeView does cmd where the session's agent runs (fn, when that is here) and answers
-// the session as it left it: read again when another replica did it.
-func (s *core) routeView(ctx context.Context, cmd *Command, fn func(ctx context.Context) (*SessionView, error)) (*SessionView, error) {
-	var view *SessionView
-	_, err := s.peers.route(ctx, cmd, func(ctx context.Context) (*Reply, error) {
-		v, err := fn(ctx)
-		view = v
-		return sessionReply(v), err
-	})
-	if err != nil {
-		return nil, err
-	}
-	if view == nil { // done on another replica
-		return s.view(ctx, cmd.SessionID)
-	}
-	return view, nil
+	return s.answeredView(ctx, r, cmd.SessionID)
 }
 
 func (s *core) changeSession(ctx context.Context, id string, change func(*TalkSession) error) (*SessionView, error) {
@@ -355,16 +374,7 @@ func (s *core) changeSession(ctx context.Context, id string, change func(*TalkSe
 // DeleteTalkSession deletes a session and its history, stopping its run; subscriptions to
 // it end. ENOTFOUND when missing or another user's.
 func (s *Service) DeleteTalkSession(ctx context.Context, id string) error {
-	u, err := user(ctx)
-	if err != nil {
-		return err
-	}
-	if err := checkID("session ID", id); err != nil {
-		return err
-	}
-	_, err = s.peers.route(ctx, &Command{Op: opDelete, UserID: u, SessionID: id}, func(ctx context.Context) (*Reply, error) {
-		return nil, s.deleteSession(ctx, id)
-	})
+	_, err := s.exec(ctx, &Command{Op: "deleteTalkSession", SessionID: id})
 	return err
 }
 

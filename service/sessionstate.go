@@ -71,6 +71,12 @@ func (s *core) session(ctx context.Context, id string) (*TalkSession, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.ownSession(ctx, u, id)
+}
+
+// ownSession returns session id when it is user u's; ENOTFOUND when missing or another
+// user's, EINVALID for a malformed ID.
+func (s *core) ownSession(ctx context.Context, u, id string) (*TalkSession, error) {
 	if err := checkID("session ID", id); err != nil {
 		return nil, err
 	}

@@ -25,29 +25,17 @@ import (
 // for an assistant message or bad content; ERATELIMIT when MaxBranches versions of the
 // message exist; ECONFLICT under REJECT while the agent works.
 func (s *Service) EditMessage(ctx context.Context, messageID, content string) (*Message, *Run, error) {
-	u, err := user(ctx)
+	r, err := s.exec(ctx, &Command{Op: "editMessage", Args: &EditMessageArgs{MessageID: messageID, Content: content}})
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := s.checkText("message", content); err != nil {
-		return nil, nil, err
-	}
-	m, err := s.ownMessage(ctx, u, messageID)
-	if err != nil {
-		return nil, nil, err
-	}
-	if m.Role != RoleUser || m.Kind != KindText {
-		return nil, nil, Errorf(EINVALID, "only a message you wrote can be edited; regenerate the agent's reply instead")
-	}
-	r, err := s.peers.route(ctx, &Command{Op: opEdit, UserID: u, SessionID: m.SessionID, MessageID: messageID, Content: content}, func(ctx context.Context) (*Reply, error) {
-		msg, run, err := s.addMessage(ctx, u, m.SessionID, addition{content: content, edited: m})
-		return &Reply{Message: msg, Run: run}, err
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	s.annotate(ctx, m.SessionID, r.Run.ID)
 	return r.Message, r.Run, nil
+}
+
+// EditMessageArgs are editMessage's arguments.
+type EditMessageArgs struct {
+	MessageID string `json:"messageId"`
+	Content   string `json:"content"`
 }
 
 // Regenerate starts a run of the caller's session whose reply is a new assistant message
@@ -55,29 +43,17 @@ func (s *Service) EditMessage(ctx context.Context, messageID, content string) (*
 // policy as EditMessage does. ENOTFOUND for a message that is missing or not the
 // caller's; EINVALID for a user message.
 func (s *Service) Regenerate(ctx context.Context, messageID string) (*Run, error) {
-	u, err := user(ctx)
+	r, err := s.exec(ctx, &Command{Op: "regenerate", Args: &MessageArgs{MessageID: messageID}})
 	if err != nil {
 		return nil, err
 	}
-	m, err := s.ownMessage(ctx, u, messageID)
-	if err != nil {
-		return nil, err
-	}
-	if m.Role != RoleAssistant {
-		return nil, Errorf(EINVALID, "only the agent's reply can be regenerated; edit your message instead")
-	}
-	if m.ParentID == "" {
-		return nil, Errorf(EINVALID, "this reply answers nothing to regenerate it from")
-	}
-	r, err := s.peers.route(ctx, &Command{Op: opRegen, UserID: u, SessionID: m.SessionID, MessageID: messageID}, func(ctx context.Context) (*Reply, error) {
-		_, run, err := s.addMessage(ctx, u, m.SessionID, addition{regenerated: m})
-		return &Reply{Run: run}, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.annotate(ctx, m.SessionID, r.Run.ID)
 	return r.Run, nil
+}
+
+// MessageArgs are the arguments of an operation on one message (regenerate,
+// selectBranch).
+type MessageArgs struct {
+	MessageID string `json:"messageId"`
 }
 
 // SelectBranch makes the branch through the caller's message messageID current,
@@ -85,17 +61,103 @@ func (s *Service) Regenerate(ctx context.Context, messageID string) (*Run, error
 // ECONFLICT while the session's agent works or runs wait: their replies go to the end of
 // the current branch. ENOTFOUND for a message that is missing or not the caller's.
 func (s *Service) SelectBranch(ctx context.Context, messageID string) (*SessionView, error) {
-	u, err := user(ctx)
+	cmd := &Command{Op: "selectBranch", Args: &MessageArgs{MessageID: messageID}}
+	r, err := s.exec(ctx, cmd)
 	if err != nil {
 		return nil, err
 	}
-	m, err := s.ownMessage(ctx, u, messageID)
-	if err != nil {
-		return nil, err
+	return s.answeredView(ctx, r, cmd.SessionID)
+}
+
+// locateMessage is the locate of an operation on one of the caller's messages: the
+// message's session.
+func locateMessage(id func(args any) string) func(ctx context.Context, c *core, u string, args any) (string, error) {
+	return func(ctx context.Context, c *core, u string, args any) (string, error) {
+		m, err := c.ownMessage(ctx, u, id(args))
+		if err != nil {
+			return "", err
+		}
+		return m.SessionID, nil
 	}
-	return s.routeView(ctx, &Command{Op: opSelect, UserID: u, SessionID: m.SessionID, MessageID: messageID}, func(ctx context.Context) (*SessionView, error) {
-		return s.selectBranch(ctx, m)
+}
+
+func init() {
+	addOperation("editMessage", &operation{
+		args: func() any { return new(EditMessageArgs) },
+		check: func(c *core, args any) error {
+			return c.checkText("message", args.(*EditMessageArgs).Content)
+		},
+		locate: locateMessage(func(args any) string { return args.(*EditMessageArgs).MessageID }),
+		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
+			a := cmd.Args.(*EditMessageArgs)
+			m, err := s.ownMessage(ctx, cmd.UserID, a.MessageID)
+			if err != nil {
+				return nil, err
+			}
+			if m.Role != RoleUser || m.Kind != KindText {
+				return nil, Errorf(EINVALID, "only a message you wrote can be edited; regenerate the agent's reply instead")
+			}
+			msg, run, err := s.addMessage(ctx, cmd.UserID, m.SessionID, addition{content: a.Content, edited: m})
+			if err != nil {
+				return nil, err
+			}
+			return &Reply{Message: msg, Run: run}, nil
+		},
 	})
+	addOperation("regenerate", &operation{
+		args:   func() any { return new(MessageArgs) },
+		locate: locateMessage(func(args any) string { return args.(*MessageArgs).MessageID }),
+		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
+			m, err := s.ownMessage(ctx, cmd.UserID, cmd.Args.(*MessageArgs).MessageID)
+			if err != nil {
+				return nil, err
+			}
+			if m.Role != RoleAssistant {
+				return nil, Errorf(EINVALID, "only the agent's reply can be regenerated; edit your message instead")
+			}
+			if m.ParentID == "" {
+				return nil, Errorf(EINVALID, "this reply answers nothing to regenerate it from")
+			}
+			_, run, err := s.addMessage(ctx, cmd.UserID, m.SessionID, addition{regenerated: m})
+			if err != nil {
+				return nil, err
+			}
+			return &Reply{Run: run}, nil
+		},
+	})
+	addOperation("selectBranch", &operation{
+		args:   func() any { return new(MessageArgs) },
+		locate: locateMessage(func(args any) string { return args.(*MessageArgs).MessageID }),
+		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
+			m, err := s.ownMessage(ctx, cmd.UserID, cmd.Args.(*MessageArgs).MessageID)
+			if err != nil {
+				return nil, err
+			}
+			return viewReply(s.selectBranch(ctx, m))
+		},
+	})
+	addOperation("forkSession", &operation{
+		args:  func() any { return new(ForkSessionArgs) },
+		local: true,
+		check: func(c *core, args any) error {
+			a := args.(*ForkSessionArgs)
+			a.Title = trimTitle(a.Title)
+			if err := c.checkTitle(a.Title); err != nil {
+				return err
+			}
+			return checkID("message ID", a.MessageID)
+		},
+		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
+			a := cmd.Args.(*ForkSessionArgs)
+			return viewReply(s.forkSession(ctx, cmd.UserID, a.MessageID, a.Title))
+		},
+	})
+}
+
+// ForkSessionArgs are forkSession's arguments.
+type ForkSessionArgs struct {
+	MessageID string `json:"messageId"`
+	Title     string `json:"title,omitempty"`
 }
 
 func (s *core) selectBranch(ctx context.Context, m *Message) (*SessionView, error) {
@@ -130,17 +192,15 @@ func (s *core) selectBranch(ctx context.Context, m *Message) (*SessionView, erro
 // EINVALID for a message off the current branch, a bad title, or more than
 // MaxForkMessages messages; ECONFLICT for a message still being written.
 func (s *Service) ForkSession(ctx context.Context, messageID, title string) (*SessionView, error) {
-	u, err := user(ctx)
+	r, err := s.exec(ctx, &Command{Op: "forkSession", Args: &ForkSessionArgs{MessageID: messageID, Title: title}})
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkOpen(); err != nil {
-		return nil, err
-	}
-	title = trimTitle(title)
-	if err := s.checkTitle(title); err != nil {
-		return nil, err
-	}
+	return r.view, nil
+}
+
+// forkSession is ForkSession, for user u.
+func (s *core) forkSession(ctx context.Context, u, messageID, title string) (*SessionView, error) {
 	m, err := s.ownMessage(ctx, u, messageID)
 	if err != nil {
 		return nil, err
@@ -192,7 +252,7 @@ func (s *Service) ForkSession(ctx context.Context, messageID, title string) (*Se
 		return nil, err
 	}
 	s.counted(u, 1, sess.Size()+bytes)
-	return s.View(ctx, sess.ID) // with its history as of now, and the cursor after it
+	return s.view(ctx, sess.ID) // with its history as of now, and the cursor after it
 }
 
 // Siblings returns the IDs of m's siblings, m included, oldest first: the messages of its

@@ -101,7 +101,7 @@ func TestBusCarriesNothingInTheClear(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := b.Serve(replica, func(_ context.Context, cmd *service.Command) *service.Reply {
-		return &service.Reply{Message: &service.Message{ID: "m1", Content: cmd.Content}}
+		return &service.Reply{Message: &service.Message{ID: "m1", Content: cmd.Args.(*service.AddMessageArgs).Content}}
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestBusCarriesNothingInTheClear(t *testing.T) {
 	if evs := receive(t, "the events", got); evs[0].Delta != secret {
 		t.Fatalf("the event arrived as %+v", evs[0])
 	}
-	reply, err := a.Send(t.Context(), replica, &service.Command{Op: "addMessage", UserID: "user-1234", SessionID: "s1", Content: secret})
+	reply, err := a.Send(t.Context(), replica, &service.Command{Op: "addMessage", UserID: "user-1234", SessionID: "s1", Args: &service.AddMessageArgs{Content: secret}})
 	if err != nil || reply.Message.Content != secret {
 		t.Fatalf("Send: %+v, %v", reply, err)
 	}

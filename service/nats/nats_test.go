@@ -170,8 +170,8 @@ func TestCommandsReachTheServingReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	title := "a title ✓"
-	sent := &service.Command{Op: "cancelRun", UserID: "u1", SessionID: "s1", Content: "héllo", Key: "k", Title: title,
-		Settings: &service.SettingsInput{SystemPrompt: &title}}
+	sent := &service.Command{Op: "updateTalkSessionSettings", UserID: "u1", Guest: true, SessionID: "s1",
+		Args: &service.SessionArgs{Title: title, Settings: service.SettingsInput{SystemPrompt: &title}}}
 	reply, err := a.Send(ctx, replica, sent)
 	if err != nil {
 		t.Fatalf("Send: %v", err)
@@ -180,9 +180,10 @@ func TestCommandsReachTheServingReplica(t *testing.T) {
 		t.Fatalf("reply %+v", reply)
 	}
 	cmd := receive(t, "the command", got)
-	if cmd.Op != sent.Op || cmd.UserID != "u1" || cmd.SessionID != "s1" || cmd.Content != "héllo" || cmd.Key != "k" ||
-		cmd.Settings == nil || cmd.Settings.SystemPrompt == nil || *cmd.Settings.SystemPrompt != title || cmd.Title != title {
-		t.Fatalf("command arrived as %+v", cmd)
+	args, ok := cmd.Args.(*service.SessionArgs)
+	if cmd.Op != sent.Op || cmd.UserID != "u1" || !cmd.Guest || cmd.SessionID != "s1" || !ok ||
+		args.Settings.SystemPrompt == nil || *args.Settings.SystemPrompt != title || args.Title != title {
+		t.Fatalf("command arrived as %+v (%+v)", cmd, cmd.Args)
 	}
 	reply, err = a.Send(ctx, replica, &service.Command{Op: "fail", SessionID: "s1"})
 	if err != nil || reply.Code != service.ECONFLICT || reply.Error != "the agent is still working" {

@@ -47,7 +47,7 @@ func TestCommandReplayedAfterRestartTakesNoEffect(t *testing.T) {
 	}
 
 	b := start()
-	if _, err := a.Send(t.Context(), replica, &service.Command{Op: "addMessage", UserID: "u1", SessionID: "s1", Content: "hello"}); err != nil {
+	if _, err := a.Send(t.Context(), replica, &service.Command{Op: "addMessage", UserID: "u1", SessionID: "s1", Args: &service.AddMessageArgs{Content: "hello"}}); err != nil {
 		t.Fatal(err)
 	}
 	captured := w.captured(p+".cmd.", 1)[0]
@@ -63,7 +63,7 @@ func TestCommandReplayedAfterRestartTakesNoEffect(t *testing.T) {
 		t.Fatalf("the command was done %d times, want once", n)
 	}
 	// The restarted replica takes commands: the replay reached one that would have done it.
-	if _, err := a.Send(t.Context(), replica, &service.Command{Op: "addMessage", UserID: "u1", SessionID: "s1", Content: "again"}); err != nil {
+	if _, err := a.Send(t.Context(), replica, &service.Command{Op: "addMessage", UserID: "u1", SessionID: "s1", Args: &service.AddMessageArgs{Content: "again"}}); err != nil {
 		t.Fatalf("a new command to the restarted replica: %v", err)
 	}
 	if n := handled.Load(); n != 2 {
