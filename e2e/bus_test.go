@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,7 +186,11 @@ func TestReplicaBusTrustsNoOne(t *testing.T) {
 			t.Fatal("no reply was seen on NATS")
 		}
 		genuine := replies[len(replies)-1].Data // an "accepted", of an earlier request
-		sub, err := tap.nc.QueueSubscribe(owner, "runners", func(m *nats.Msg) { _ = m.Respond(genuine) })
+		var answered atomic.Int64
+		sub, err := tap.nc.QueueSubscribe(owner, "runners", func(m *nats.Msg) {
+			answered.Add(1)
+			_ = m.Respond(genuine)
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,28 +200,51 @@ func TestReplicaBusTrustsNoOne(t *testing.T) {
 		}
 		_, slow := c0.Send(sid, "/slow 100") // replica 0 runs the session's agent: messages through 1 go to it
 		evs.Until("the slow run's text", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" && e.Offset > 0 })
-		var accepted []string
+		unopenable := r[1].metric(t, `talkgraph_bus_dropped_total{reason="unopenable"}`)
+		// The queue group hands each command to replica 0 or to the impostor: ten
+		// messages, and more until the impostor has answered one (fewer than the 20 a
+		// session queues).
+		accepted := map[string]string{} // message ID: what was sent
 		failed := 0
-		for i := range 10 {
-			res, err := sendWith(c1, sid, fmt.Sprintf("message %d", i), "")
-			if err != nil || len(res.Errors) > 0 {
+		for i := 0; i < 10 || answered.Load() == 0; i++ {
+			if i == 19 {
+				t.Fatalf("the impostor answered none of %d commands: the test proves nothing", i)
+			}
+			content := fmt.Sprintf("message %d", i)
+			res, err := sendWith(c1, sid, content, "")
+			if err != nil {
+				t.Fatalf("%s through replica 1: %v", content, err)
+			}
+			if len(res.Errors) > 0 {
+				if res.Code() != "UNAVAILABLE" {
+					t.Errorf("%s refused with %s, want UNAVAILABLE: %+v", content, res.Code(), res.Errors)
+				}
 				failed++
 				continue
 			}
-			accepted = append(accepted, decodeAdded(t, res).AddMessage.Message.ID)
+			id := decodeAdded(t, res).AddMessage.Message.ID
+			if earlier, ok := accepted[id]; ok {
+				t.Errorf("%s was acknowledged as %s, the ID of %s", content, id, earlier)
+			}
+			accepted[id] = content
+		}
+		// Every answer of the impostor was dropped by replica 1, and made its command fail.
+		n := answered.Load()
+		if got := r[1].metric(t, `talkgraph_bus_dropped_total{reason="unopenable"}`) - unopenable; got != float64(n) || failed != int(n) {
+			t.Errorf("the impostor answered %d commands; replica 1 dropped %v answers as unopenable and %d messages failed", n, got, failed)
 		}
 		c0.Cancel(sid)
 		evs.Until("the slow run's end", tgtest.RunEnds(slow))
-		stored := map[string]bool{}
+		stored := map[string]string{}
 		for _, m := range c0.Messages(sid) {
-			stored[m.ID] = true
+			stored[m.ID] = m.Content
 		}
-		for _, id := range accepted {
-			if !stored[id] {
-				t.Errorf("message %s was acknowledged through replica 1 and is not stored", id)
+		for id, content := range accepted {
+			if got, ok := stored[id]; !ok || got != content {
+				t.Errorf("%s was acknowledged through replica 1 as %s, which is stored as %q (stored: %v)", content, id, got, ok)
 			}
 		}
-		t.Logf("with an impostor in replica 0's queue group: %d of 10 messages accepted, %d refused", len(accepted), failed)
+		t.Logf("with an impostor in replica 0's queue group: %d of %d messages accepted, %d refused", len(accepted), len(accepted)+failed, failed)
 	})
 }
 

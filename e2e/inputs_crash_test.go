@@ -192,8 +192,8 @@ func TestCrashWhileApprovedCallRuns(t *testing.T) {
 }
 
 // TestReplicasApprovalOnSurvivor kills the replica whose run waits for an approval: a
-// decision sent to a survivor is taken (once the killed replica's lease is over), wakes the
-// run there, and the call runs exactly once.
+// survivor takes the run over (once the killed replica's lease is over), a decision sent
+// to a survivor is taken and wakes the run there, and the call runs exactly once.
 func TestReplicasApprovalOnSurvivor(t *testing.T) {
 	t.Parallel()
 	rs := newReplicaSet(t, setOptions{})
@@ -206,6 +206,9 @@ func TestReplicasApprovalOnSurvivor(t *testing.T) {
 	_, run := c.Send(sid, "/approve across replicas") // taken, and run, by replica 0
 	req := evs.Until("the approval request", func(e tgtest.Event) bool { return e.Typename == "ToolApprovalRequested" })
 	callID := req.ToolCall.ID
+	if owner := rs.owner(t, run); owner != r[0].id {
+		t.Fatalf("the run is %s's, want replica 0's (%s): killing replica 0 would prove nothing", owner, r[0].id)
+	}
 
 	r[0].kill()
 	on2 := c.On(r[2].URL)
@@ -246,5 +249,17 @@ func TestReplicasApprovalOnSurvivor(t *testing.T) {
 	}
 	if r := decide(on1, map[string]any{"toolCallId": callID, "decision": "REJECT"}); r.Code() != "CONFLICT" {
 		t.Errorf("a second decision on another replica: %+v, want CONFLICT", r.Errors)
+	}
+
+	// A survivor took the run over: it owns it, logged the takeover once, and counted it.
+	owner := rs.owner(t, run)
+	if owner != r[1].id && owner != r[2].id {
+		t.Errorf("the run is %s's after the kill, want a survivor's", owner)
+	}
+	if lines := logLines(r[1:], `"msg":"took over a run"`, run); len(lines) != 1 || !strings.Contains(lines[0], owner) {
+		t.Errorf("log lines of the takeover of %s by %s: %q", run, owner, lines)
+	}
+	if n := r[1].metric(t, "talkgraph_runs_taken_over_total") + r[2].metric(t, "talkgraph_runs_taken_over_total"); n != 1 {
+		t.Errorf("talkgraph_runs_taken_over_total adds up to %v on the survivors, want 1", n)
 	}
 }

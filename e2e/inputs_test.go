@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -393,8 +394,8 @@ func TestInputsExpire(t *testing.T) {
 }
 
 // Two decisions on one call at once, from two connections: exactly one wins, the other is
-// a CONFLICT, and the call runs once. An answer racing a stop either lands before it or is
-// a CONFLICT; the run ends either way.
+// a CONFLICT, and the call runs once (never, when the rejection wins). An answer racing a
+// stop either lands before it or is a CONFLICT; the run ends either way.
 func TestInputRaces(t *testing.T) {
 	t.Parallel()
 	a := startApp(t, "sqlite", nil)
@@ -402,58 +403,105 @@ func TestInputRaces(t *testing.T) {
 	c2 := c.On(a.URL)
 	sid := c.CreateSession(nil)
 	_, evs := c.Connect("graphql-transport-ws").Stream(sid, c.Cursor(sid))
-	for round := range 5 {
-		_, run := c.Send(sid, fmt.Sprintf("/approve round %d", round))
+	won := map[string]int{}
+	for round := range 8 {
+		text := fmt.Sprintf("round %d", round)
+		_, run := c.Send(sid, "/approve "+text)
 		call := evs.Until("the approval request", func(e tgtest.Event) bool { return e.Typename == "ToolApprovalRequested" }).ToolCall
+		decisions := []string{"APPROVE", "REJECT"}
 		var wg sync.WaitGroup
-		codes := make([]string, 2)
+		codes, errs := make([]string, 2), make([]error, 2)
 		for i, cl := range []*tgtest.Client{c, c2} {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r, err := cl.Try(decideMutation, map[string]any{"in": map[string]any{"toolCallId": call.ID, "decision": []string{"APPROVE", "REJECT"}[i]}})
+				r, err := cl.Try(decideMutation, map[string]any{"in": map[string]any{"toolCallId": call.ID, "decision": decisions[i]}})
 				if err != nil {
-					codes[i] = err.Error()
+					errs[i] = err
 					return
 				}
 				codes[i] = r.Code()
 			}()
 		}
 		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: the %s: %v", round, decisions[i], err)
+			}
+		}
 		if (codes[0] == "") == (codes[1] == "") || (codes[0] != "" && codes[0] != "CONFLICT") || (codes[1] != "" && codes[1] != "CONFLICT") {
 			t.Fatalf("round %d: two decisions answered %q: want one success and one CONFLICT", round, codes)
 		}
-		evs.Until("the run's end", tgtest.RunEnds(run))
-		decided := 0
+		winner := decisions[1]
+		if codes[0] == "" {
+			winner = decisions[0]
+		}
+		won[winner]++
+		if end := evs.Until("the run's end", tgtest.RunEnds(run)); end.Run.Status != "COMPLETED" {
+			t.Fatalf("round %d: the run ended %s: %s", round, end.Run.Status, end.Run.Error)
+		}
+		// What the call did, as the stream shows it: its decision, what each execution
+		// printed, its end. Approved, echo prints the text once and finishes COMPLETED;
+		// rejected, it ends REJECTED with its decision and prints nothing.
+		var decided []*tgtest.ToolCall
+		var output strings.Builder
+		var finished []tgtest.ToolCall
 		for _, e := range evs.All {
-			if e.Typename == "ToolApprovalDecided" && e.ToolCall.ID == call.ID {
-				decided++
+			switch {
+			case e.Typename == "ToolApprovalDecided" && e.ToolCall.ID == call.ID:
+				decided = append(decided, e.ToolCall)
+			case e.Typename == "ToolCallOutput" && e.ToolCallID == call.ID:
+				output.WriteString(e.Delta)
+			case e.Typename == "ToolCallFinished" && e.ToolCall.ID == call.ID:
+				finished = append(finished, *e.ToolCall)
 			}
 		}
-		if decided != 1 {
-			t.Fatalf("round %d: %d decisions recorded, want 1", round, decided)
+		if len(decided) != 1 || decided[0].Approval.Decision != winner {
+			t.Fatalf("round %d: decisions recorded %+v, want the winner's alone, %s", round, decided, winner)
+		}
+		switch winner {
+		case "APPROVE":
+			if output.String() != text || len(finished) != 1 || finished[0].Status != "COMPLETED" || finished[0].Output != text {
+				t.Fatalf("round %d: approved, the call printed %q and finished %d times (%+v); want it to run once", round, output.String(), len(finished), finished)
+			}
+		case "REJECT":
+			if output.Len() > 0 || len(finished) != 0 || decided[0].Status != "REJECTED" {
+				t.Fatalf("round %d: rejected, the call is %s, printed %q and finished %d times (%+v); want it never to run", round, decided[0].Status, output.String(), len(finished), finished)
+			}
 		}
 	}
+	t.Logf("the first decision won %d of 8 rounds", won["APPROVE"])
 	for round := range 5 {
 		_, run := c.Send(sid, "/ask quick?")
 		q := evs.Until("the question", func(e tgtest.Event) bool { return e.Typename == "QuestionAsked" }).Question
 		var wg sync.WaitGroup
 		var code string
+		var err error
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if r, err := c2.Try(`mutation($q: ID!){ respondToQuestion(input:{questionId:$q, answer:"now"}){ run { id } } }`, map[string]any{"q": q.ID}); err == nil {
+			var r *tgtest.Response
+			if r, err = c2.Try(`mutation($q: ID!){ respondToQuestion(input:{questionId:$q, answer:"now"}){ run { id } } }`, map[string]any{"q": q.ID}); err == nil {
 				code = r.Code()
 			}
 		}()
 		c.Cancel(sid)
 		wg.Wait()
+		if err != nil {
+			t.Fatalf("round %d: the answer: %v", round, err)
+		}
 		end := evs.Until("the run's end", tgtest.RunEnds(run))
 		if code != "" && code != "CONFLICT" {
 			t.Fatalf("round %d: an answer racing stop: %s", round, code)
 		}
 		if code == "CONFLICT" && end.Run.Status != "CANCELLED" {
 			t.Fatalf("round %d: the answer was refused, yet the run ended %s", round, end.Run.Status)
+		}
+		answered := slices.ContainsFunc(evs.All, func(e tgtest.Event) bool {
+			return e.Typename == "QuestionAnswered" && e.Question.ID == q.ID && e.Question.Answer == "now"
+		})
+		if answered != (code == "") {
+			t.Fatalf("round %d: the answer got code %q, and the stream shows it taken: %v", round, code, answered)
 		}
 	}
 }

@@ -134,6 +134,30 @@ func (rs *replicaSet) dumpRuns() {
 	}
 }
 
+// owner returns the replica that owns run, as the database has it.
+func (rs *replicaSet) owner(t *testing.T, run string) string {
+	t.Helper()
+	u, err := url.Parse(rs.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := url.Parse(testsvc.AdminURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = admin.Host // not through a test's proxy
+	conn, err := pgx.Connect(t.Context(), u.String())
+	if err != nil {
+		t.Fatalf("the database: %v", err)
+	}
+	defer conn.Close(context.Background())
+	var owner string
+	if err := conn.QueryRow(t.Context(), `SELECT owner FROM runs WHERE id = $1`, run).Scan(&owner); err != nil {
+		t.Fatalf("the owner of run %s: %v", run, err)
+	}
+	return owner
+}
+
 // start starts the replica's process (again), and waits until it is ready.
 func (r *replica) start() {
 	r.rs.t.Helper()

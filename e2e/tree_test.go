@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/talkgraph/talkgraph/app"
 	"github.com/talkgraph/talkgraph/internal/tgtest"
+	"github.com/talkgraph/talkgraph/service"
 )
 
 // The conversation as a tree, end to end: editMessage, regenerate, selectBranch,
@@ -414,8 +416,8 @@ func TestEditsObeyTheBusyPolicy(t *testing.T) {
 }
 
 // TestSteering: STEER hands a message to the running agent between two /slow chunks;
-// the history shows where it entered; with nothing running it is ENQUEUE; a steer that
-// races the end of its run starts the next run and is never lost.
+// the history shows where it entered; with nothing running it is ENQUEUE.
+// TestSteerRacingTheEndOfItsRun has the steers that race the end of their run.
 func TestSteering(t *testing.T) {
 	everyStore(t, func(t *testing.T, store string) {
 		_, c, sid, _, evs := watchedSession(t, store)
@@ -446,38 +448,136 @@ func TestSteering(t *testing.T) {
 			t.Fatal("a steer with nothing running went to the old run")
 		}
 		evs.Until("the new run's end", tgtest.RunEnds(idleRun))
+	})
+}
 
-		// Races with the end of the run: every steer gets an answer after it.
-		for i := range 8 {
-			_, r := c.Send(sid, "/slow 2")
-			evs.Until("a chunk", func(ev tgtest.Event) bool { return ev.Typename == "MessageChunk" })
-			sendPolicy(c, sid, fmt.Sprintf("steer %d", i), "STEER")
-			evs.Until("the run's end", tgtest.RunEnds(r))
-		}
-		waitIdle(t, c, sid)
-		msgs = c.Messages(sid)
-		checkBranch(t, msgs)
-		for i, m := range msgs {
-			if m.Role == "USER" && strings.HasPrefix(m.Content, "steer ") {
-				answered := false
-				for _, later := range msgs[i+1:] {
-					if later.Role == "ASSISTANT" && (strings.Contains(later.Content, "[steered: "+m.Content+"]") || later.RunID != m.RunID) {
-						answered = true
-						break
-					}
+// TestSteerRacingTheEndOfItsRun: a steer sent as its run ends is never lost, and the
+// right run answers it: the run it steered, when it came before that run's last step
+// (its text after the steer starts with " [steered: …] "); else the next run, which
+// replies to it alone. The first round steers before the step, the second between the
+// step and the end; the others send the steer as the run is let go to its step or to its
+// end, and whichever wins the race, the steer is answered once.
+func TestSteerRacingTheEndOfItsRun(t *testing.T) {
+	everyStore(t, func(t *testing.T, store string) {
+		g, c, sid, evs := gatedSession(t, store, nil)
+		outcomes := map[string]int{}
+		for i := range 10 {
+			content := fmt.Sprintf("steer %d", i)
+			_, r := c.Send(sid, "/gate")
+			evs.Until("the run's start", chunk("started. "))
+			var steer tgtest.Response
+			switch i {
+			case 0: // before the step: the run takes it
+				steer = *c.Do(sendPolicyMutation, map[string]any{"s": sid, "c": content, "p": "STEER"})
+				g.release(t)
+				g.release(t)
+			case 1: // after the step, before the end: the next run answers it
+				g.release(t)
+				evs.Until("the run's step", chunk("checked. "))
+				steer = *c.Do(sendPolicyMutation, map[string]any{"s": sid, "c": content, "p": "STEER"})
+				g.release(t)
+			default: // sent as the run is let go: to its step (even rounds), to its end (odd)
+				if i%2 == 1 {
+					g.release(t)
+					evs.Until("the run's step", chunk("checked. "))
 				}
-				if !answered {
-					t.Fatalf("the steer %q was lost: %+v", m.Content, msgs[i:])
+				sent := make(chan error, 1)
+				go func() {
+					r, err := c.Try(sendPolicyMutation, map[string]any{"s": sid, "c": content, "p": "STEER"})
+					if err == nil {
+						steer = *r
+					}
+					sent <- err
+				}()
+				g.release(t)
+				select {
+				case err := <-sent:
+					if err != nil {
+						t.Fatalf("%s: %v", content, err)
+					}
+				case <-time.After(tgtest.Wait):
+					t.Fatalf("%s: no answer within %v", content, tgtest.Wait)
+				}
+				if i%2 == 0 {
+					g.release(t)
 				}
 			}
+			var sent struct {
+				AddMessage struct {
+					Message struct{ ID string }
+					Run     struct{ ID string }
+				}
+			}
+			decode(t, &steer, &sent)
+			if end := evs.Until("the run's end", tgtest.RunEnds(r)); end.Run.Status != "COMPLETED" {
+				t.Fatalf("%s: the run ended %s", content, end.Run.Status)
+			}
+			waitIdle(t, c, sid)
+
+			msgs := c.Messages(sid)
+			checkBranch(t, msgs)
+			k := slices.IndexFunc(msgs, func(m tgtest.Message) bool { return m.ID == sent.AddMessage.Message.ID })
+			if k < 0 || k == len(msgs)-1 {
+				t.Fatalf("%s is not on the branch with a message after it:\n%s", content, show(msgs))
+			}
+			m, reply := msgs[k], msgs[k+1]
+			if m.RunID != sent.AddMessage.Run.ID {
+				t.Fatalf("%s was answered with run %s and is stored with run %s", content, sent.AddMessage.Run.ID, m.RunID)
+			}
+			var outcome string
+			switch {
+			case m.RunID == r && reply.RunID == r && strings.HasPrefix(reply.Content, " [steered: "+content+"] "):
+				outcome = "taken by its run"
+			case m.RunID == r && reply.RunID != r && reply.Content == "re: "+content:
+				outcome = "left to the next run"
+			case m.RunID != r && reply.RunID == m.RunID && reply.Content == "re: "+content:
+				outcome = "after the run's end"
+			default:
+				t.Fatalf("%s (run %s, steering %s) is answered by %+v: not the right run", content, m.RunID, r, reply)
+			}
+			if reply.Role != "ASSISTANT" || reply.Status != "COMPLETE" {
+				t.Fatalf("%s: the reply after it is %+v", content, reply)
+			}
+			answers := 0
+			for _, later := range msgs {
+				if later.Role == "ASSISTANT" && strings.Contains(later.Content, content) {
+					answers++
+				}
+			}
+			if answers != 1 {
+				t.Fatalf("%s is answered %d times:\n%s", content, answers, show(msgs))
+			}
+			switch i {
+			case 0:
+				if outcome != "taken by its run" {
+					t.Fatalf("%s, sent before the run's step: %s", content, outcome)
+				}
+			case 1:
+				if outcome != "left to the next run" {
+					t.Fatalf("%s, sent after the run's step: %s", content, outcome)
+				}
+			default:
+				outcomes[outcome]++
+			}
 		}
+		t.Logf("steers racing the end of their run: %v", outcomes)
 	})
 }
 
 // waitIdle waits until the session has no active run and none queued.
 func waitIdle(t *testing.T, c *tgtest.Client, sid string) {
 	t.Helper()
-	waitFor(t, "the session goes idle", func() bool {
+	if !becomesIdle(c, sid) {
+		t.Fatalf("the session did not go idle within %v", tgtest.Wait)
+	}
+}
+
+// becomesIdle reports whether the session has no active run and none queued, now or
+// within tgtest.Wait.
+func becomesIdle(c *tgtest.Client, sid string) bool {
+	c.T.Helper()
+	deadline := time.Now().Add(tgtest.Wait)
+	for {
 		var out struct {
 			Session struct {
 				Status     string
@@ -485,8 +585,14 @@ func waitIdle(t *testing.T, c *tgtest.Client, sid string) {
 			}
 		}
 		c.Must(`query($s: ID!){ session(id: $s){ status queuedRuns { id } } }`, map[string]any{"s": sid}, &out)
-		return out.Session.Status == "IDLE" && len(out.Session.QueuedRuns) == 0
-	})
+		if out.Session.Status == "IDLE" && len(out.Session.QueuedRuns) == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond) // a state, not an event: polled, as waitFor does
+	}
 }
 
 // TestQueueIsVisibleAndEditable: queued runs are listed oldest first and can be
@@ -543,50 +649,328 @@ func TestQueueIsVisibleAndEditable(t *testing.T) {
 	})
 }
 
-// TestTreeRaces: an edit and a regenerate at once; a cancel of a queued run racing its
-// start. Whatever wins, the branch is a path that the events rebuild, and nothing waits
-// forever.
+// TestTreeRaces: an edit and a regenerate at once both start their runs, the later one
+// ends the earlier (or finds it done) and its reply ends the branch, which the events
+// rebuild; a cancel of a queued run racing its start cancels it exactly once, and it never
+// runs after being reported cancelled.
 func TestTreeRaces(t *testing.T) {
 	for _, store := range allStores {
 		t.Run(store, func(t *testing.T) {
-			_, c, sid, _, evs := watchedSession(t, store)
+			a, g := startGated(t, store)
+			c := guest(t, a)
+			sid := c.CreateSession(nil) // the demo agent, INTERRUPT
+			_, evs := c.Connect("graphql-transport-ws").Stream(sid, c.Cursor(sid))
 			u1, _ := turn(c, evs, sid, "one")
-			for range 5 {
+			for k := range 5 {
 				msgs := c.Messages(sid)
 				reply := msgs[len(msgs)-1].ID
+				var editOut, regenOut *tgtest.Response
+				var editErr, regenErr error
 				var wg sync.WaitGroup
 				wg.Add(2)
-				go func() { defer wg.Done(); c.Try(editMutation, map[string]any{"m": u1, "c": "edited"}) }()
-				go func() { defer wg.Done(); c.Try(regenMutation, map[string]any{"m": reply}) }()
+				go func() {
+					defer wg.Done()
+					editOut, editErr = c.Try(editMutation, map[string]any{"m": u1, "c": fmt.Sprintf("edited %d", k)})
+				}()
+				go func() { defer wg.Done(); regenOut, regenErr = c.Try(regenMutation, map[string]any{"m": reply}) }()
 				wg.Wait()
+				if editErr != nil || regenErr != nil {
+					t.Fatalf("round %d: the edit: %v; the regeneration: %v", k, editErr, regenErr)
+				}
+				if len(editOut.Errors) > 0 || len(regenOut.Errors) > 0 {
+					t.Fatalf("round %d: each of an edit and a regeneration at once starts a run; the edit got %+v, the regeneration %+v", k, editOut.Errors, regenOut.Errors)
+				}
+				var e editResult
+				var rg struct {
+					Regenerate struct{ Run struct{ ID string } }
+				}
+				decode(t, editOut, &e)
+				decode(t, regenOut, &rg)
+				editRun, regenRun := e.EditMessage.Run.ID, rg.Regenerate.Run.ID
+				ended := untilEnded(t, evs, editRun, regenRun)
+				// The later of the two is the one whose run the log shows last.
+				first := slices.IndexFunc(evs.All, func(ev tgtest.Event) bool {
+					return ev.Typename == "RunStatusChanged" && (ev.Run.ID == editRun || ev.Run.ID == regenRun)
+				})
+				earlier, later := evs.All[first].Run.ID, editRun
+				if earlier == editRun {
+					later = regenRun
+				}
+				if ended[later] != "COMPLETED" || (ended[earlier] != "COMPLETED" && ended[earlier] != "INTERRUPTED") {
+					t.Fatalf("round %d: the earlier run ended %s, the later %s", k, ended[earlier], ended[later])
+				}
 				waitIdle(t, c, sid)
+				msgs = c.Messages(sid)
+				checkBranch(t, msgs)
+				if last := msgs[len(msgs)-1]; last.Role != "ASSISTANT" || last.RunID != later || last.Status != "COMPLETE" {
+					t.Fatalf("round %d: the branch ends with %+v, want the later run's reply (%s)", k, last, later)
+				}
 			}
 			msgs := c.Messages(sid)
-			checkBranch(t, msgs)
 			untilBranch(t, evs, ids(msgs))
 
-			// A queued run cancelled as it starts: it ends CANCELLED, never runs to its end.
-			c2 := c
-			sq := c2.CreateSession(map[string]any{"busyPolicy": "ENQUEUE"})
-			_, qevs := c2.Connect("graphql-transport-ws").Stream(sq, c2.Cursor(sq))
-			for i := range 5 {
-				_, first := c2.Send(sq, "/slow 1")
-				_, queued, _ := sendPolicy(c2, sq, fmt.Sprintf("queued %d", i), "ENQUEUE")
-				c2.Try(cancelRunID, map[string]any{"s": sq, "r": queued})
-				ended := map[string]string{}
-				for len(ended) < 2 {
-					ev := qevs.Until("the runs' ends", func(ev tgtest.Event) bool {
-						return tgtest.RunEnds(first)(ev) || tgtest.RunEnds(queued)(ev)
-					})
-					ended[ev.Run.ID] = ev.Run.Status
+			// A queued run cancelled as it starts. The first round cancels it while the
+			// run before it still works, the second once it has started; the others send
+			// the cancel as the run before it is let go to its end.
+			sq := c.CreateSession(map[string]any{"agent": "gate", "busyPolicy": "ENQUEUE"})
+			_, qevs := c.Connect("graphql-transport-ws").Stream(sq, c.Cursor(sq))
+			var queuedRuns []string
+			started := map[bool]int{}
+			for i := range 10 {
+				_, first := c.Send(sq, "/gate")
+				qevs.Until("the first run's start", chunk("started. "))
+				_, queued, status := sendPolicy(c, sq, "/hold", "ENQUEUE")
+				if status != "QUEUED" {
+					t.Fatalf("round %d: the second run is %s, want QUEUED", i, status)
 				}
-				if ended[queued] != "CANCELLED" {
-					t.Fatalf("the cancelled run ended %s", ended[queued])
+				queuedRuns = append(queuedRuns, queued)
+				var cancelled *tgtest.Response
+				switch i {
+				case 0:
+					cancelled = c.Do(cancelRunID, map[string]any{"s": sq, "r": queued})
+					g.release(t)
+					g.release(t)
+				case 1:
+					g.release(t)
+					g.release(t)
+					qevs.Until("the queued run's start", func(ev tgtest.Event) bool {
+						return ev.Typename == "RunStatusChanged" && ev.Run.ID == queued && ev.Run.Status == "RUNNING"
+					})
+					cancelled = c.Do(cancelRunID, map[string]any{"s": sq, "r": queued})
+				default:
+					done := make(chan error, 1)
+					go func() {
+						var err error
+						cancelled, err = c.Try(cancelRunID, map[string]any{"s": sq, "r": queued})
+						done <- err
+					}()
+					g.release(t)
+					g.release(t)
+					select {
+					case err := <-done:
+						if err != nil {
+							t.Fatalf("round %d: the cancel: %v", i, err)
+						}
+					case <-time.After(tgtest.Wait):
+						t.Fatalf("round %d: the cancel got no answer within %v", i, tgtest.Wait)
+					}
+				}
+				var out struct{ CancelRun *struct{ ID, Status string } }
+				decode(t, cancelled, &out)
+				if out.CancelRun == nil || out.CancelRun.ID != queued || out.CancelRun.Status != "CANCELLED" {
+					t.Fatalf("round %d: cancelling the queued run answered %s", i, cancelled.Data)
+				}
+				ended := untilEnded(t, qevs, first, queued)
+				if ended[first] != "COMPLETED" || ended[queued] != "CANCELLED" {
+					t.Fatalf("round %d: the first run ended %s, the cancelled one %s", i, ended[first], ended[queued])
+				}
+				if !becomesIdle(c, sq) {
+					checkCancelled(t, qevs.All, g, queued) // says what went on, if the cancelled run did
+					t.Fatalf("round %d: the session did not go idle within %v", i, tgtest.Wait)
+				}
+				ran := checkCancelled(t, qevs.All, g, queued)
+				if (i == 0 && ran) || (i == 1 && !ran) {
+					t.Fatalf("round %d: the queued run started: %v", i, ran)
+				}
+				if i > 1 {
+					started[ran]++
 				}
 			}
-			waitIdle(t, c2, sq)
+			// Nothing cancelled starts later: one more turn, then every run's events again.
+			turn(c, qevs, sq, "last")
+			for _, q := range queuedRuns {
+				checkCancelled(t, qevs.All, g, q)
+			}
+			t.Logf("cancels racing the start of a queued run: %d landed before it started, %d after", started[false], started[true])
 		})
 	}
+}
+
+// show lists messages one a line, for a failure's message.
+func show(msgs []tgtest.Message) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		fmt.Fprintf(&b, "\t%s %s %s (run %s): %q\n", m.ID, m.Role, m.Status, m.RunID, m.Content)
+	}
+	return b.String()
+}
+
+// untilEnded reads evs until each of runs has ended, and returns how each ended.
+func untilEnded(t *testing.T, evs *tgtest.Events, runs ...string) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(tgtest.Wait)
+	for {
+		ended := map[string]string{}
+		for _, ev := range evs.All {
+			for _, r := range runs {
+				if tgtest.RunEnds(r)(ev) {
+					ended[r] = ev.Run.Status
+				}
+			}
+		}
+		if len(ended) == len(runs) {
+			return ended
+		}
+		if _, ok := evs.TryNext(time.Until(deadline)); !ok {
+			t.Fatalf("waiting for the ends of runs %v: only %v within %v", runs, ended, tgtest.Wait)
+		}
+	}
+}
+
+// checkCancelled fails the test unless the run ended CANCELLED exactly once and nothing
+// of it followed: no status, no message, no text, and its agent started at most once,
+// only when the run went RUNNING before it was cancelled. It reports whether it started.
+func checkCancelled(t *testing.T, evs []tgtest.Event, g *gate, run string) (started bool) {
+	t.Helper()
+	var statuses []string
+	mine := map[string]bool{} // the run's messages
+	end := -1
+	for i, ev := range evs {
+		of := false
+		switch ev.Typename {
+		case "RunStatusChanged":
+			if of = ev.Run.ID == run; of {
+				statuses = append(statuses, ev.Run.Status)
+			}
+		case "MessageAdded", "MessageCompleted":
+			if of = ev.Message.RunID == run; of {
+				mine[ev.Message.ID] = true
+			}
+		case "MessageChunk":
+			of = mine[ev.MessageID]
+		}
+		if of && end >= 0 {
+			t.Fatalf("run %s went on after it was cancelled: %+v (statuses %q)", run, ev, statuses)
+		}
+		if ev.Typename == "RunStatusChanged" && ev.Run.ID == run && ev.Run.Status == "CANCELLED" {
+			end = i
+		}
+	}
+	started = slices.Contains(statuses, "RUNNING")
+	if n := len(statuses); n == 0 || statuses[n-1] != "CANCELLED" || slices.Index(statuses, "CANCELLED") != n-1 {
+		t.Fatalf("run %s went %q, want it to end CANCELLED once", run, statuses)
+	}
+	if n := g.starts(run); n > 1 || (n == 1 && !started) {
+		t.Fatalf("run %s (%q) had its agent started %d times", run, statuses, n)
+	}
+	return started
+}
+
+// gate is an agent a test drives, for runs that must end when the test says. A run for
+// "/gate" writes "started. ", waits for the test to let it go (release), takes what was
+// steered to it once, writes "checked. ", waits again, writes "done. " and ends. A run for
+// "/hold" writes "held. " and ends only when stopped. It answers any other message at once
+// with "re: " and the message. It counts how often each run's agent starts.
+type gate struct {
+	open chan struct{}
+
+	mu      sync.Mutex
+	started map[string]int
+}
+
+func newGate() *gate { return &gate{open: make(chan struct{}), started: map[string]int{}} }
+
+// TakesSteers implements service.Steerable.
+func (g *gate) TakesSteers() bool { return true }
+
+// Run implements service.Runner.
+func (g *gate) Run(ctx context.Context, req service.RunRequest, out service.Output) error {
+	g.mu.Lock()
+	g.started[req.RunID]++
+	g.mu.Unlock()
+	last := ""
+	for _, m := range req.History {
+		if m.Role == service.RoleUser && m.Kind == service.KindText {
+			last = m.Content
+		}
+	}
+	wait := func() error {
+		select {
+		case <-g.open:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	switch last {
+	case "/gate":
+		if err := out.Text("started. "); err != nil {
+			return err
+		}
+		if err := wait(); err != nil {
+			return err
+		}
+		steers, err := out.Steers()
+		if err != nil {
+			return err
+		}
+		for _, m := range steers {
+			if err := out.Text(" [steered: " + m.Content + "] "); err != nil {
+				return err
+			}
+		}
+		if err := out.Text("checked. "); err != nil {
+			return err
+		}
+		if err := wait(); err != nil {
+			return err
+		}
+		return out.Text("done. ")
+	case "/hold":
+		if err := out.Text("held. "); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return out.Text("re: " + last)
+}
+
+// release lets one waiting "/gate" run go on.
+func (g *gate) release(t *testing.T) {
+	t.Helper()
+	select {
+	case g.open <- struct{}{}:
+	case <-time.After(tgtest.Wait):
+		t.Fatalf("no run waited at the gate within %v", tgtest.Wait)
+	}
+}
+
+// starts returns how often run's agent started.
+func (g *gate) starts(run string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.started[run]
+}
+
+// startGated starts a server on store with the gate agent beside the demo agent.
+func startGated(t *testing.T, store string) (*testApp, *gate) {
+	t.Helper()
+	g := newGate()
+	a := startApp(t, store, func(cfg *app.Config) {
+		cfg.Agents = func(a *service.Agents) { a.Register("gate", "a run that ends when the test says", g) }
+	})
+	return a, g
+}
+
+// gatedSession starts a server on store with the gate agent, and creates a session of
+// the gate agent's with settings added, followed over graphql-transport-ws.
+func gatedSession(t *testing.T, store string, settings map[string]any) (*gate, *tgtest.Client, string, *tgtest.Events) {
+	t.Helper()
+	a, g := startGated(t, store)
+	c := guest(t, a)
+	all := map[string]any{"agent": "gate"}
+	for k, v := range settings {
+		all[k] = v
+	}
+	sid := c.CreateSession(all)
+	_, evs := c.Connect("graphql-transport-ws").Stream(sid, c.Cursor(sid))
+	return g, c, sid, evs
+}
+
+// chunk matches a chunk of text delta.
+func chunk(delta string) func(tgtest.Event) bool {
+	return func(ev tgtest.Event) bool { return ev.Typename == "MessageChunk" && ev.Delta == delta }
 }
 
 func decode(t *testing.T, resp *tgtest.Response, out any) {

@@ -2,59 +2,70 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 )
 
-// admitted collects the order in which tickets get their slot.
-func admitOrder(t *testing.T, s *scheduler, users []string) []string {
-	t.Helper()
+// admitOrder queues one ticket for each of users, in that order, then gives back each
+// slot as soon as it is given, and returns the order in which the tickets got their
+// slot. It runs on a goroutine of its own: what goes wrong comes back as its error, never
+// as a failure of the test from that goroutine.
+func admitOrder(s *scheduler, users []string) ([]string, error) {
 	order := make(chan string, len(users))
-	ctx := context.Background()
+	errc := make(chan error, len(users))
 	for _, u := range users {
-		u := u
-		ready := make(chan struct{})
+		before := tickets(s, u)
 		go func() {
-			close(ready)
-			if err := s.acquire(ctx, u, false); err != nil {
-				t.Error(err)
+			if err := s.acquire(context.Background(), u, false); err != nil {
+				errc <- fmt.Errorf("acquire for %s: %w", u, err)
 				return
 			}
 			order <- u
 		}()
-		<-ready
 		// Queue in a known order: wait until this ticket is waiting or admitted.
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			busy, waiting := s.stats()
-			if busy+waiting >= 1 && countQueued(s, u) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("ticket never queued")
-			}
-			time.Sleep(time.Millisecond)
+		if !within(5*time.Second, func() bool { return tickets(s, u) > before }) {
+			return nil, fmt.Errorf("%s's ticket never queued", u)
 		}
 	}
 	var got []string
+	deadline := time.After(5 * time.Second)
 	for range users {
 		select {
 		case u := <-order:
 			got = append(got, u)
 			s.release(u)
-		case <-time.After(5 * time.Second):
-			t.Fatalf("only %v admitted", got)
+		case err := <-errc:
+			return got, err
+		case <-deadline:
+			return got, fmt.Errorf("only %v admitted", got)
 		}
 	}
-	return got
+	return got, nil
 }
 
-// countQueued reports whether u has a ticket waiting or a slot.
-func countQueued(s *scheduler, u string) bool {
+// tickets counts u's tickets, waiting or holding a slot.
+func tickets(s *scheduler, u string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.users[u]
-	return q != nil && (len(q.waiting) > 0 || q.active > 0)
+	if q == nil {
+		return 0
+	}
+	return len(q.waiting) + q.active
+}
+
+// within polls cond until it holds (true) or d has passed (false). The scheduler sends no
+// event when a ticket joins the line: its state is all there is to look at.
+func within(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
 }
 
 func TestSchedulerTakesUsersInTurn(t *testing.T) {
@@ -63,23 +74,45 @@ func TestSchedulerTakesUsersInTurn(t *testing.T) {
 	if err := s.acquire(context.Background(), "carol", false); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan []string)
-	go func() { done <- admitOrder(t, s, []string{"alice", "alice", "alice", "bob"}) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, waiting := s.stats(); waiting == 4 {
-			break
+	type result struct {
+		order []string
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		order, err := admitOrder(s, []string{"alice", "alice", "alice", "bob"})
+		done <- result{order, err}
+	}()
+	var early *result
+	queued := within(10*time.Second, func() bool { // longer than admitOrder waits: its error comes first
+		select {
+		case r := <-done:
+			early = &r
+			return true
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("tickets not queued")
-		}
-		time.Sleep(time.Millisecond)
+		_, waiting := s.stats()
+		return waiting == 4
+	})
+	switch {
+	case early != nil:
+		t.Fatalf("admitOrder ended before every ticket queued: %v, %v", early.order, early.err)
+	case !queued:
+		t.Fatal("tickets not queued")
 	}
 	s.release("carol")
-	got := <-done
+	var got result
+	select {
+	case got = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("admitOrder did not return")
+	}
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
 	// Bob's one run goes second, not after alice's whole burst.
-	if want := []string{"alice", "bob", "alice", "alice"}; !equal(got, want) {
-		t.Errorf("admission order %v, want %v", got, want)
+	if want := []string{"alice", "bob", "alice", "alice"}; !equal(got.order, want) {
+		t.Errorf("admission order %v, want %v", got.order, want)
 	}
 }
 
@@ -92,8 +125,8 @@ func TestSchedulerLimitsSlotsAndRunsPerUser(t *testing.T) {
 		}
 	}
 	// Alice is at her limit: her third run waits although a slot is free.
-	third := make(chan struct{})
-	go func() { _ = s.acquire(ctx, "alice", false); close(third) }()
+	third := make(chan error, 1)
+	go func() { third <- s.acquire(ctx, "alice", false) }()
 	waitWaiting(t, s, 1)
 	if err := s.acquire(ctx, "bob", false); err != nil { // the free slot goes to bob
 		t.Fatal(err)
@@ -108,17 +141,25 @@ func TestSchedulerLimitsSlotsAndRunsPerUser(t *testing.T) {
 	}
 	s.release("alice")
 	select {
-	case <-third:
+	case err := <-third:
+		if err != nil {
+			t.Fatalf("alice's waiting run: %v", err)
+		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("alice's waiting run not admitted after she released a slot")
 	}
 	// A run whose context ends while waiting leaves the line.
 	ctx2, cancel := context.WithCancel(ctx)
-	errc := make(chan error)
+	errc := make(chan error, 1)
 	go func() { errc <- s.acquire(ctx2, "dave", false) }()
 	cancel()
-	if err := <-errc; err == nil {
-		t.Fatal("cancelled acquire succeeded")
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Fatal("cancelled acquire succeeded")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a cancelled acquire did not return")
 	}
 	if _, waiting := s.stats(); waiting != 0 {
 		t.Errorf("%d tickets still waiting", waiting)
@@ -139,14 +180,7 @@ func equal(a, b []string) bool {
 
 func waitWaiting(t *testing.T, s *scheduler, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, waiting := s.stats(); waiting == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never %d waiting", n)
-		}
-		time.Sleep(time.Millisecond)
+	if !within(5*time.Second, func() bool { _, waiting := s.stats(); return waiting == n }) {
+		t.Fatalf("never %d waiting", n)
 	}
 }

@@ -11,15 +11,28 @@ cd "$WEB"
 
 log() { printf '\n== %s\n' "$*"; }
 
+# no_browser says why there is no Chromium: under CI=true that fails the run (the browser
+# tests must run there); elsewhere the browser tests are skipped, each saying why.
+no_browser() {
+  if [ "${CI:-}" = true ]; then
+    echo "error: $1; under CI=true the browser tests must run" >&2
+    exit 1
+  fi
+  echo "warning: $1; the browser tests will be skipped"
+}
+
 # Chromium for the browser tests, from Debian's packages when it is missing.
 CHROMIUM="${CHROMIUM_PATH:-/usr/bin/chromium}"
 if [ ! -x "$CHROMIUM" ]; then
   log "installing chromium"
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) ||
-      echo "warning: could not install chromium; the browser tests will be skipped"
+    if ! (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); then
+      no_browser "could not install chromium"
+    elif [ ! -x "$CHROMIUM" ]; then
+      no_browser "chromium was installed, but $CHROMIUM is not it (set CHROMIUM_PATH)"
+    fi
   else
-    echo "warning: no root apt-get here; the browser tests will be skipped"
+    no_browser "no chromium at $CHROMIUM, and no root apt-get here to install it"
   fi
 fi
 
