@@ -151,9 +151,25 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	s := &Store{path: abs, unlock: unlock, hold: opts.CompactHold}
 	if err := s.open(ctx, opts); err != nil {
 		s.release()
+		if cannotWrite(abs) {
+			// Some drivers (ncruces's file layer) say only that the file cannot be
+			// opened when it can be read but not written: say what is wrong.
+			return nil, fmt.Errorf("sqlite: open: %w: %w",
+				service.Errorf(service.EUNAVAILABLE, "storage %s is read-only", abs), err)
+		}
 		return nil, s.fail("open", err)
 	}
 	return s, nil
+}
+
+// cannotWrite reports whether the file at path exists and cannot be opened for writing.
+func cannotWrite(path string) bool {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err == nil {
+		f.Close()
+		return false
+	}
+	return !errors.Is(err, os.ErrNotExist)
 }
 
 // restrictFile makes the database file readable by its owner only (it holds the users'
