@@ -275,7 +275,9 @@ type InputError struct {
 	Err   error
 }
 
-func (e *InputError) Error() string { return fmt.Sprintf("%s[%d]: %s", e.List, e.Index, ErrorMessage(e.Err)) }
+func (e *InputError) Error() string {
+	return fmt.Sprintf("%s[%d]: %s", e.List, e.Index, ErrorMessage(e.Err))
+}
 
 // Unwrap is Err's code with a message that names the input.
 func (e *InputError) Unwrap() error { return Errorf(ErrorCode(e.Err), "%s", e.Error()) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
 )
 
 // sessionState is the service's in-memory side of one session: the lock that serialises
