@@ -165,16 +165,16 @@ func (s *Store) append(b *service.Batch, ch *service.Changes) error {
 		s.messages[m.ID] = cloneMessage(m)
 		sd.messages[m.ID] = struct{}{}
 	}
-	for _, sw := range ch.Switches {
-		if _, ok := sd.messages[sw.ID]; !ok {
-			continue
+	ch.Switches.Each(func(id string, on bool) {
+		if _, ok := sd.messages[id]; !ok {
+			return // another session's message stays where it is
 		}
-		if sw.On {
-			sd.onBranch[sw.ID] = true
+		if on {
+			sd.onBranch[id] = true
 		} else {
-			delete(sd.onBranch, sw.ID)
+			delete(sd.onBranch, id)
 		}
-	}
+	})
 	for _, r := range ch.Runs {
 		s.runs[r.ID] = cloneRun(r)
 		sd.runs[r.ID] = struct{}{}

@@ -679,18 +679,11 @@ func queueWrites(wb *pgx.Batch, preps []*prep, idxs []int) {
 		for _, run := range ch.EndedRuns {
 			ended[0], ended[1] = append(ended[0], run), append(ended[1], id)
 		}
-		// A batch's switches in one statement: the last of each message's holds.
-		last := map[string]bool{}
-		var order []string
-		for _, sw := range ch.Switches {
-			if _, ok := last[sw.ID]; !ok {
-				order = append(order, sw.ID)
-			}
-			last[sw.ID] = sw.On
-		}
-		for _, mid := range order {
-			swSess, swMsg, swOn = append(swSess, id), append(swMsg, mid), append(swOn, last[mid])
-		}
+		// The round's switches in one statement: a round writes each session once, and a
+		// batch's switches name each message once.
+		ch.Switches.Each(func(mid string, on bool) {
+			swSess, swMsg, swOn = append(swSess, id), append(swMsg, mid), append(swOn, on)
+		})
 	}
 	if len(deletes) > 0 {
 		wb.Queue(qDeleteSessions, deletes)

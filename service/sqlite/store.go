@@ -421,12 +421,11 @@ func (w *txWriter) changes(accepted []int, batches []*service.Batch, chs []servi
 		for _, run := range ch.EndedRuns {
 			withdrawals = append(withdrawals, withdrawal{run, b.SessionID})
 		}
-		for _, sw := range ch.Switches {
-			if n := len(switches); n > 0 && switches[n-1].session == b.SessionID && switches[n-1].on == sw.On {
-				switches[n-1].ids = append(switches[n-1].ids, sw.ID)
-				continue
-			}
-			switches = append(switches, switching{b.SessionID, sw.On, []string{sw.ID}})
+		if ids := ch.Switches.Off; len(ids) > 0 {
+			switches = append(switches, switching{b.SessionID, false, ids})
+		}
+		if ids := ch.Switches.On; len(ids) > 0 {
+			switches = append(switches, switching{b.SessionID, true, ids})
 		}
 	}
 	for _, sc := range sessions {
@@ -450,8 +449,8 @@ func (w *txWriter) changes(accepted []int, batches []*service.Batch, chs []servi
 			return w.refusedRow(u, batches, errs)
 		}
 	}
-	// Branches switch once every message is written, in the events' order, one statement
-	// for each stretch of messages that leave or join.
+	// Branches switch once every message is written, batch after batch, one statement
+	// for the messages of a batch that leave and one for those that join.
 	for _, sw := range switches {
 		list, err := json.Marshal(sw.ids)
 		if err != nil {
