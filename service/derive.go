@@ -1,6 +1,7 @@
 package service
 
 import (
+	"slices"
 	"strings"
 	"time"
 )
@@ -20,10 +21,14 @@ type Changes struct {
 	Runs      []*Run
 	Questions []*Question
 	ToolCalls []*ToolCall
-	// Switches are the changes of BranchSelected events to which messages are on the
-	// current branch, in order: a store applies them after upserting Messages (the
-	// upserts never change whether a stored message is on the branch).
-	Switches []Switch
+	// Switches are what the BranchSelected events do to which messages are on the
+	// current branch, net: each message they name once, in On when the last switch that
+	// names it puts it on the branch and in Off otherwise (within one event, Off before
+	// On), each list in the order the messages are first named. A store applies them
+	// after upserting Messages (the upserts never change whether a stored message is on
+	// the branch), to the messages of the batch's session only; as no message is in both
+	// lists, in any order or all at once (see BranchSwitch.Each).
+	Switches BranchSwitch
 	// EndedRuns are runs that reached a final status: their questions that were never
 	// answered are withdrawn (see Withdraws).
 	EndedRuns []string
@@ -38,6 +43,9 @@ type Changes struct {
 func Derive(events []*Event) Changes {
 	var c Changes
 	msgs, runs, qs, calls := map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
+	// The last switch of each message, and the messages in the order first named.
+	var switched map[string]bool
+	var order []string
 	for _, ev := range events {
 		switch ev.Type {
 		case EventMessageAdded, EventMessageCompleted:
@@ -69,12 +77,15 @@ func Derive(events []*Event) Changes {
 			}
 		case EventBranchSelected:
 			if b := ev.Branch; b != nil {
-				for _, id := range b.Off {
-					c.Switches = append(c.Switches, Switch{ID: id})
+				if switched == nil {
+					switched = map[string]bool{}
 				}
-				for _, id := range b.On {
-					c.Switches = append(c.Switches, Switch{ID: id, On: true})
-				}
+				b.Each(func(id string, on bool) {
+					if _, ok := switched[id]; !ok {
+						order = append(order, id)
+					}
+					switched[id] = on
+				})
 			}
 		case EventSessionUpdated:
 			if ev.Session != nil {
@@ -83,13 +94,45 @@ func Derive(events []*Event) Changes {
 			}
 		}
 	}
+	for _, id := range order {
+		if switched[id] {
+			c.Switches.On = append(c.Switches.On, id)
+		} else {
+			c.Switches.Off = append(c.Switches.Off, id)
+		}
+	}
 	return c
 }
 
-// Switch puts one message on the current branch (On) or takes it off.
-type Switch struct {
-	ID string
-	On bool
+// Each calls f for each message b names, with on true where it joins the current branch
+// and false where it leaves it: those of Off, then those of On. Applied in this order, the
+// calls are b's effect, for an event's switch and for the net one of Changes.Switches
+// alike; the SQL stores write the latter as statements instead, since its lists are
+// disjoint.
+func (b *BranchSwitch) Each(f func(id string, on bool)) {
+	for _, id := range b.Off {
+		f(id, false)
+	}
+	for _, id := range b.On {
+		f(id, true)
+	}
+}
+
+// OnBranch returns the messages of c.Messages that are on the current branch once the
+// events are applied, in the order of c.Messages, as a store keeps them: each as its
+// snapshot says (Message.OffBranch), then as c.Switches move it. It is for the events of
+// a whole log, whose messages are all in c.Messages. It filters c.Messages in place: c's
+// Messages are not to be read afterwards.
+func (c *Changes) OnBranch() []*Message {
+	if len(c.Switches.Off) == 0 && len(c.Switches.On) == 0 {
+		return slices.DeleteFunc(c.Messages, func(m *Message) bool { return m.OffBranch })
+	}
+	on := make(map[string]bool, len(c.Messages))
+	for _, m := range c.Messages {
+		on[m.ID] = !m.OffBranch
+	}
+	c.Switches.Each(func(id string, joins bool) { on[id] = joins })
+	return slices.DeleteFunc(c.Messages, func(m *Message) bool { return !on[m.ID] })
 }
 
 // upsertRow puts row at the place of the row with the same id, or at the end.

@@ -58,6 +58,9 @@ func TestDerive(t *testing.T) {
 	s2 := &service.TalkSession{ID: "s", Title: "two"}
 	upd1 := &service.Event{Type: service.EventSessionUpdated, Session: s1}
 	upd2 := &service.Event{Type: service.EventSessionUpdated, Session: s2}
+	switched := func(off, on []string) *service.Event {
+		return &service.Event{Type: service.EventBranchSelected, Branch: &service.BranchSwitch{Off: off, On: on}}
+	}
 
 	for _, tc := range []struct {
 		name   string
@@ -88,8 +91,12 @@ func TestDerive(t *testing.T) {
 			service.Changes{Messages: []*service.Message{replyAdded.Message}}},
 		{"events without their payload change nothing", []*service.Event{
 			{Type: service.EventMessageAdded}, {Type: service.EventRunStatusChanged}, {Type: service.EventQuestionAsked},
-			{Type: service.EventToolCallStarted}, {Type: service.EventSessionUpdated},
+			{Type: service.EventToolCallStarted}, {Type: service.EventSessionUpdated}, {Type: service.EventBranchSelected},
 		}, service.Changes{}},
+		{"switches net out: the last of each message holds, Off before On in one event, in the order first named",
+			[]*service.Event{switched([]string{"a"}, []string{"b"}), switched(nil, []string{"c"}), switched([]string{"c"}, []string{"a"}),
+				switched([]string{"d"}, []string{"b", "d"})},
+			service.Changes{Switches: service.BranchSwitch{Off: []string{"c"}, On: []string{"a", "b", "d"}}}},
 		{"everything at once", []*service.Event{upd1, userAdded, queued, running, replyAdded, started, asked, waiting, answerAdded, answered, finished, replyDone, done},
 			service.Changes{Session: s1, Activity: at(3), Bytes: s1.Size() + int64(len(userAdded.Message.Content)+len(answerAdded.Message.Content)),
 				Messages:  []*service.Message{userAdded.Message, replyDone.Message, answerAdded.Message},
@@ -111,6 +118,31 @@ func TestDerive(t *testing.T) {
 			}
 			if again := service.Derive(tc.events); !reflect.DeepEqual(again, got) {
 				t.Error("Derive is not a function of its events")
+			}
+		})
+	}
+}
+
+func TestChangesOnBranch(t *testing.T) {
+	msgs := func() []*service.Message {
+		return []*service.Message{{ID: "m1"}, {ID: "m2", OffBranch: true}, {ID: "m3"}, {ID: "m4", OffBranch: true}}
+	}
+	for _, tc := range []struct {
+		name     string
+		switches service.BranchSwitch
+		want     []string
+	}{
+		{"without switches, as the snapshots say", service.BranchSwitch{}, []string{"m1", "m3"}},
+		{"then as the switches move them", service.BranchSwitch{Off: []string{"m1", "x"}, On: []string{"m2", "y"}}, []string{"m2", "m3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := service.Changes{Messages: msgs(), Switches: tc.switches}
+			var got []string
+			for _, m := range c.OnBranch() {
+				got = append(got, m.ID)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("OnBranch = %v, want %v", got, tc.want)
 			}
 		})
 	}

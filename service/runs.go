@@ -479,19 +479,7 @@ func (s *core) historyFromTail(st *sessionState) ([]*HistoryMessage, bool) {
 		return nil, false
 	}
 	c := Derive(evs)
-	msgs := c.Messages
-	if len(c.Switches) > 0 {
-		on := make(map[string]bool, len(msgs))
-		for _, m := range msgs {
-			on[m.ID] = !m.OffBranch
-		}
-		for _, sw := range c.Switches {
-			on[sw.ID] = sw.On
-		}
-		msgs = slices.DeleteFunc(msgs, func(m *Message) bool { return !on[m.ID] }) // c is this call's own
-	} else {
-		msgs = slices.DeleteFunc(msgs, func(m *Message) bool { return m.OffBranch })
-	}
+	msgs := c.OnBranch() // c is this call's own
 	slices.SortStableFunc(msgs, func(a, b *Message) int { return cmp.Compare(a.Seq, b.Seq) })
 	qs := make([]*Question, len(c.Questions))
 	for i, q := range c.Questions {

@@ -38,9 +38,10 @@ type Store interface {
 	// a malformed batch (see Batch.Check). A failure of the storage itself (EUNAVAILABLE)
 	// fails every batch of the call. For each batch written, the rows change as
 	// Batch.Derive says: every row of Changes upserted whole (but for whether a stored
-	// message is on the current branch), then Changes.Switches applied in order, the
-	// session's row as Changes.SessionRow says, and the questions Changes.Withdraws names
-	// withdrawn. Append
+	// message is on the current branch), then the messages of the batch's session that
+	// Changes.Switches names put on the branch (On) or taken off it (Off), batch after
+	// batch (a message of another session is left alone), the session's row as
+	// Changes.SessionRow says, and the questions Changes.Withdraws names withdrawn. Append
 	// never changes the batches, their events or their payloads.
 	Append(ctx context.Context, batches []*Batch) (errs []error)
 

@@ -10,10 +10,6 @@ package postgres
 
 import (
 	"encoding/json"
-	"math"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/talkgraph/talkgraph/service"
 )
@@ -103,48 +99,6 @@ const (
 	qDeleteSessions = `DELETE FROM sessions WHERE id = ANY($1::text[])` // the rest goes by ON DELETE CASCADE
 )
 
-// sessionRows are the columns of qInsertSessions.
-type sessionRows struct {
-	id, userID         []string
-	title              [][]byte
-	settings           []string
-	createdAt, updated []int64
-	bytes              []int64 // the creation's Size and what its events add
-}
-
-func (r *sessionRows) add(s *service.TalkSession, settings string, bytes int64) {
-	r.bytes = append(r.bytes, bytes)
-	r.id = append(r.id, s.ID)
-	r.userID = append(r.userID, s.UserID)
-	r.title = append(r.title, dbText(s.Title))
-	r.settings = append(r.settings, settings)
-	r.createdAt = append(r.createdAt, dbTime(s.CreatedAt))
-	r.updated = append(r.updated, dbTime(s.UpdatedAt))
-}
-
-func (r *sessionRows) args() []any {
-	return []any{r.id, r.userID, pgtype.FlatArray[[]byte](r.title), r.settings, r.createdAt, r.updated, r.bytes}
-}
-
-// sessionUpdates are the columns of qUpdateSessions.
-type sessionUpdates struct {
-	id       []string
-	title    [][]byte
-	settings []string
-	updated  []int64
-}
-
-func (r *sessionUpdates) add(id string, s *service.TalkSession, settings string) {
-	r.id = append(r.id, id)
-	r.title = append(r.title, dbText(s.Title))
-	r.settings = append(r.settings, settings)
-	r.updated = append(r.updated, dbTime(s.UpdatedAt))
-}
-
-func (r *sessionUpdates) args() []any {
-	return []any{r.id, pgtype.FlatArray[[]byte](r.title), r.settings, r.updated}
-}
-
 func scanSession(row scanner) (*service.TalkSession, error) {
 	var s service.TalkSession
 	var settings []byte
@@ -192,40 +146,6 @@ const (
 		SELECT talkgraph_all_written((SELECT count(*) FROM w), $12)`
 )
 
-// messageRows are the columns of qUpsertMessages.
-type messageRows struct {
-	id, sessionID             []string
-	seq                       []int64
-	role, kind                []string
-	content                   [][]byte
-	status, runID, questionID []string
-	createdAt                 []int64
-	errText                   [][]byte
-	parentID                  []string
-	onBranch                  []bool
-}
-
-func (r *messageRows) add(m *service.Message) {
-	r.id = append(r.id, m.ID)
-	r.sessionID = append(r.sessionID, m.SessionID)
-	r.seq = append(r.seq, m.Seq)
-	r.role = append(r.role, string(m.Role))
-	r.kind = append(r.kind, string(m.Kind))
-	r.content = append(r.content, dbText(m.Content))
-	r.status = append(r.status, string(m.Status))
-	r.runID = append(r.runID, m.RunID)
-	r.questionID = append(r.questionID, m.QuestionID)
-	r.createdAt = append(r.createdAt, dbTime(m.CreatedAt))
-	r.errText = append(r.errText, dbText(m.Error))
-	r.parentID = append(r.parentID, m.ParentID)
-	r.onBranch = append(r.onBranch, !m.OffBranch)
-}
-
-func (r *messageRows) args() []any {
-	return []any{r.id, r.sessionID, r.seq, r.role, r.kind, pgtype.FlatArray[[]byte](r.content), r.status, r.runID,
-		r.questionID, r.createdAt, pgtype.FlatArray[[]byte](r.errText), int64(len(r.id)), r.parentID, r.onBranch}
-}
-
 func scanMessage(row scanner) (*service.Message, error) {
 	var m service.Message
 	var created int64
@@ -261,40 +181,6 @@ const (
 		RETURNING 1)
 		SELECT talkgraph_all_written((SELECT count(*) FROM w), $12)`
 )
-
-// runRows are the columns of qUpsertRuns.
-type runRows struct {
-	id, sessionID, userID, status []string
-	errText                       [][]byte
-	agent                         []string
-	createdAt                     []int64
-	startedAt, finishedAt         []pgtype.Int8
-	usage                         []pgtype.Text
-	owner                         []string
-	replyTo                       []string
-}
-
-// add adds r, with usage its Usage as JSON ("" for none).
-func (rs *runRows) add(r *service.Run, usage string) {
-	rs.id = append(rs.id, r.ID)
-	rs.sessionID = append(rs.sessionID, r.SessionID)
-	rs.userID = append(rs.userID, r.UserID)
-	rs.status = append(rs.status, string(r.Status))
-	rs.errText = append(rs.errText, dbText(r.Error))
-	rs.agent = append(rs.agent, r.Agent)
-	rs.createdAt = append(rs.createdAt, dbTime(r.CreatedAt))
-	rs.startedAt = append(rs.startedAt, dbNullTime(r.StartedAt))
-	rs.finishedAt = append(rs.finishedAt, dbNullTime(r.FinishedAt))
-	rs.usage = append(rs.usage, pgtype.Text{String: usage, Valid: usage != ""})
-	rs.owner = append(rs.owner, r.Owner)
-	rs.replyTo = append(rs.replyTo, r.ReplyTo)
-}
-
-func (rs *runRows) args() []any {
-	return []any{rs.id, rs.sessionID, rs.userID, rs.status, pgtype.FlatArray[[]byte](rs.errText), rs.agent, rs.createdAt,
-		pgtype.FlatArray[pgtype.Int8](rs.startedAt), pgtype.FlatArray[pgtype.Int8](rs.finishedAt),
-		pgtype.FlatArray[pgtype.Text](rs.usage), rs.owner, int64(len(rs.id)), rs.replyTo}
-}
 
 func scanRun(row scanner) (*service.Run, error) {
 	var r service.Run
@@ -340,47 +226,6 @@ const (
 		SELECT talkgraph_all_written((SELECT count(*) FROM w), $15)`
 )
 
-// questionRows are the columns of qUpsertQuestions.
-type questionRows struct {
-	id, runID, sessionID []string
-	prompt               [][]byte
-	choices              []pgtype.Text
-	answer               [][]byte
-	askedAt              []int64
-	answeredAt           []pgtype.Int8
-	withdrawn            []bool
-	multiple             []bool
-	answerSchema         [][]byte
-	expiresAt            []pgtype.Int8
-	withdrawnReason      []string
-	toolCallID           []string
-}
-
-// add adds q, with choices its Choices as JSON ("" for nil).
-func (r *questionRows) add(q *service.Question, choices string) {
-	r.id = append(r.id, q.ID)
-	r.runID = append(r.runID, q.RunID)
-	r.sessionID = append(r.sessionID, q.SessionID)
-	r.prompt = append(r.prompt, dbText(q.Prompt))
-	r.choices = append(r.choices, pgtype.Text{String: choices, Valid: choices != ""})
-	r.answer = append(r.answer, dbNullText(q.Answer))
-	r.askedAt = append(r.askedAt, dbTime(q.AskedAt))
-	r.answeredAt = append(r.answeredAt, dbNullTime(q.AnsweredAt))
-	r.withdrawn = append(r.withdrawn, q.Withdrawn)
-	r.multiple = append(r.multiple, q.Multiple)
-	r.answerSchema = append(r.answerSchema, dbText(q.AnswerSchema))
-	r.expiresAt = append(r.expiresAt, dbNullTime(q.ExpiresAt))
-	r.withdrawnReason = append(r.withdrawnReason, q.WithdrawnReason)
-	r.toolCallID = append(r.toolCallID, q.ToolCallID)
-}
-
-func (r *questionRows) args() []any {
-	return []any{r.id, r.runID, r.sessionID, pgtype.FlatArray[[]byte](r.prompt), pgtype.FlatArray[pgtype.Text](r.choices),
-		pgtype.FlatArray[[]byte](r.answer), r.askedAt, pgtype.FlatArray[pgtype.Int8](r.answeredAt), r.withdrawn,
-		r.multiple, pgtype.FlatArray[[]byte](r.answerSchema), pgtype.FlatArray[pgtype.Int8](r.expiresAt),
-		r.withdrawnReason, r.toolCallID, int64(len(r.id))}
-}
-
 func scanQuestion(row scanner) (*service.Question, error) {
 	var q service.Question
 	var choices []byte
@@ -419,47 +264,6 @@ const (
 		SELECT talkgraph_all_written((SELECT count(*) FROM w), $15)`
 )
 
-// toolCallRows are the columns of qUpsertToolCalls.
-type toolCallRows struct {
-	id, runID, sessionID, messageID []string
-	name, arguments, output         [][]byte
-	result, errText                 [][]byte
-	status                          []string
-	startedAt                       []int64
-	finishedAt                      []pgtype.Int8
-	callID                          [][]byte
-	approval                        []pgtype.Text // JSON; NULL when none was needed
-}
-
-func (r *toolCallRows) add(tc *service.ToolCall) {
-	r.id = append(r.id, tc.ID)
-	r.runID = append(r.runID, tc.RunID)
-	r.sessionID = append(r.sessionID, tc.SessionID)
-	r.messageID = append(r.messageID, tc.MessageID)
-	r.name = append(r.name, dbText(tc.Name))
-	r.arguments = append(r.arguments, dbText(tc.Arguments))
-	r.output = append(r.output, dbText(tc.Output))
-	r.result = append(r.result, dbNullText(tc.Result))
-	r.errText = append(r.errText, dbNullText(tc.Error))
-	r.status = append(r.status, string(tc.Status))
-	r.startedAt = append(r.startedAt, dbTime(tc.StartedAt))
-	r.finishedAt = append(r.finishedAt, dbNullTime(tc.FinishedAt))
-	r.callID = append(r.callID, dbText(tc.CallID))
-	var approval pgtype.Text
-	if tc.Approval != nil {
-		b, _ := json.Marshal(tc.Approval.UTC()) // a struct of strings and times: it encodes
-		approval = pgtype.Text{String: string(b), Valid: true}
-	}
-	r.approval = append(r.approval, approval)
-}
-
-func (r *toolCallRows) args() []any {
-	b := func(v [][]byte) any { return pgtype.FlatArray[[]byte](v) }
-	return []any{r.id, r.runID, r.sessionID, r.messageID, b(r.name), b(r.arguments), b(r.output), b(r.result),
-		b(r.errText), r.status, r.startedAt, pgtype.FlatArray[pgtype.Int8](r.finishedAt), b(r.callID),
-		pgtype.FlatArray[pgtype.Text](r.approval), int64(len(r.id))}
-}
-
 func scanToolCall(row scanner) (*service.ToolCall, error) {
 	var tc service.ToolCall
 	var started int64
@@ -491,78 +295,6 @@ const (
 		WHERE e.session_id = $1 AND e.seq = v.seq`
 	qDropEvents = `DELETE FROM events WHERE session_id = $1 AND seq = ANY($2::bigint[])`
 )
-
-// eventRow is one event, encoded once per Append call: its payloads are JSON.
-type eventRow struct {
-	seq, at, offset, coalescedFrom int64
-	typ, key, messageID            string
-	delta                          []byte
-	payloads                       [6]pgtype.Text // message, run, question, tool call, session, branch
-}
-
-// encodeEvent encodes e for qInsertEvents.
-func encodeEvent(e *service.Event) (eventRow, error) {
-	r := eventRow{seq: e.Seq, at: dbTime(e.At), offset: int64(e.Offset), coalescedFrom: e.CoalescedFrom,
-		typ: string(e.Type), key: e.Key, messageID: e.MessageID, delta: dbText(e.Delta)}
-	for i, p := range []any{e.Message, e.Run, e.Question, e.ToolCall, e.Session, e.Branch} {
-		if isNil := [...]bool{e.Message == nil, e.Run == nil, e.Question == nil, e.ToolCall == nil, e.Session == nil, e.Branch == nil}[i]; isNil {
-			continue
-		}
-		b, err := json.Marshal(p)
-		if err != nil {
-			return r, err
-		}
-		r.payloads[i] = pgtype.Text{String: string(b), Valid: true}
-	}
-	return r, nil
-}
-
-// eventRows are the columns of qInsertEvents.
-type eventRows struct {
-	sessionID                        []string
-	seq                              []int64
-	typ                              []string
-	at                               []int64
-	key, messageID                   []string
-	delta                            [][]byte
-	offset, coalescedFrom            []int64
-	message, run, question, tc, sess []pgtype.Text
-	branch                           []pgtype.Text
-}
-
-func (r *eventRows) add(sessionID string, e *eventRow) {
-	r.sessionID = append(r.sessionID, sessionID)
-	r.seq = append(r.seq, e.seq)
-	r.typ = append(r.typ, e.typ)
-	r.at = append(r.at, e.at)
-	r.key = append(r.key, e.key)
-	r.messageID = append(r.messageID, e.messageID)
-	r.delta = append(r.delta, e.delta)
-	r.offset = append(r.offset, e.offset)
-	r.coalescedFrom = append(r.coalescedFrom, e.coalescedFrom)
-	r.message = append(r.message, e.payloads[0])
-	r.run = append(r.run, e.payloads[1])
-	r.question = append(r.question, e.payloads[2])
-	r.tc = append(r.tc, e.payloads[3])
-	r.sess = append(r.sess, e.payloads[4])
-	r.branch = append(r.branch, e.payloads[5])
-}
-
-func (r *eventRows) args() []any {
-	t := func(v []pgtype.Text) any { return pgtype.FlatArray[pgtype.Text](v) }
-	return []any{r.sessionID, r.seq, r.typ, r.at, r.key, r.messageID, pgtype.FlatArray[[]byte](r.delta), r.offset,
-		r.coalescedFrom, t(r.message), t(r.run), t(r.question), t(r.tc), t(r.sess), t(r.branch)}
-}
-
-// rewriteArgs are the arguments of qRewriteEvents for the folded events of a session.
-func rewriteArgs(sessionID string, folded []*service.Event) []any {
-	seqs, offsets, from := make([]int64, len(folded)), make([]int64, len(folded)), make([]int64, len(folded))
-	deltas := make([][]byte, len(folded))
-	for i, e := range folded {
-		seqs[i], offsets[i], from[i], deltas[i] = e.Seq, int64(e.Offset), e.CoalescedFrom, dbText(e.Delta)
-	}
-	return []any{sessionID, seqs, pgtype.FlatArray[[]byte](deltas), offsets, from}
-}
 
 func scanEvent(row scanner) (*service.Event, error) {
 	var e service.Event
@@ -614,25 +346,6 @@ const (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])`
 )
 
-// idempotencyRows are the columns of qInsertIdempotency.
-type idempotencyRows struct {
-	userID, key, sessionID, messageID, runID []string
-	createdAt                                []int64
-}
-
-func (r *idempotencyRows) add(rec *service.IdempotencyRecord) {
-	r.userID = append(r.userID, rec.UserID)
-	r.key = append(r.key, rec.Key)
-	r.sessionID = append(r.sessionID, rec.SessionID)
-	r.messageID = append(r.messageID, rec.MessageID)
-	r.runID = append(r.runID, rec.RunID)
-	r.createdAt = append(r.createdAt, dbTime(rec.CreatedAt))
-}
-
-func (r *idempotencyRows) args() []any {
-	return []any{r.userID, r.key, r.sessionID, r.messageID, r.runID, r.createdAt}
-}
-
 func scanIdempotency(row scanner) (*service.IdempotencyRecord, error) {
 	var r service.IdempotencyRecord
 	var created int64
@@ -679,118 +392,3 @@ const (
 	qPing = `INSERT INTO meta (name, value) VALUES ('ping:' || pg_backend_pid(), '\x00'::bytea)
 		ON CONFLICT (name) DO UPDATE SET value = excluded.value`
 )
-
-// Column types.
-
-// scanner is a pgx.Row or pgx.Rows.
-type scanner interface {
-	Scan(dest ...any) error
-}
-
-// Times are nanoseconds since the Unix epoch: exact, and ordered as the times are. The
-// zero time is the smallest int64; other times must lie within int64 nanoseconds
-// (timeFits), which Append checks before it writes.
-const zeroTime = math.MinInt64
-
-var (
-	minTime = time.Unix(0, math.MinInt64+1)
-	maxTime = time.Unix(0, math.MaxInt64)
-)
-
-// timeFits reports whether t can be stored.
-func timeFits(t time.Time) bool {
-	return t.IsZero() || (!t.Before(minTime) && !t.After(maxTime))
-}
-
-func dbTime(t time.Time) int64 {
-	if t.IsZero() {
-		return zeroTime
-	}
-	return t.UnixNano()
-}
-
-// dbBound is t as a bound for comparisons: times beyond what can be stored compare
-// beyond every stored time.
-func dbBound(t time.Time) int64 {
-	switch {
-	case t.IsZero():
-		return zeroTime
-	case t.Before(minTime):
-		return math.MinInt64 + 1
-	case t.After(maxTime):
-		return math.MaxInt64
-	}
-	return t.UnixNano()
-}
-
-func dbNullTime(t *time.Time) pgtype.Int8 {
-	if t == nil {
-		return pgtype.Int8{}
-	}
-	return pgtype.Int8{Int64: dbTime(*t), Valid: true}
-}
-
-func goTime(n int64) time.Time {
-	if n == zeroTime {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
-
-func goNullTime(n *int64) *time.Time {
-	if n == nil {
-		return nil
-	}
-	t := goTime(*n)
-	return &t
-}
-
-// dbText is free text as stored (bytea): its bytes, never nil (nil is NULL).
-func dbText(s string) []byte {
-	if s == "" {
-		return []byte{}
-	}
-	return []byte(s)
-}
-
-func dbNullText(s *string) []byte {
-	if s == nil {
-		return nil
-	}
-	return dbText(*s)
-}
-
-// textCol scans a NOT NULL bytea column of free text.
-type textCol struct{ s *string }
-
-func (c textCol) ScanBytes(b []byte) error {
-	*c.s = string(b)
-	return nil
-}
-
-// nullTextCol scans a bytea column of free text that may be NULL.
-type nullTextCol struct{ s **string }
-
-func (c nullTextCol) ScanBytes(b []byte) error {
-	if b == nil {
-		*c.s = nil
-		return nil
-	}
-	s := string(b)
-	*c.s = &s
-	return nil
-}
-
-// sqlLimit turns "0 or less means no limit" into LIMIT NULL.
-func sqlLimit(n int) any {
-	if n <= 0 {
-		return nil
-	}
-	return int64(n)
-}
-
-func utcPtr(t *time.Time) {
-	if t != nil {
-		*t = t.UTC()
-	}
-}

@@ -392,43 +392,6 @@ func (s *Store) Ping(ctx context.Context) error {
 	return s.fail("ping", s.ping(ctx))
 }
 
-// ReleaseMemory gives back what SQLite's page caches hold beyond the pages in use, on
-// every connection (PRAGMA shrink_memory), and forgets the sessions' log ends it knows.
-// The caches grow to their bound (cache_size) as a crowd of sessions is written and read,
-// and keep that size after the crowd has gone; call it when the server is quiet, since
-// the pages read next come from the operating system's cache again.
-//
-// It takes the read pool's connections all at once (the pool hands out the one returned
-// last, so taking them in turn would shrink one of them again and again); reads wait
-// meanwhile, so give ctx a short deadline: connections busy until then keep their caches.
-func (s *Store) ReleaseMemory(ctx context.Context) error {
-	if err := s.check(); err != nil {
-		return err
-	}
-	shrink := func(db *sql.DB, n int) error {
-		var errs []error
-		conns := make([]*sql.Conn, 0, n)
-		for range n {
-			c, err := db.Conn(ctx)
-			if err != nil {
-				errs = append(errs, err)
-				break
-			}
-			conns = append(conns, c)
-		}
-		for _, c := range conns {
-			_, err := c.ExecContext(context.WithoutCancel(ctx), "PRAGMA shrink_memory")
-			errs = append(errs, err, c.Close())
-		}
-		return errors.Join(errs...)
-	}
-	s.wmu.Lock()
-	err := shrink(s.w, 1)
-	s.last = map[string]int64{} // read again as needed (see appendTx)
-	s.wmu.Unlock()
-	return errors.Join(err, shrink(s.r, s.readConns), shrink(s.ckpt, 1))
-}
-
 // minFree is the least free space on the database's file system for Ping to pass.
 const minFree = 1 << 20
 
@@ -493,59 +456,3 @@ func (s *Store) check() error {
 	}
 	return nil
 }
-
-// fail turns err from operation op into the error the Store returns: EUNAVAILABLE, with a
-// message fit for a user, when the storage cannot be reached or written, wrapped around
-// the driver's error for the log. Coded errors and context errors pass through.
-func (s *Store) fail(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var coded *service.Error
-	if errors.As(err, &coded) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("sqlite: %s: %w", op, err)
-	}
-	if msg := unavailable(err); msg != "" {
-		return fmt.Errorf("sqlite: %s: %w: %w", op, service.Errorf(service.EUNAVAILABLE, "%s", msg), err)
-	}
-	return fmt.Errorf("sqlite: %s: %w", op, err)
-}
-
-// unavailable returns what is wrong with the storage when err says it cannot be reached or
-// written, and "" for other errors.
-func unavailable(err error) string {
-	code, ok := driverCode(err)
-	if !ok {
-		return ""
-	}
-	switch code {
-	case codeFull:
-		return "storage is full"
-	case codeBusy, codeLocked:
-		return "storage is locked by another process"
-	case codeReadOnly:
-		return "storage is read-only"
-	case codeIOErr:
-		return "storage cannot be read or written (disk I/O error)"
-	case codeCantOpen, codePerm:
-		return "storage cannot be opened"
-	case codeCorrupt, codeNotADB:
-		return "storage is damaged"
-	}
-	return ""
-}
-
-// SQLite's primary result codes (https://sqlite.org/rescode.html), the same whatever the
-// driver; driverCode gives them.
-const (
-	codePerm       = 3
-	codeBusy       = 5
-	codeLocked     = 6
-	codeReadOnly   = 8
-	codeIOErr      = 10
-	codeCorrupt    = 11
-	codeFull       = 13
-	codeCantOpen   = 14
-	codeConstraint = 19
-	codeNotADB     = 26
-)

@@ -3,7 +3,6 @@ package sqlite_test
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -190,61 +189,6 @@ func TestSecret(t *testing.T) {
 	}
 }
 
-// holdWriteLock makes another connection, as another process would, take the database's
-// write lock until the test ends or release is called.
-func holdWriteLock(t *testing.T, path string) (release func()) {
-	t.Helper()
-	db, err := sql.Open(sqlite.DriverName, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	conn, err := db.Conn(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
-	done := false
-	release = func() {
-		if !done {
-			done = true
-			if _, err := conn.ExecContext(context.Background(), "ROLLBACK"); err != nil {
-				t.Errorf("ROLLBACK: %v", err)
-			}
-			conn.Close()
-		}
-	}
-	t.Cleanup(release)
-	return release
-}
-
-func TestPingFailsWhileLocked(t *testing.T) {
-	ctx := t.Context()
-	path := tempPath(t)
-	s := mustOpen(t, path, sqlite.Options{BusyTimeout: 50 * time.Millisecond})
-	if err := create(s, "s1"); err != nil {
-		t.Fatal(err)
-	}
-	release := holdWriteLock(t, path)
-
-	unavailable(t, "Ping while another process writes", s.Ping(ctx), "locked by another process")
-	err := appendOne(s, chunkBatch("s1", 1, "x"))
-	unavailable(t, "Append while another process writes", err, "locked by another process")
-	if _, err := s.Session(ctx, "s1"); err != nil {
-		t.Errorf("Session while another process writes: %v (reads should go on)", err)
-	}
-
-	release()
-	if err := s.Ping(ctx); err != nil {
-		t.Errorf("Ping after the lock is released: %v", err)
-	}
-	if err := appendOne(s, chunkBatch("s1", 1, "x")); err != nil {
-		t.Errorf("Append after the lock is released: %v", err)
-	}
-}
-
 func TestOpenFailsWhenReadOnly(t *testing.T) {
 	ctx := t.Context()
 	path := tempPath(t)
@@ -310,49 +254,6 @@ func TestPingFailsWhenFileRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	unavailable(t, "Ping after the file was removed", s.Ping(t.Context()), "removed")
-}
-
-func TestSecondStoreFailsFast(t *testing.T) {
-	ctx := t.Context()
-	path := tempPath(t)
-	first := mustOpen(t, path, sqlite.Options{})
-	const timeout = 2 * time.Second
-	start := time.Now()
-	second, err := sqlite.Open(ctx, path, sqlite.Options{BusyTimeout: timeout})
-	if err == nil {
-		second.Close()
-		t.Fatal("Open of a file another Store has open succeeded, want EUNAVAILABLE")
-	}
-	if elapsed := time.Since(start); elapsed >= timeout {
-		t.Errorf("Open took %v, want less than the busy timeout %v", elapsed, timeout)
-	}
-	unavailable(t, "second Open", err, "in use by another process")
-
-	// Once the first is closed, the file is free.
-	if err := first.Close(); err != nil {
-		t.Fatal(err)
-	}
-	mustOpen(t, path, sqlite.Options{})
-}
-
-func TestOpenWhileLockedGivesUp(t *testing.T) {
-	ctx := t.Context()
-	path := tempPath(t)
-	s := mustOpen(t, path, sqlite.Options{})
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	holdWriteLock(t, path)
-	const timeout = 100 * time.Millisecond
-	start := time.Now()
-	s, err := sqlite.Open(ctx, path, sqlite.Options{BusyTimeout: timeout})
-	if err == nil {
-		s.Close()
-	}
-	unavailable(t, "Open while another process writes", err, "locked by another process")
-	if elapsed := time.Since(start); elapsed > timeout+5*time.Second {
-		t.Errorf("Open took %v with a busy timeout of %v", elapsed, timeout)
-	}
 }
 
 func TestFull(t *testing.T) {
@@ -503,65 +404,5 @@ func TestFilesAreTheOwnersOnly(t *testing.T) {
 	mustOpen(t, old, sqlite.Options{})
 	if fi, err := os.Stat(old); err != nil || fi.Mode().Perm()&0o077 != 0 {
 		t.Errorf("an existing database left readable by others: %v %v", fi.Mode(), err)
-	}
-}
-
-// TestCompactLetsAppendInBetweenItsTransactions: a compaction of many streams commits in
-// slices, and a round of the writer that comes meanwhile is written between two of them
-// rather than after the last.
-func TestCompactLetsAppendInBetweenItsTransactions(t *testing.T) {
-	ctx := t.Context()
-	s := mustOpen(t, tempPath(t), sqlite.Options{CompactHold: time.Nanosecond})
-	const streams = 3
-	var cs []service.Compaction
-	for i := range streams {
-		id := fmt.Sprintf("s%d", i)
-		if err := create(s, id); err != nil {
-			t.Fatal(err)
-		}
-		for seq := int64(1); seq <= 4; seq++ {
-			b := chunkBatch(id, seq, "ab")
-			b.Events[0].Offset = int(seq-1) * 2
-			if err := appendOne(s, b); err != nil {
-				t.Fatal(err)
-			}
-		}
-		cs = append(cs, service.Compaction{SessionID: id, Key: "m1", FromSeq: 1})
-	}
-	if err := create(s, "other"); err != nil {
-		t.Fatal(err)
-	}
-
-	var slices []int
-	appended := make(chan error, 1)
-	sqlite.OnCompactSlice(s, func(done, left int) {
-		slices = append(slices, done)
-		if len(slices) == 1 {
-			// The compaction is not over: an Append must not wait for it to end.
-			go func() { appended <- appendOne(s, chunkBatch("other", 1, "x")) }()
-			select {
-			case err := <-appended:
-				if err != nil {
-					t.Errorf("Append between two slices of a compaction: %v", err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Errorf("Append did not get in between two slices of a compaction (%d streams left)", left)
-			}
-		}
-	})
-	if err := s.Compact(ctx, cs); err != nil {
-		t.Fatal(err)
-	}
-	if len(slices) != streams {
-		t.Errorf("Compact of %d streams with CompactHold 1ns wrote %d transactions (%v), want one per stream", streams, len(slices), slices)
-	}
-	for _, c := range cs {
-		evs, err := s.Events(ctx, c.SessionID, 0, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(evs) != 1 || evs[0].Seq != 4 || evs[0].Delta != "abababab" || evs[0].CoalescedFrom != 1 {
-			t.Errorf("%s after compaction: %+v, want one chunk at 4 with abababab from 1", c.SessionID, evs)
-		}
 	}
 }

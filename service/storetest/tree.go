@@ -18,6 +18,7 @@ var treeTests = []struct {
 }{
 	{"Tree/Messages is the current branch, as MessageAdded and Switches leave it", testTreeBranch},
 	{"Tree/a switch and a snapshot in one batch: the snapshot does not move the message", testTreeSwitchWithSnapshot},
+	{"Tree/the last switch of each message holds, in a batch and across batches", testTreeSwitchesNet},
 	{"Tree/Message reads a message off the branch, saying so", testTreeMessageOffBranch},
 	{"Tree/Children by Seq, up to a limit; first messages under \"\"", testTreeChildren},
 	{"Tree/CountMessages counts every branch", testTreeCount},
@@ -117,6 +118,57 @@ func testTreeSwitchWithSnapshot(t *testing.T, s service.Store) {
 	if m.Status != service.MessageComplete || !m.OffBranch || m.ParentID != "u1" {
 		t.Fatalf("the completed reply reads %+v", m)
 	}
+}
+
+func testTreeSwitchesNet(t *testing.T, s service.Store) {
+	l := create(t, s, newSession("s1", "u1", at(0)))
+	a1b := child("a1b", "s1", "u1", service.RoleAssistant)
+	a1b.OffBranch = true
+	l.append(added(child("u1", "s1", "", service.RoleUser)), added(child("a1", "s1", "u1", service.RoleAssistant)), added(a1b))
+	wantEqual(t, "before", branchIDs(t, s, "s1"), []string{"u1", "a1"})
+
+	// One batch takes a1 off and puts it back, and puts a1b on and takes it off.
+	l.append(switched("a1b", []string{"a1"}, []string{"a1b"}), switched("a1", []string{"a1b"}, []string{"a1"}))
+	wantEqual(t, "off and on again in one batch", branchIDs(t, s, "s1"), []string{"u1", "a1"})
+
+	// A message added off the branch, switched on, off and on again in the batch that adds it.
+	a1c := child("a1c", "s1", "u1", service.RoleAssistant)
+	a1c.OffBranch = true
+	l.append(added(a1c), switched("a1c", []string{"a1"}, []string{"a1c"}),
+		switched("a1", []string{"a1c"}, []string{"a1"}), switched("a1c", []string{"a1"}, []string{"a1c"}))
+	wantEqual(t, "a new message switched three times in its batch", branchIDs(t, s, "s1"), []string{"u1", "a1c"})
+
+	// Several batches in one Append, with another session's between them: the later holds.
+	l2 := create(t, s, newSession("s2", "u1", at(0)))
+	x1b := child("x1b", "s2", "", service.RoleUser)
+	x1b.OffBranch = true
+	l2.append(added(child("x1", "s2", "", service.RoleUser)), added(x1b))
+	var bs []*service.Batch
+	for _, sw := range [][2]string{{"a1c", "a1b"}, {"a1b", "a1"}, {"a1", "a1b"}} {
+		bs = append(bs, l.batch(switched(sw[1], []string{sw[0]}, []string{sw[1]})))
+		l.last++
+		if len(bs) == 1 {
+			bs = append(bs, l2.batch(switched("x1b", []string{"x1", "a1"}, []string{"x1b", "a1c"})))
+			l2.last++
+		}
+	}
+	mustAppend(t, s, bs...)
+	wantEqual(t, "three batches of s1 in one Append", branchIDs(t, s, "s1"), []string{"u1", "a1b"})
+	wantEqual(t, "s2's batch among them", branchIDs(t, s, "s2"), []string{"x1b"})
+	for id, off := range map[string]bool{"a1": true, "a1b": false, "a1c": true, "x1": true, "x1b": false} {
+		m, err := s.Message(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.OffBranch != off {
+			t.Fatalf("%s reads OffBranch %v, want %v", id, m.OffBranch, off)
+		}
+	}
+
+	// And in an Append of its own, back where it started, with an event that names a1 in
+	// both lists: it leaves, then joins.
+	l.append(switched("a1", []string{"a1b", "a1"}, []string{"a1"}))
+	wantEqual(t, "batch after batch", branchIDs(t, s, "s1"), []string{"u1", "a1"})
 }
 
 func testTreeMessageOffBranch(t *testing.T, s service.Store) {

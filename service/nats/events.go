@@ -1,0 +1,87 @@
+package nats
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/talkgraph/talkgraph/service"
+)
+
+type follow struct {
+	sub     *nats.Subscription
+	deliver func([]*service.Event)
+	// last is, by sender, the send time of the last batch taken: a replica stamps what it
+	// sends with times that only grow, and publishes a session's events in order, so a
+	// batch that is not newer was seen before.
+	last map[string]time.Time
+}
+
+// Publish implements service.Cluster: the events go sealed for their session's subject.
+func (c *Cluster) Publish(sessionID string, events []*service.Event) {
+	data, err := json.Marshal(events)
+	if err != nil {
+		c.opts.Log.Error("encoding events for NATS", "session", sessionID, "err", err)
+		return
+	}
+	subject := c.names.events(sessionID)
+	env, _ := c.seal.seal([]byte(subject), c.opts.Name, data)
+	if err := c.nc.Publish(subject, env); err != nil {
+		c.opts.Log.Debug("publishing events", "session", sessionID, "err", err)
+	}
+}
+
+// Follow implements service.Cluster.
+func (c *Cluster) Follow(sessionID string, deliver func([]*service.Event)) (func(), error) {
+	sub, err := c.nc.ChanSubscribe(c.names.events(sessionID), c.events)
+	if err != nil {
+		return nil, service.Errorf(service.EUNAVAILABLE, "cannot follow a session on NATS: %v", err)
+	}
+	f := &follow{sub: sub, deliver: deliver, last: map[string]time.Time{}}
+	c.mu.Lock()
+	c.followers[sub.Subject] = f
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		if c.followers[sub.Subject] == f {
+			delete(c.followers, sub.Subject)
+		}
+		c.mu.Unlock()
+		_ = sub.Unsubscribe()
+	}, nil
+}
+
+// deliverEvents hands every followed session's events to its follower, in order.
+func (c *Cluster) deliverEvents() {
+	for {
+		select {
+		case m := <-c.events:
+			c.mu.Lock()
+			f := c.followers[m.Subject]
+			c.mu.Unlock()
+			if f == nil {
+				continue
+			}
+			o, err := c.seal.open([]byte(m.Subject), m.Data, time.Now())
+			if err != nil {
+				c.drop(m.Subject, err)
+				continue
+			}
+			// Only this goroutine touches f.last.
+			if last, ok := f.last[o.sender]; ok && !o.sentAt.After(last) {
+				c.dropFor(m.Subject, dropReplayed)
+				continue
+			}
+			f.last[o.sender] = o.sentAt
+			var evs []*service.Event
+			if err := json.Unmarshal(o.body, &evs); err != nil {
+				c.opts.Log.Warn("undecodable events from NATS", "subject", m.Subject, "err", err)
+				continue
+			}
+			f.deliver(evs)
+		case <-c.done:
+			return
+		}
+	}
+}
