@@ -42,14 +42,6 @@ func strictness(p ToolPolicy) int {
 	return 0
 }
 
-// stricter returns the stricter of a and b.
-func stricter(a, b ToolPolicy) ToolPolicy {
-	if strictness(b) > strictness(a) {
-		return b
-	}
-	return a
-}
-
 // policyLevel says whose word a tool's policy is, so that a call refused is told why.
 type policyLevel int
 
