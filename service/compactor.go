@@ -10,7 +10,8 @@ import (
 // note in the log, when too many wait. st.mu must be held: when the session's tail still
 // holds the stream whole, and the store is a SoleWriter, the folding is made from the
 // tail here, so that the store need not read the events back.
-func (s *core) compactSoon(st *sessionState, key string, fromSeq int64) {
+func (st *sessionState) compactSoonLocked(key string, fromSeq int64) {
+	s := st.c
 	if fromSeq <= 0 {
 		return
 	}

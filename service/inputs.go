@@ -62,7 +62,7 @@ func (s *core) openLocked(t *txn, ar *activeRun, ws ...*waiting) {
 	if len(ar.inputs) == 0 && ar.run.Status != RunWaitingForInput {
 		r := *ar.run
 		r.Status = RunWaitingForInput
-		s.add(t, runEvent(&r))
+		t.add(runEvent(&r))
 		snap = &r
 	}
 	t.onCommit(func() {
@@ -91,7 +91,7 @@ func (s *core) closeLocked(t *txn, ar *activeRun, ends map[string]inputEnd, from
 	if left == 0 && !ar.sealed && ar.run.Status == RunWaitingForInput {
 		r := *ar.run
 		r.Status = RunRunning
-		s.add(t, runEvent(&r))
+		t.add(runEvent(&r))
 		snap = &r
 	}
 	t.onCommit(func() {
@@ -129,10 +129,10 @@ func (s *core) expire(ar *activeRun, id string) {
 	if w == nil || ar.sealed || st.active != ar {
 		return
 	}
-	t := s.begin(st)
+	t := st.beginLocked()
 	end := s.withdrawLocked(t, w, ReasonExpired)
 	s.closeLocked(t, ar, map[string]inputEnd{id: end}, nil)
-	if err := s.commitLocked(context.Background(), t); err != nil {
+	if err := t.commitLocked(context.Background()); err != nil {
 		w.timer = time.AfterFunc(time.Second, func() { s.expire(ar, id) })
 	}
 }
@@ -145,7 +145,7 @@ func (s *core) withdrawLocked(t *txn, w *waiting, reason string) inputEnd {
 	if q := w.question; q != nil {
 		cp := *q
 		cp.Withdrawn, cp.WithdrawnReason = true, reason
-		s.add(t, &Event{Type: EventQuestionWithdrawn, Question: &cp})
+		t.add(&Event{Type: EventQuestionWithdrawn, Question: &cp})
 		t.onCommit(func() { *q = cp })
 		return inputEnd{withdrawn: reason}
 	}
@@ -155,7 +155,7 @@ func (s *core) withdrawLocked(t *txn, w *waiting, reason string) inputEnd {
 	approval.Reason = reason
 	snap.Approval, snap.Status, snap.FinishedAt = &approval, ToolCancelled, &now
 	cp := snap
-	s.add(t, &Event{Type: EventToolCallFinished, ToolCall: &cp})
+	t.add(&Event{Type: EventToolCallFinished, ToolCall: &cp})
 	t.onCommit(func() { *tool.call = snap })
 	return inputEnd{rejected: &Rejected{Reason: reason}}
 }
@@ -417,7 +417,7 @@ func (s *core) respondToInputs(ctx context.Context, u, sessionID string, answers
 		ds = append(ds, decided{w, d})
 	}
 
-	t := s.begin(st)
+	t := st.beginLocked()
 	now := s.now()
 	ends := map[string]inputEnd{}
 	res := &Responded{}
@@ -428,7 +428,7 @@ func (s *core) respondToInputs(ctx context.Context, u, sessionID string, answers
 		am := &Message{ID: newID(), SessionID: st.id, Role: RoleUser, Kind: KindAnswer, Content: a.answer,
 			Status: MessageComplete, RunID: q.RunID, QuestionID: q.ID, CreatedAt: now}
 		qa, qm := done, done
-		s.add(t, &Event{Type: EventMessageAdded, Message: am, Question: &qm}, &Event{Type: EventQuestionAnswered, Question: &qa})
+		t.add(&Event{Type: EventMessageAdded, Message: am, Question: &qm}, &Event{Type: EventQuestionAnswered, Question: &qa})
 		t.onCommit(func() { *q = done })
 		if ar.parked {
 			// No agent waits in this process: the asking tool's call (ask_user) has the
@@ -461,14 +461,14 @@ func (s *core) respondToInputs(ctx context.Context, u, sessionID string, answers
 		}
 		snap.Approval = &approval
 		cp := snap
-		s.add(t, &Event{Type: EventToolApprovalDecided, ToolCall: &cp})
+		t.add(&Event{Type: EventToolApprovalDecided, ToolCall: &cp})
 		t.onCommit(func() { *tool.call = snap })
 		ends[tool.call.ID] = end
 		out := snap
 		res.ToolCalls = append(res.ToolCalls, &out)
 	}
 	s.closeLocked(t, ar, ends, ctx)
-	if err := s.commitLocked(ctx, t); err != nil {
+	if err := t.commitLocked(ctx); err != nil {
 		return nil, err
 	}
 	r := *ar.run
@@ -620,7 +620,7 @@ func (o *output) pose(spec QuestionSpec) (*waiting, error) {
 	if ar.sealed || ar.writeErr != nil {
 		return nil, o.ended()
 	}
-	t := s.begin(st)
+	t := st.beginLocked()
 	s.writeText(t, ar)
 	if ar.msg != nil {
 		s.completeMessage(t, ar, MessageComplete, "")
@@ -631,11 +631,11 @@ func (o *output) pose(spec QuestionSpec) (*waiting, error) {
 		AnswerSchema: spec.AnswerSchema, AskedAt: now, ExpiresAt: &expires, ToolCallID: spec.ToolCallID}
 	qm := &Message{ID: newID(), SessionID: st.id, Role: RoleAssistant, Kind: KindQuestion, Content: prompt, Status: MessageComplete, RunID: ar.run.ID, QuestionID: q.ID, CreatedAt: now}
 	asked, withMsg := *q, *q
-	s.add(t, &Event{Type: EventMessageAdded, Message: qm, Question: &withMsg}, &Event{Type: EventQuestionAsked, Question: &asked})
+	t.add(&Event{Type: EventMessageAdded, Message: qm, Question: &withMsg}, &Event{Type: EventQuestionAsked, Question: &asked})
 	w := &waiting{id: q.ID, question: q, expiresAt: expires, done: make(chan inputEnd, 1)}
 	s.openLocked(t, ar, w)
 	t.onCommit(func() { ar.replied = true })
-	if err := s.commitLocked(ar.ctx, t); err != nil {
+	if err := t.commitLocked(ar.ctx); err != nil {
 		return nil, err
 	}
 	return w, nil
@@ -696,10 +696,10 @@ func (o *output) stopWaiting(w *waiting) (end inputEnd, ended bool, err error) {
 			return inputEnd{}, false, o.ended()
 		}
 	}
-	t := s.begin(st)
+	t := st.beginLocked()
 	withdrawn := s.withdrawLocked(t, w, ReasonAgentDone)
 	s.closeLocked(t, ar, map[string]inputEnd{w.id: withdrawn}, nil)
-	if err := s.commitLocked(ar.ctx, t); err != nil {
+	if err := t.commitLocked(ar.ctx); err != nil {
 		return inputEnd{}, false, err
 	}
 	<-w.done // the withdrawal, handed over by closeLocked

@@ -125,7 +125,7 @@ func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) 
 	}
 	if policy == BusySteer {
 		t, msg, run := s.planSteer(st, sess, u, a)
-		if err := s.commitLocked(ctx, t); err != nil {
+		if err := t.commitLocked(ctx); err != nil {
 			return nil, nil, err
 		}
 		return msg, run, nil
@@ -144,7 +144,7 @@ func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) 
 		if err != nil {
 			return nil, nil, err
 		}
-		err = s.commitLocked(ctx, t)
+		err = t.commitLocked(ctx)
 		switch {
 		case err == nil:
 			r := *run
@@ -172,7 +172,7 @@ func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) 
 // An error means that nothing was planned (the switch could not be read); t is then
 // discarded unwritten.
 func (s *core) planAdd(ctx context.Context, st *sessionState, sess *TalkSession, u string, a addition, policy BusyPolicy, switchNow, tryAdmit bool) (t *txn, msg *Message, run *Run, admitted bool, err error) {
-	t = s.begin(st)
+	t = st.beginLocked()
 	// willStart: the new run becomes the active one (nothing else runs, or INTERRUPT ends
 	// what runs).
 	willStart := st.active == nil || policy == BusyInterrupt
@@ -183,7 +183,7 @@ func (s *core) planAdd(ctx context.Context, st *sessionState, sess *TalkSession,
 		for _, q := range st.queue {
 			snap := *q
 			snap.Status, snap.FinishedAt = RunInterrupted, &now
-			s.add(t, runEvent(&snap))
+			t.add(runEvent(&snap))
 		}
 		t.onCommit(func() {
 			for range s.dropQueueLocked(st) {
@@ -216,9 +216,9 @@ func (s *core) planAdd(ctx context.Context, st *sessionState, sess *TalkSession,
 	if a.regenerated != nil {
 		run.ReplyTo = a.regenerated.ParentID
 		if sw != nil {
-			s.add(t, sw)
+			t.add(sw)
 		}
-		s.add(t, runEvent(run))
+		t.add(runEvent(run))
 	} else {
 		msg = &Message{ID: newID(), SessionID: sess.ID, Role: RoleUser, Kind: KindText, Content: a.content,
 			Status: MessageComplete, RunID: run.ID, CreatedAt: now}
@@ -238,7 +238,7 @@ func (s *core) planAdd(ctx context.Context, st *sessionState, sess *TalkSession,
 		}
 		added := *msg
 		evs = append([]*Event{{Type: EventMessageAdded, Message: &added, At: now}}, evs...)
-		s.add(t, append(evs, runEvent(run))...)
+		t.add(append(evs, runEvent(run))...)
 		msg.Seq, msg.ParentID = added.Seq, added.ParentID
 		msg.OffBranch = !switchNow && a.edited != nil
 		s.titleFrom(t, sess, a.content, now)
@@ -266,7 +266,7 @@ func (s *core) titleFrom(t *txn, sess *TalkSession, content string, now time.Tim
 	named := *sess
 	named.Title = truncate(strings.Join(strings.Fields(content), " "), 60)
 	named.UpdatedAt = now
-	s.add(t, &Event{Type: EventSessionUpdated, Session: &named})
+	t.add(&Event{Type: EventSessionUpdated, Session: &named})
 }
 
 // replay answers a retried addMessage with what the first call created.

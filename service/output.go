@@ -51,7 +51,7 @@ func (o *output) Text(delta string) error {
 		return Errorf(EINVALID, "the reply is longer than this server allows (%d bytes)", s.cfg.MaxReplyBytes)
 	}
 	ar.text.add(delta)
-	s.flushSoonLocked(ar.st)
+	ar.st.flushSoonLocked()
 	return nil
 }
 
@@ -104,7 +104,7 @@ func (o *output) StartTool(id, name, arguments string, opts ...ToolOption) (Tool
 	if ar.msg == nil {
 		s.newMessageLocked(ar)
 	}
-	t := s.begin(st)
+	t := st.beginLocked()
 	s.announce(t, ar) // the call belongs to the message
 	s.writeText(t, ar)
 	now := s.now()
@@ -121,16 +121,16 @@ func (o *output) StartTool(id, name, arguments string, opts ...ToolOption) (Tool
 		call.Approval = &ToolApproval{RequestedArguments: arguments, ExpiresAt: expires}
 	}
 	cp := *call
-	s.add(t, &Event{Type: EventToolCallStarted, ToolCall: &cp})
+	t.add(&Event{Type: EventToolCallStarted, ToolCall: &cp})
 	tool := &toolState{call: call, fromSeq: t.next}
 	if policy == PolicyAsk {
 		requested := *call
-		s.add(t, &Event{Type: EventToolApprovalRequested, ToolCall: &requested})
+		t.add(&Event{Type: EventToolApprovalRequested, ToolCall: &requested})
 		w = &waiting{id: call.ID, tool: tool, expiresAt: call.Approval.ExpiresAt, done: make(chan inputEnd, 1)}
 		s.openLocked(t, ar, w)
 	}
 	t.onCommit(func() { ar.tools[call.ID] = tool })
-	if err := s.commitLocked(ar.ctx, t); err != nil {
+	if err := t.commitLocked(ar.ctx); err != nil {
 		return nil, err
 	}
 	return &toolHandle{o: o, tool: tool}, nil
@@ -253,7 +253,7 @@ func (h *toolHandle) Output(delta string) error {
 		return Errorf(EINVALID, "the tool's output is longer than this server allows")
 	}
 	h.tool.out.add(delta)
-	s.flushSoonLocked(ar.st)
+	ar.st.flushSoonLocked()
 	return nil
 }
 
@@ -267,7 +267,7 @@ func (h *toolHandle) Finish(result string, err error) error {
 	if err := tool.runningErr(); err != nil {
 		return err
 	}
-	t := s.begin(ar.st)
+	t := ar.st.beginLocked()
 	if err != nil {
 		msg := ErrorMessage(err)
 		if ErrorCode(err) == EINTERNAL {
@@ -278,7 +278,7 @@ func (h *toolHandle) Finish(result string, err error) error {
 		r := truncateBytes(result, s.cfg.MaxReplyBytes)
 		s.finishTool(t, tool, ToolCompleted, &r, nil)
 	}
-	return s.commitLocked(ar.ctx, t)
+	return t.commitLocked(ar.ctx)
 }
 
 // runningErr is ECONFLICT when the call is not running: it waits for approval, or it is

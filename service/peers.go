@@ -95,7 +95,7 @@ func (solo) lostTrack(*sessionState)           {}
 
 func (p solo) reconcileLocked(ctx context.Context, st *sessionState) error {
 	st.log.synced = false
-	return p.s.readyLocked(ctx, st)
+	return st.readyLocked(ctx)
 }
 
 func (solo) elsewhere(context.Context, *SessionView) {}
@@ -117,7 +117,7 @@ func (s *core) recoverRun(ctx context.Context, run *Run) error {
 	defer s.releaseState(st)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if err := s.readyLocked(ctx, st); err != nil {
+	if err := st.readyLocked(ctx); err != nil {
 		return err
 	}
 	if ar := st.active; ar != nil && ar.run.ID == run.ID {
@@ -180,15 +180,15 @@ func (s *core) recoverRunLocked(ctx context.Context, st *sessionState, run *Run)
 		}
 		s.adoptLocked(st, ar, true)
 		ar.replied = true // it asked
-		t := s.begin(st)
+		t := st.beginLocked()
 		// The agent that resumes writes a reply of its own: the messages it was writing
 		// end here with their durable text, COMPLETE (they hold what it wrote before it
 		// waited, and the calls it waits on), rather than stay STREAMING for ever.
 		for _, m := range streaming {
 			done := *m
 			done.Content, done.Status = texts[m.ID], MessageComplete
-			s.add(t, &Event{Type: EventMessageCompleted, Message: &done})
-			t.onCommit(func() { s.compactSoon(st, m.ID, m.Seq+1) })
+			t.add(&Event{Type: EventMessageCompleted, Message: &done})
+			t.onCommit(func() { st.compactSoonLocked(m.ID, m.Seq+1) })
 		}
 		for _, c := range running {
 			if asksFor(qs, c) {
@@ -209,7 +209,7 @@ func (s *core) recoverRunLocked(ctx context.Context, st *sessionState, run *Run)
 			ws = append(ws, &waiting{id: c.ID, tool: ar.tools[c.ID], expiresAt: c.Approval.ExpiresAt, done: make(chan inputEnd, 1)})
 		}
 		s.openLocked(t, ar, ws...)
-		if err := s.commitLocked(ctx, t); err != nil {
+		if err := t.commitLocked(ctx); err != nil {
 			return err
 		}
 		if len(ws) == 0 { // everything was answered before the process died: go on
@@ -220,7 +220,7 @@ func (s *core) recoverRunLocked(ctx context.Context, st *sessionState, run *Run)
 
 	// RUNNING: the process died while the agent worked. What was written stays, marked
 	// INTERRUPTED; the agent is not run again behind the user's back.
-	t := s.begin(st)
+	t := st.beginLocked()
 	for i, m := range streaming {
 		if i == len(streaming)-1 {
 			ar.msg, ar.announced = m, true
@@ -229,14 +229,14 @@ func (s *core) recoverRunLocked(ctx context.Context, st *sessionState, run *Run)
 		}
 		done := *m
 		done.Content, done.Status = texts[m.ID], MessageInterrupted
-		s.add(t, &Event{Type: EventMessageCompleted, Message: &done})
-		t.onCommit(func() { s.compactSoon(st, m.ID, m.Seq+1) })
+		t.add(&Event{Type: EventMessageCompleted, Message: &done})
+		t.onCommit(func() { st.compactSoonLocked(m.ID, m.Seq+1) })
 	}
 	s.adoptLocked(st, ar, false)
 	ar.crashed = true
 	s.planFinish(t, ar, RunInterrupted, "")
 	t.onAbort(func() { s.dropActiveLocked(st) })
-	return s.commitLocked(ctx, t)
+	return t.commitLocked(ctx)
 }
 
 // streamedTexts rebuilds, from the chunk events after Seq from (up to Seq upTo, when > 0),

@@ -414,7 +414,7 @@ func (r *replicas) remote(st *sessionState, evs []*Event) {
 		i++
 	}
 	st.log.append(evs[i:])
-	r.s.noteDurable(st, evs[i:], nil)
+	st.noteDurableLocked(evs[i:], nil)
 }
 
 // resync brings every followed session up to date with the store, after the broker was
@@ -490,7 +490,7 @@ func (r *replicas) reconcile(st *sessionState) {
 func (r *replicas) reconcileLocked(ctx context.Context, st *sessionState) error {
 	s := r.s
 	st.log.synced = false
-	if err := s.readyLocked(ctx, st); err != nil {
+	if err := st.readyLocked(ctx); err != nil {
 		return err
 	}
 	lost := func(run *Run) bool {

@@ -381,7 +381,7 @@ func (s *core) startRunLocked(ar *activeRun) (RunRequest, error) {
 	// write below proves that none has.
 	current := s.sole
 	if ar.run.Status != RunRunning {
-		t := s.begin(st)
+		t := st.beginLocked()
 		if to := ar.run.ReplyTo; to != "" {
 			// An edit or a regeneration that waited: its branch becomes current now.
 			sw, err := s.switchTo(ar.ctx, t, to, false)
@@ -389,12 +389,12 @@ func (s *core) startRunLocked(ar *activeRun) (RunRequest, error) {
 				return RunRequest{}, err
 			}
 			if sw != nil {
-				s.add(t, sw)
+				t.add(sw)
 			}
 		}
 		snap := s.admit(t, ar.run)
 		t.onCommit(func() { ar.run.setState(snap) })
-		if err := s.commitLocked(ar.ctx, t); err != nil {
+		if err := t.commitLocked(ar.ctx); err != nil {
 			return RunRequest{}, err // ERATELIMIT: execute tries again
 		}
 		current = true
@@ -416,7 +416,7 @@ func (s *core) admit(t *txn, run *Run) *Run {
 	snap := *run
 	now := s.now()
 	snap.Status, snap.StartedAt = RunRunning, &now
-	s.add(t, runEvent(&snap))
+	t.add(runEvent(&snap))
 	t.b.Admit = s.peers.admission(&snap, s.cfg.RunsPerUser)
 	return &snap
 }
@@ -506,9 +506,9 @@ func (s *core) historyFromTail(st *sessionState) ([]*HistoryMessage, bool) {
 func (s *core) finishLockedRetrying(ar *activeRun, status RunStatus, msg string) {
 	pause := 50 * time.Millisecond
 	for !ar.sealed {
-		t := s.begin(ar.st)
+		t := ar.st.beginLocked()
 		s.planFinish(t, ar, status, msg)
-		err := s.commitLocked(context.Background(), t)
+		err := t.commitLocked(context.Background())
 		if err == nil || ar.sealed {
 			return
 		}
@@ -581,14 +581,14 @@ func (s *core) planFinish(t *txn, ar *activeRun, status RunStatus, errMsg string
 		// A failed run shows in the history even when it wrote nothing.
 		now := s.now()
 		m := &Message{ID: newID(), SessionID: st.id, Role: RoleAssistant, Kind: KindText, Status: MessageFailed, Error: errMsg, RunID: ar.run.ID, CreatedAt: now}
-		s.add(t, &Event{Type: EventMessageAdded, Message: m})
+		t.add(&Event{Type: EventMessageAdded, Message: m})
 		done := *m
-		s.add(t, &Event{Type: EventMessageCompleted, Message: &done})
+		t.add(&Event{Type: EventMessageCompleted, Message: &done})
 	}
 	snap := *ar.run
 	now := s.now()
 	snap.Status, snap.Error, snap.FinishedAt = status, errMsg, &now
-	s.add(t, runEvent(&snap))
+	t.add(runEvent(&snap))
 	s.planSteersLeft(t, ar, status)
 	t.onCommit(func() {
 		ar.run.setState(&snap)
@@ -658,9 +658,9 @@ func (s *core) cancelRun(ctx context.Context, sessionID, runID string) (*Run, er
 	if ar == nil {
 		return nil, nil
 	}
-	t := s.begin(st)
+	t := st.beginLocked()
 	s.planFinish(t, ar, RunCancelled, "")
-	if err := s.commitLocked(ctx, t); err != nil {
+	if err := t.commitLocked(ctx); err != nil {
 		return nil, err
 	}
 	r := *ar.run
@@ -683,13 +683,13 @@ func (s *core) cancelQueuedLocked(ctx context.Context, st *sessionState, runID s
 	snap := *st.queue[i]
 	now := s.now()
 	snap.Status, snap.FinishedAt = RunCancelled, &now
-	t := s.begin(st)
-	s.add(t, runEvent(&snap))
+	t := st.beginLocked()
+	t.add(runEvent(&snap))
 	t.onCommit(func() {
 		s.keepQueuedLocked(st, func(r *Run) bool { return r.ID != runID })
 		s.countRun(RunCancelled)
 	})
-	if err := s.commitLocked(ctx, t); err != nil {
+	if err := t.commitLocked(ctx); err != nil {
 		return nil, err
 	}
 	return &snap, nil

@@ -267,9 +267,9 @@ func (s *Service) Close() {
 		st.log.waitIdle()
 		if ar := st.active; ar != nil {
 			if ar.run.Status == RunRunning {
-				t := s.begin(st)
+				t := st.beginLocked()
 				s.planFinish(t, ar, RunInterrupted, "")
-				if err := s.commitLocked(context.Background(), t); err != nil {
+				if err := t.commitLocked(context.Background()); err != nil {
 					s.log.Warn("recording an interrupted run at shutdown; it is recovered at the next start", "session", st.id, "err", err)
 				}
 			}

@@ -53,7 +53,7 @@ func (s *core) viewOf(ctx context.Context, sess *TalkSession) *SessionView {
 	st := s.acquireState(sess)
 	defer s.releaseState(st)
 	st.mu.Lock()
-	v := s.viewLocked(sess, st)
+	v := st.viewLocked(sess)
 	st.mu.Unlock()
 	if v.ActiveRun == nil {
 		s.peers.elsewhere(ctx, v)
@@ -62,7 +62,7 @@ func (s *core) viewOf(ctx context.Context, sess *TalkSession) *SessionView {
 }
 
 // viewLocked builds the view of sess from its state; st.mu must be held.
-func (s *core) viewLocked(sess *TalkSession, st *sessionState) *SessionView {
+func (st *sessionState) viewLocked(sess *TalkSession) *SessionView {
 	v := &SessionView{TalkSession: sess, Status: SessionIdle}
 	c := Cursor{Seq: sess.LastSeq}
 	switch end := st.log.end; {
@@ -355,20 +355,20 @@ func (s *core) changeSession(ctx context.Context, id string, change func(*TalkSe
 		return nil, err
 	}
 	if updated.Title == sess.Title && reflect.DeepEqual(updated.Settings, sess.Settings) {
-		return s.viewLocked(sess, st), nil // nothing changes: nothing is written, updatedAt stays
+		return st.viewLocked(sess), nil // nothing changes: nothing is written, updatedAt stays
 	}
 	updated.UpdatedAt = s.now()
 	if err := s.checkQuota(ctx, sess.UserID, 0, updated.Size()); err != nil {
 		return nil, err
 	}
-	t := s.begin(st)
+	t := st.beginLocked()
 	snap := updated
-	s.add(t, &Event{Type: EventSessionUpdated, Session: &snap})
+	t.add(&Event{Type: EventSessionUpdated, Session: &snap})
 	t.onCommit(func() { s.counted(sess.UserID, 0, updated.Size()) })
-	if err := s.commitLocked(ctx, t); err != nil {
+	if err := t.commitLocked(ctx); err != nil {
 		return nil, err
 	}
-	return s.viewLocked(&updated, st), nil
+	return st.viewLocked(&updated), nil
 }
 
 // DeleteTalkSession deletes a session and its history, stopping its run; subscriptions to
@@ -386,12 +386,12 @@ func (s *core) deleteSession(ctx context.Context, id string) error {
 		return err
 	}
 	defer unlock()
-	t := s.begin(st)
+	t := st.beginLocked()
 	t.b.Delete = true
 	t.onCommit(func() {
 		s.dropActiveLocked(st)
 		s.dropQueueLocked(st)
 		s.forget(st.userID)
 	})
-	return s.commitLocked(ctx, t)
+	return t.commitLocked(ctx)
 }

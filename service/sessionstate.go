@@ -102,7 +102,7 @@ func (s *core) lockSession(ctx context.Context, id string) (*TalkSession, *sessi
 	st := s.acquireState(sess)
 	st.mu.Lock()
 	unlock := func() { st.mu.Unlock(); s.releaseState(st) }
-	if err := s.readyLocked(ctx, st); err != nil {
+	if err := st.readyLocked(ctx); err != nil {
 		unlock()
 		return nil, nil, nil, err
 	}
@@ -130,7 +130,7 @@ func (s *core) lockLive(ctx context.Context, id string) (*TalkSession, *sessionS
 	}
 	st.mu.Lock()
 	unlock := func() { st.mu.Unlock(); s.releaseState(st) }
-	if s.readyLocked(ctx, st) != nil || st.sess == nil {
+	if st.readyLocked(ctx) != nil || st.sess == nil {
 		unlock()
 		return nil, nil, nil
 	}
@@ -142,13 +142,14 @@ func (s *core) lockLive(ctx context.Context, id string) (*TalkSession, *sessionS
 
 // readyLocked waits until no write of st is out and brings st's log up to date with the
 // store (see sessionLog: synced). ENOTFOUND once the session is deleted.
-func (s *core) readyLocked(ctx context.Context, st *sessionState) error {
+func (st *sessionState) readyLocked(ctx context.Context) error {
+	s := st.c
 	st.log.waitIdle()
 	if st.log.deleted {
 		return Errorf(ENOTFOUND, "session not found")
 	}
 	if st.log.synced {
-		return s.loadLeafLocked(ctx, st)
+		return st.loadLeafLocked(ctx)
 	}
 	// A state is created from a session read before it; an older state of the session may
 	// have written more in between. The log continues from what is stored.
@@ -168,7 +169,7 @@ func (s *core) readyLocked(ctx context.Context, st *sessionState) error {
 		st.log.resetEnd(end)
 	}
 	st.log.synced = true
-	return s.loadLeafLocked(ctx, st)
+	return st.loadLeafLocked(ctx)
 }
 
 // storedEnd returns the position after the session's last stored event, whose Seq is
@@ -190,11 +191,12 @@ func (s *core) storedEnd(ctx context.Context, sessionID string, lastSeq int64) (
 
 // begin starts a write to st's log (see sessionLog.begin); st.mu must be held, and stays
 // held until the write is committed.
-func (s *core) begin(st *sessionState) *txn { return st.log.begin(st) }
+func (st *sessionState) beginLocked() *txn { return st.log.begin(st) }
 
 // add appends events to the write, numbering them. Their payloads must be snapshots that
 // nothing changes afterwards.
-func (s *core) add(t *txn, evs ...*Event) {
+func (t *txn) add(evs ...*Event) {
+	s := t.st.c
 	now := s.now()
 	for _, ev := range evs {
 		ev.SessionID = t.st.id
@@ -211,7 +213,7 @@ func (s *core) add(t *txn, evs ...*Event) {
 				// A message joins the current branch at its end: its parent is the
 				// branch's last message, and it becomes the last.
 				if m.ParentID == "" {
-					m.ParentID = s.leafOf(t)
+					m.ParentID = t.leafOf()
 				}
 				t.leaf = m.ID
 			}
@@ -225,9 +227,10 @@ func (s *core) add(t *txn, evs ...*Event) {
 // leafOf returns the current branch's last message as t's events so far leave it,
 // reading the store once when this process does not know it (a session just loaded, or
 // whose log was read again).
-func (s *core) leafOf(t *txn) string {
+func (t *txn) leafOf() string {
+	s := t.st.c
 	if !t.leafKnown {
-		if err := s.loadLeafLocked(context.Background(), t.st); err != nil {
+		if err := t.st.loadLeafLocked(context.Background()); err != nil {
 			s.log.Warn("reading the current branch", "session", t.st.id, "err", err)
 		}
 		t.leaf, t.leafKnown = t.st.log.leaf, true
@@ -237,7 +240,8 @@ func (s *core) leafOf(t *txn) string {
 
 // loadLeafLocked reads the current branch's last message from the store, unless st's
 // log knows it.
-func (s *core) loadLeafLocked(ctx context.Context, st *sessionState) error {
+func (st *sessionState) loadLeafLocked(ctx context.Context) error {
+	s := st.c
 	if st.log.leafKnown {
 		return nil
 	}
@@ -259,9 +263,10 @@ func (s *core) loadLeafLocked(ctx context.Context, st *sessionState) error {
 // commitLocked writes t and, once it is durable, applies it (see sessionLog.settle and
 // settled). When the write fails its undo funcs run and the error is returned, and the
 // running agent goes on as it was. st.mu must be held; it stays held throughout.
-func (s *core) commitLocked(ctx context.Context, t *txn) error {
+func (t *txn) commitLocked(ctx context.Context) error {
+	s := t.st.c
 	err := t.st.log.commit(ctx, s.writer, t)
-	s.settled(t, err)
+	t.settled(err)
 	if err != nil {
 		s.log.Warn("write failed", "session", t.st.id, "err", err)
 	}
@@ -273,13 +278,14 @@ func (s *core) commitLocked(ctx context.Context, t *txn) error {
 // copy of the session's row and its counters follow the events, and the other processes
 // sharing the store are told; refused because the log moved on, the replicas check
 // whether the session's runs are still this one's.
-func (s *core) settled(t *txn, err error) {
+func (t *txn) settled(err error) {
+	s := t.st.c
 	st := t.st
 	switch {
 	case err == nil && t.b.Delete:
 		s.peers.published(st, nil)
 	case err == nil && len(t.b.Events) > 0: // nil events would tell the others "deleted"
-		s.noteDurable(st, t.b.Events, t.b.derived)
+		st.noteDurableLocked(t.b.Events, t.b.derived)
 		s.peers.published(st, t.b.Events)
 	case isNotNext(err):
 		s.peers.lostTrack(st)
@@ -290,7 +296,8 @@ func (s *core) settled(t *txn, err error) {
 // durable, written here (ch their changes) or by another process (ch nil): its copy of
 // the session's row, which changes as a store's does (Changes.ApplySession), and the
 // count of streamed chunks.
-func (s *core) noteDurable(st *sessionState, evs []*Event, ch *Changes) {
+func (st *sessionState) noteDurableLocked(evs []*Event, ch *Changes) {
+	s := st.c
 	rows := false
 	for _, ev := range evs {
 		if ev.Type.Chunky() {
@@ -328,7 +335,7 @@ func (st *sessionState) take(at time.Time) (*Batch, bool) {
 		st.log.relist(st.c.writer, st)
 		return nil, false
 	}
-	t := st.c.takeTextLocked(st)
+	t := st.takeTextLocked()
 	if t == nil {
 		return nil, false
 	}
@@ -343,7 +350,7 @@ func (st *sessionState) written(err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	t, err := st.log.written(err)
-	s.settled(t, err)
+	t.settled(err)
 	if err == nil {
 		return
 	}
@@ -358,6 +365,7 @@ func (st *sessionState) written(err error) {
 
 // flushSoonLocked has the writer take st's streamed text at once, or once FlushInterval
 // has passed since its last flush.
-func (s *core) flushSoonLocked(st *sessionState) {
+func (st *sessionState) flushSoonLocked() {
+	s := st.c
 	st.log.flushSoon(s.writer, st, s.cfg.FlushInterval)
 }

@@ -36,13 +36,13 @@ func (s *core) steerable(ar *activeRun) bool {
 // the message waits for the agent (activeRun.steers).
 func (s *core) planSteer(st *sessionState, sess *TalkSession, u string, a addition) (*txn, *Message, *Run) {
 	ar := st.active
-	t := s.begin(st)
+	t := st.beginLocked()
 	s.writeText(t, ar)
 	now := s.now()
 	msg := &Message{ID: newID(), SessionID: sess.ID, Role: RoleUser, Kind: KindText, Content: a.content,
 		Status: MessageComplete, RunID: ar.run.ID, CreatedAt: now}
 	added := *msg
-	s.add(t, &Event{Type: EventMessageAdded, Message: &added, At: now})
+	t.add(&Event{Type: EventMessageAdded, Message: &added, At: now})
 	msg.Seq, msg.ParentID = added.Seq, added.ParentID
 	s.titleFrom(t, sess, a.content, now)
 	if a.key != "" {
@@ -72,9 +72,9 @@ func (o *output) Steers() ([]Message, error) {
 	if ar.msg != nil {
 		// The reply so far is complete: what the agent writes after the steer is a new
 		// message, after it on the branch.
-		t := s.begin(st)
+		t := st.beginLocked()
 		s.completeMessage(t, ar, MessageComplete, "")
-		if err := s.commitLocked(ar.ctx, t); err != nil {
+		if err := t.commitLocked(ar.ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -100,7 +100,7 @@ func (s *core) planSteersLeft(t *txn, ar *activeRun, status RunStatus) {
 	if run.Agent == "" {
 		run.Agent = ar.run.Agent
 	}
-	s.add(t, runEvent(run))
+	t.add(runEvent(run))
 	st := ar.st
 	t.onCommit(func() { st.queue = append([]*Run{run}, st.queue...) })
 }

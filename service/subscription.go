@@ -53,7 +53,7 @@ func (s *Service) Subscribe(ctx context.Context, sessionID, after string, notify
 	}
 	st := s.acquireState(sess)
 	st.mu.Lock()
-	if err := s.readyLocked(ctx, st); err != nil {
+	if err := st.readyLocked(ctx); err != nil {
 		st.mu.Unlock()
 		s.releaseState(st)
 		s.subs.Add(-1)

@@ -79,7 +79,7 @@ func (s *core) chunk(t *txn, text *textStream, typ EventType, key, messageID str
 	if !ok {
 		return
 	}
-	s.add(t, &Event{Type: typ, Key: key, MessageID: messageID, Delta: delta, Offset: off})
+	t.add(&Event{Type: typ, Key: key, MessageID: messageID, Delta: delta, Offset: off})
 	t.onCommit(text.commit)
 	t.onAbort(text.abort)
 }
@@ -94,7 +94,7 @@ func (s *core) announce(t *txn, ar *activeRun) int64 {
 		return ar.msg.Seq
 	}
 	m := *ar.msg
-	s.add(t, &Event{Type: EventMessageAdded, Message: &m})
+	t.add(&Event{Type: EventMessageAdded, Message: &m})
 	msg := ar.msg
 	t.onCommit(func() {
 		msg.Seq, msg.ParentID = m.Seq, m.ParentID
@@ -120,12 +120,13 @@ func (s *core) writeText(t *txn, ar *activeRun) {
 
 // takeTextLocked takes the streamed text of st's run that waits to be written into a
 // write for the writer's round; nil when there is none. st.mu must be held.
-func (s *core) takeTextLocked(st *sessionState) *txn {
+func (st *sessionState) takeTextLocked() *txn {
+	s := st.c
 	ar := st.active
 	if ar == nil || ar.sealed || ar.parked {
 		return nil
 	}
-	t := st.log.begin(st)
+	t := st.beginLocked()
 	s.writeText(t, ar)
 	if len(t.b.Events) == 0 {
 		return nil
@@ -146,9 +147,9 @@ func (s *core) completeMessage(t *txn, ar *activeRun, status MessageStatus, errM
 	if status == MessageFailed {
 		done.Error = errMsg
 	}
-	s.add(t, &Event{Type: EventMessageCompleted, Message: &done})
+	t.add(&Event{Type: EventMessageCompleted, Message: &done})
 	t.onCommit(func() {
-		s.compactSoon(ar.st, m.ID, seq+1)
+		ar.st.compactSoonLocked(m.ID, seq+1)
 		if ar.msg == m {
 			ar.msg, ar.announced, ar.text = nil, false, textStream{}
 		}
@@ -163,10 +164,10 @@ func (s *core) finishTool(t *txn, tool *toolState, status ToolCallStatus, result
 	snap.Status, snap.Result, snap.Error, snap.FinishedAt = status, result, errMsg, &now
 	snap.Output = tool.out.all()
 	cp := snap
-	s.add(t, &Event{Type: EventToolCallFinished, ToolCall: &cp})
+	t.add(&Event{Type: EventToolCallFinished, ToolCall: &cp})
 	st := t.st
 	t.onCommit(func() {
 		*tool.call = snap
-		s.compactSoon(st, snap.ID, tool.fromSeq)
+		st.compactSoonLocked(snap.ID, tool.fromSeq)
 	})
 }

@@ -169,18 +169,18 @@ func (s *core) selectBranch(ctx context.Context, m *Message) (*SessionView, erro
 	if st.active != nil || len(st.queue) > 0 {
 		return nil, Errorf(ECONFLICT, "the agent is working on this session: stop it, or wait, before switching branches")
 	}
-	t := s.begin(st)
+	t := st.beginLocked()
 	sw, err := s.switchTo(ctx, t, m.ID, true)
 	if err != nil {
 		return nil, err
 	}
 	if sw != nil {
-		s.add(t, sw)
-		if err := s.commitLocked(ctx, t); err != nil {
+		t.add(sw)
+		if err := t.commitLocked(ctx); err != nil {
 			return nil, err
 		}
 	}
-	v := s.viewLocked(sess, st)
+	v := st.viewLocked(sess)
 	return v, nil
 }
 
@@ -362,7 +362,7 @@ func (s *core) checkTreeLimits(ctx context.Context, st *sessionState, a addition
 // branch is current already. The session's lock is held.
 func (s *core) switchTo(ctx context.Context, t *txn, target string, descend bool) (*Event, error) {
 	st := t.st
-	leaf := s.leafOf(t)
+	leaf := t.leafOf()
 	// Up from target to the first message on the current branch (the fork point).
 	var up []*Message
 	forkSeq := int64(0)
