@@ -109,7 +109,7 @@ func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) 
 	if policy == BusySteer && (a.edited != nil || a.regenerated != nil || !s.steerable(st.active)) {
 		policy = BusyEnqueue // an edit or a regeneration is not a steer; nor is a message no agent takes
 	}
-	if err := s.checkTreeLimits(ctx, st, a, policy == BusySteer); err != nil {
+	if err := st.checkTreeLimitsLocked(ctx, a, policy == BusySteer); err != nil {
 		return nil, nil, err
 	}
 	busy := st.active != nil || len(st.queue) > 0
@@ -124,7 +124,7 @@ func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) 
 		}
 	}
 	if policy == BusySteer {
-		t, msg, run := s.planSteer(st, sess, u, a)
+		t, msg, run := st.planSteerLocked(sess, u, a)
 		if err := t.commitLocked(ctx); err != nil {
 			return nil, nil, err
 		}
@@ -140,7 +140,7 @@ func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) 
 	// QUEUED and waits for a slot.
 	tryAdmit := true
 	for {
-		t, msg, run, admitted, err := s.planAdd(ctx, st, sess, u, a, policy, switchNow, tryAdmit)
+		t, msg, run, admitted, err := st.planAddLocked(ctx, sess, u, a, policy, switchNow, tryAdmit)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -171,7 +171,8 @@ func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) 
 // before it. With switchNow, an edit's or a regeneration's branch becomes current in it.
 // An error means that nothing was planned (the switch could not be read); t is then
 // discarded unwritten.
-func (s *core) planAdd(ctx context.Context, st *sessionState, sess *TalkSession, u string, a addition, policy BusyPolicy, switchNow, tryAdmit bool) (t *txn, msg *Message, run *Run, admitted bool, err error) {
+func (st *sessionState) planAddLocked(ctx context.Context, sess *TalkSession, u string, a addition, policy BusyPolicy, switchNow bool, tryAdmit bool) (t *txn, msg *Message, run *Run, admitted bool, err error) {
+	s := st.c
 	t = st.beginLocked()
 	// willStart: the new run becomes the active one (nothing else runs, or INTERRUPT ends
 	// what runs).
@@ -186,7 +187,7 @@ func (s *core) planAdd(ctx context.Context, st *sessionState, sess *TalkSession,
 			t.add(runEvent(&snap))
 		}
 		t.onCommit(func() {
-			for range s.dropQueueLocked(st) {
+			for range st.dropQueueLocked() {
 				s.countRun(RunInterrupted)
 			}
 		})
@@ -206,7 +207,7 @@ func (s *core) planAdd(ctx context.Context, st *sessionState, sess *TalkSession,
 		case a.regenerated != nil:
 			to = a.regenerated.ParentID
 		}
-		if sw, err = s.switchTo(ctx, t, to, false); err != nil {
+		if sw, err = t.switchTo(ctx, to, false); err != nil {
 			return nil, nil, nil, false, err
 		}
 	}
@@ -253,7 +254,7 @@ func (s *core) planAdd(ctx context.Context, st *sessionState, sess *TalkSession,
 	}
 	t.onCommit(func() {
 		s.counted(u, 0, int64(len(a.content)))
-		s.queueLocked(st, run, admitted, ctx)
+		st.queueLocked(run, admitted, ctx)
 	})
 	return t, msg, run, admitted, nil
 }

@@ -123,16 +123,17 @@ func (s *core) recoverRun(ctx context.Context, run *Run) error {
 	if ar := st.active; ar != nil && ar.run.ID == run.ID {
 		return nil // already here
 	}
-	return s.recoverRunLocked(ctx, st, run)
+	return st.recoverRunLocked(ctx, run)
 }
 
 // recoverRunLocked is recoverRun with st.mu held: a QUEUED run starts (or queues), a
 // WAITING_FOR_INPUT one is parked until it is answered, and a RUNNING one ends
 // INTERRUPTED with the text it had written (its agent is not run again behind the user's
 // back).
-func (s *core) recoverRunLocked(ctx context.Context, st *sessionState, run *Run) error {
+func (st *sessionState) recoverRunLocked(ctx context.Context, run *Run) error {
+	s := st.c
 	if run.Status == RunQueued {
-		s.queueLocked(st, run, false, nil)
+		st.queueLocked(run, false, nil)
 		return nil
 	}
 	msgs, calls, err := s.runWork(ctx, st.id, run.ID)
@@ -178,7 +179,7 @@ func (s *core) recoverRunLocked(ctx context.Context, st *sessionState, run *Run)
 		if err != nil {
 			return err
 		}
-		s.adoptLocked(st, ar, true)
+		st.adoptLocked(ar, true)
 		ar.replied = true // it asked
 		t := st.beginLocked()
 		// The agent that resumes writes a reply of its own: the messages it was writing
@@ -232,10 +233,10 @@ func (s *core) recoverRunLocked(ctx context.Context, st *sessionState, run *Run)
 		t.add(&Event{Type: EventMessageCompleted, Message: &done})
 		t.onCommit(func() { st.compactSoonLocked(m.ID, m.Seq+1) })
 	}
-	s.adoptLocked(st, ar, false)
+	st.adoptLocked(ar, false)
 	ar.crashed = true
 	s.planFinish(t, ar, RunInterrupted, "")
-	t.onAbort(func() { s.dropActiveLocked(st) })
+	t.onAbort(func() { st.dropActiveLocked() })
 	return t.commitLocked(ctx)
 }
 

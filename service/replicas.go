@@ -497,11 +497,11 @@ func (r *replicas) reconcileLocked(ctx context.Context, st *sessionState) error 
 		stored, err := s.store.Run(ctx, run.ID)
 		return err == nil && (stored.Owner != r.me || stored.Status.Final())
 	}
-	s.keepQueuedLocked(st, func(run *Run) bool { return !lost(run) })
+	st.keepQueuedLocked(func(run *Run) bool { return !lost(run) })
 	if ar := st.active; ar != nil && !ar.sealed && lost(ar.run) {
 		s.log.Warn("another replica took this run over; it stops here", "run", ar.run.ID, "session", st.id, "replica", r.me)
-		s.dropActiveLocked(st)
-		s.startNextLocked(st)
+		st.dropActiveLocked()
+		st.startNextLocked()
 	}
 	return nil
 }

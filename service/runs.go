@@ -117,7 +117,8 @@ func (ar *activeRun) seal() {
 // slot and executes it. resumed runs (after an answer) go first in their user's line; a run
 // admitted already (holding) has its slot. from is the context of the operation that
 // starts the run, if any (for its trace).
-func (s *core) startLocked(st *sessionState, run *Run, resumed, holding bool, from context.Context) *activeRun {
+func (st *sessionState) startLocked(run *Run, resumed bool, holding bool, from context.Context) *activeRun {
+	s := st.c
 	ctx, cancel := context.WithCancel(context.Background())
 	var span trace.Span
 	if s.tracer != nil {
@@ -144,28 +145,30 @@ func (s *core) startLocked(st *sessionState, run *Run, resumed, holding bool, fr
 
 // queueLocked starts run when the session has no active run, and queues it behind the
 // active one otherwise. holding and from are startLocked's.
-func (s *core) queueLocked(st *sessionState, run *Run, holding bool, from context.Context) {
+func (st *sessionState) queueLocked(run *Run, holding bool, from context.Context) {
 	if st.active == nil {
-		s.startLocked(st, run, false, holding, from)
+		st.startLocked(run, false, holding, from)
 		return
 	}
 	st.queue = append(st.queue, run)
 }
 
 // startNextLocked starts the session's oldest queued run, if any.
-func (s *core) startNextLocked(st *sessionState) {
+func (st *sessionState) startNextLocked() {
+	s := st.c
 	if st.active != nil || len(st.queue) == 0 || s.closed.Load() {
 		return
 	}
 	next := st.queue[0]
 	st.queue = st.queue[1:]
-	s.startLocked(st, next, false, false, nil)
+	st.startLocked(next, false, false, nil)
 }
 
 // adoptLocked makes ar, a run brought back from the store (see recoverRunLocked), the
 // session's active run; parked, it waits for an answer with no agent behind it, and holds
 // the session's state until it is answered or ended.
-func (s *core) adoptLocked(st *sessionState, ar *activeRun, parked bool) {
+func (st *sessionState) adoptLocked(ar *activeRun, parked bool) {
+	s := st.c
 	st.active = ar
 	if parked {
 		ar.parked = true
@@ -179,7 +182,7 @@ func (s *core) endedLocked(ar *activeRun) {
 	ar.seal()
 	if st.active == ar {
 		st.active = nil
-		s.startNextLocked(st)
+		st.startNextLocked()
 	}
 	s.unparkLocked(ar)
 }
@@ -192,7 +195,7 @@ func (s *core) resumeLocked(ar *activeRun, from context.Context) {
 	st := ar.st
 	ar.seal()
 	st.active = nil
-	next := s.startLocked(st, ar.run, true, false, from)
+	next := st.startLocked(ar.run, true, false, from)
 	next.tools, next.steers, next.replied = ar.tools, ar.steers, true // it asked
 	s.unparkLocked(ar)
 }
@@ -207,7 +210,8 @@ func (s *core) unparkLocked(ar *activeRun) {
 
 // dropActiveLocked stops the session's active run, if any, writing nothing: it is over
 // elsewhere (the session was deleted, or another replica took the run over).
-func (s *core) dropActiveLocked(st *sessionState) {
+func (st *sessionState) dropActiveLocked() {
+	s := st.c
 	ar := st.active
 	if ar == nil {
 		return
@@ -218,14 +222,14 @@ func (s *core) dropActiveLocked(st *sessionState) {
 }
 
 // dropQueueLocked empties the session's queue and returns the runs it held.
-func (s *core) dropQueueLocked(st *sessionState) []*Run {
+func (st *sessionState) dropQueueLocked() []*Run {
 	q := st.queue
 	st.queue = nil
 	return q
 }
 
 // keepQueuedLocked keeps in the session's queue only the runs keep says.
-func (s *core) keepQueuedLocked(st *sessionState, keep func(*Run) bool) {
+func (st *sessionState) keepQueuedLocked(keep func(*Run) bool) {
 	queue := st.queue[:0]
 	for _, run := range st.queue {
 		if keep(run) {
@@ -384,7 +388,7 @@ func (s *core) startRunLocked(ar *activeRun) (RunRequest, error) {
 		t := st.beginLocked()
 		if to := ar.run.ReplyTo; to != "" {
 			// An edit or a regeneration that waited: its branch becomes current now.
-			sw, err := s.switchTo(ar.ctx, t, to, false)
+			sw, err := t.switchTo(ar.ctx, to, false)
 			if err != nil {
 				return RunRequest{}, err
 			}
@@ -400,7 +404,7 @@ func (s *core) startRunLocked(ar *activeRun) (RunRequest, error) {
 		current = true
 	}
 	if current {
-		if hist, ok := s.historyFromTail(st); ok {
+		if hist, ok := st.historyFromTailLocked(); ok {
 			return s.requestOf(sess, ar.run, ar.offered, hist), nil
 		}
 	}
@@ -473,7 +477,7 @@ func (s *core) requestOf(sess *TalkSession, run *Run, offered []ToolInfo, hist [
 // events in memory, when they are the whole log (see sessionLog.whole): a run then starts
 // without reading the store. The caller holds st.mu and knows that no other process wrote
 // to the session since its own last write.
-func (s *core) historyFromTail(st *sessionState) ([]*HistoryMessage, bool) {
+func (st *sessionState) historyFromTailLocked() ([]*HistoryMessage, bool) {
 	evs, ok := st.log.whole()
 	if !ok {
 		return nil, false
@@ -653,7 +657,7 @@ func (s *core) cancelRun(ctx context.Context, sessionID, runID string) (*Run, er
 	defer unlock()
 	ar := st.active
 	if runID != "" && (ar == nil || ar.run.ID != runID) {
-		return s.cancelQueuedLocked(ctx, st, runID)
+		return st.cancelQueuedLocked(ctx, runID)
 	}
 	if ar == nil {
 		return nil, nil
@@ -669,7 +673,8 @@ func (s *core) cancelRun(ctx context.Context, sessionID, runID string) (*Run, er
 
 // cancelQueuedLocked cancels the session's queued run runID before it starts; nil when
 // the run has ended already, ENOTFOUND when the session has no such run.
-func (s *core) cancelQueuedLocked(ctx context.Context, st *sessionState, runID string) (*Run, error) {
+func (st *sessionState) cancelQueuedLocked(ctx context.Context, runID string) (*Run, error) {
+	s := st.c
 	i := slices.IndexFunc(st.queue, func(r *Run) bool { return r.ID == runID })
 	if i < 0 {
 		r, err := s.store.Run(ctx, runID)
@@ -686,7 +691,7 @@ func (s *core) cancelQueuedLocked(ctx context.Context, st *sessionState, runID s
 	t := st.beginLocked()
 	t.add(runEvent(&snap))
 	t.onCommit(func() {
-		s.keepQueuedLocked(st, func(r *Run) bool { return r.ID != runID })
+		st.keepQueuedLocked(func(r *Run) bool { return r.ID != runID })
 		s.countRun(RunCancelled)
 	})
 	if err := t.commitLocked(ctx); err != nil {

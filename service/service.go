@@ -278,7 +278,7 @@ func (s *Service) Close() {
 			}
 			ar.stopTimersLocked() // what waits stays waiting: the next start arms it again
 		}
-		s.dropQueueLocked(st)
+		st.dropQueueLocked()
 		st.mu.Unlock()
 	}
 	close(s.closing)

@@ -389,8 +389,8 @@ func (s *core) deleteSession(ctx context.Context, id string) error {
 	t := st.beginLocked()
 	t.b.Delete = true
 	t.onCommit(func() {
-		s.dropActiveLocked(st)
-		s.dropQueueLocked(st)
+		st.dropActiveLocked()
+		st.dropQueueLocked()
 		s.forget(st.userID)
 	})
 	return t.commitLocked(ctx)

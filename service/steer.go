@@ -34,7 +34,8 @@ func (s *core) steerable(ar *activeRun) bool {
 // planSteer builds the write of a steer to the session's active run: the text its agent
 // wrote so far, then the user's message, which joins the branch after it. Once durable,
 // the message waits for the agent (activeRun.steers).
-func (s *core) planSteer(st *sessionState, sess *TalkSession, u string, a addition) (*txn, *Message, *Run) {
+func (st *sessionState) planSteerLocked(sess *TalkSession, u string, a addition) (*txn, *Message, *Run) {
+	s := st.c
 	ar := st.active
 	t := st.beginLocked()
 	s.writeText(t, ar)

@@ -141,7 +141,7 @@ func (sub *Subscription) Read(ctx context.Context, max int) ([]*Event, error) {
 	if max <= 0 {
 		max = sub.s.cfg.ReadBatch
 	}
-	evs, next, ok, err := sub.s.readAfter(ctx, sub.st, sub.pos, max)
+	evs, next, ok, err := sub.st.readAfter(ctx, sub.pos, max)
 	if !ok {
 		return nil, ErrSessionDeleted
 	}
@@ -181,7 +181,8 @@ func (sub *Subscription) Close() {
 // readAfter returns up to limit events of st's log after position pos and the position
 // after the last of them: from the tail when it reaches back to pos, else from the store
 // up to the end as it stood. ok is false once the session is deleted.
-func (s *core) readAfter(ctx context.Context, st *sessionState, pos Cursor, limit int) (evs []*Event, next Cursor, ok bool, err error) {
+func (st *sessionState) readAfter(ctx context.Context, pos Cursor, limit int) (evs []*Event, next Cursor, ok bool, err error) {
+	s := st.c
 	st.mu.Lock()
 	deleted, last := st.log.deleted, st.log.end.Seq
 	if !deleted {
@@ -228,7 +229,7 @@ func (s *core) readAfter(ctx context.Context, st *sessionState, pos Cursor, limi
 		next = CursorOf(ev)
 	}
 	if len(evs) == 0 && next != pos {
-		return s.readAfter(ctx, st, next, limit) // only passed over: read on from there
+		return st.readAfter(ctx, next, limit) // only passed over: read on from there
 	}
 	return evs, next, true, nil
 }

@@ -170,7 +170,7 @@ func (s *core) selectBranch(ctx context.Context, m *Message) (*SessionView, erro
 		return nil, Errorf(ECONFLICT, "the agent is working on this session: stop it, or wait, before switching branches")
 	}
 	t := st.beginLocked()
-	sw, err := s.switchTo(ctx, t, m.ID, true)
+	sw, err := t.switchTo(ctx, m.ID, true)
 	if err != nil {
 		return nil, err
 	}
@@ -310,7 +310,8 @@ func (s *core) ownMessage(ctx context.Context, u, id string) (*Message, error) {
 // messages are counted with those promised: one reply for each run that has not written
 // one yet (the queued runs, the active run until it replies), and what the addition adds
 // (its message, and a reply unless it is a steer, which the running run answers).
-func (s *core) checkTreeLimits(ctx context.Context, st *sessionState, a addition, steer bool) error {
+func (st *sessionState) checkTreeLimitsLocked(ctx context.Context, a addition, steer bool) error {
+	s := st.c
 	adds := 2 // a message and its reply
 	switch {
 	case a.regenerated != nil:
@@ -360,7 +361,8 @@ func (s *core) checkTreeLimits(ctx context.Context, st *sessionState, a addition
 // far, the branch through target ("" for none: the empty branch), ending there, or, with
 // descend, continuing below it at each step to the child added last; nil when that
 // branch is current already. The session's lock is held.
-func (s *core) switchTo(ctx context.Context, t *txn, target string, descend bool) (*Event, error) {
+func (t *txn) switchTo(ctx context.Context, target string, descend bool) (*Event, error) {
+	s := t.st.c
 	st := t.st
 	leaf := t.leafOf()
 	// Up from target to the first message on the current branch (the fork point).
