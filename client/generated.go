@@ -12,10 +12,18 @@ import (
 	"github.com/Khan/genqlient/graphql"
 )
 
+// A message to send.
 type AddMessageInput struct {
+	// The session.
 	SessionId string `json:"sessionId"`
-	Content   string `json:"content"`
-	// Retrying with the same key creates nothing new and answers the same.
+	// Your message. It must show something (white space, control and invisible characters
+	// such as U+200B do not count: message is empty), be valid UTF-8, and hold at most
+	// MAX_MESSAGE_BYTES bytes (default 32768: message is too long: N bytes, at most M).
+	Content string `json:"content"`
+	// Retrying with the same key creates nothing new and answers the same: the message and run
+	// the first call created, the run as it is now. At most 200 bytes, without control
+	// characters; unique per user across sessions, and kept as long as the session. The same
+	// key with another content or session is CONFLICT. See docs/API.md, Idempotency keys.
 	IdempotencyKey *string `json:"idempotencyKey"`
 	// The busy policy for this message alone; the session's when null.
 	BusyPolicy *BusyPolicy `json:"busyPolicy"`
@@ -34,9 +42,16 @@ func (v *AddMessageInput) GetIdempotencyKey() *string { return v.IdempotencyKey 
 func (v *AddMessageInput) GetBusyPolicy() *BusyPolicy { return v.BusyPolicy }
 
 // AddMessagePayload includes the requested fields of the GraphQL type AddMessagePayload.
+// The GraphQL type's documentation follows.
+//
+// What addMessage and editMessage answer.
 type AddMessagePayload struct {
+	// Your stored message: role USER, kind TEXT, status COMPLETE.
 	Message Message `json:"message"`
-	Run     Run     `json:"run"`
+	// The run created for it: RUNNING when it started at once, QUEUED when it waits behind the
+	// active run or for a worker slot; under STEER, the running run that takes the message.
+	// On a retry with the same idempotency key, the run as it is now.
+	Run Run `json:"run"`
 }
 
 // GetMessage returns AddMessagePayload.Message, and is useful for accessing the field via an interface.
@@ -45,16 +60,27 @@ func (v *AddMessagePayload) GetMessage() Message { return v.Message }
 // GetRun returns AddMessagePayload.Run, and is useful for accessing the field via an interface.
 func (v *AddMessagePayload) GetRun() Run { return v.Run }
 
+// What a new message does while the session's agent works: a run is queued for a worker,
+// running, or waiting for input. The default is INTERRUPT. See docs/API.md, Busy policies.
 type BusyPolicy string
 
 const (
-	// A new message stops the running agent, keeping its partial reply, and starts over.
+	// A new message stops the running agent and starts over. The active run ends
+	// INTERRUPTED, keeping its partial reply (its running tool calls end CANCELLED, what it
+	// waited on is withdrawn); runs queued behind it end INTERRUPTED without running; the new
+	// run starts on the whole history.
 	BusyPolicyInterrupt BusyPolicy = "INTERRUPT"
-	// A new message waits until the running agent is done.
+	// A new message waits until the running agent is done: its run is QUEUED until the runs
+	// before it end. At most MAX_QUEUED_RUNS runs wait in a session (default 20).
 	BusyPolicyEnqueue BusyPolicy = "ENQUEUE"
-	// A new message is refused with CONFLICT while the agent works.
+	// A new message is refused with CONFLICT while the agent works, and nothing is stored; the
+	// agent goes on.
 	BusyPolicyReject BusyPolicy = "REJECT"
-	// A new message is handed to the running agent at its next step; when nothing runs, or the agent cannot take it, it is queued as ENQUEUE does.
+	// A new message joins the branch at once and is handed to the running agent at its next
+	// step; addMessage answers the running run. When nothing runs, the run waits for input, or
+	// the agent cannot take it, it is queued as ENQUEUE does; edits and regenerations under
+	// STEER act as ENQUEUE too. A steer the agent never took starts the next run when its run
+	// completes or fails.
 	BusyPolicySteer BusyPolicy = "STEER"
 )
 
@@ -65,8 +91,15 @@ var AllBusyPolicy = []BusyPolicy{
 	BusyPolicySteer,
 }
 
+// A new session's title and settings.
 type CreateTalkSessionInput struct {
-	Title    *string               `json:"title"`
+	// Trimmed; at most 200 characters (code points), valid UTF-8 (title is too long: N
+	// characters, at most 200). When empty, missing or showing nothing (zero-width spaces
+	// only), it is filled in from the first message: its first 60 characters, white space
+	// collapsed, with … when cut.
+	Title *string `json:"title"`
+	// Settings that differ from the defaults: agent demo, busy policy INTERRUPT, and the agent's
+	// own model, system prompt and temperature.
 	Settings *SessionSettingsInput `json:"settings"`
 }
 
@@ -76,12 +109,18 @@ func (v *CreateTalkSessionInput) GetTitle() *string { return v.Title }
 // GetSettings returns CreateTalkSessionInput.Settings, and is useful for accessing the field via an interface.
 func (v *CreateTalkSessionInput) GetSettings() *SessionSettingsInput { return v.Settings }
 
+// A decision on one tool call awaiting approval.
 type DecideToolCallInput struct {
-	ToolCallId string       `json:"toolCallId"`
-	Decision   ToolDecision `json:"decision"`
-	// APPROVE only, optional: the arguments as the user edited them (JSON text); they must fit the tool's input schema.
+	// The call: pendingApprovals[].id, or ToolApprovalRequested.toolCall.id.
+	ToolCallId string `json:"toolCallId"`
+	// APPROVE or REJECT.
+	Decision ToolDecision `json:"decision"`
+	// APPROVE only, optional: the arguments as the user edited them (JSON text); they must fit
+	// the tool's input schema (ToolInfo.inputSchema) and hold at most MAX_REPLY_BYTES bytes
+	// (the arguments are not JSON; the arguments do not fit the tool's input schema: at /text:
+	// …). Without them the call runs with the arguments the agent asked for.
 	Arguments *string `json:"arguments"`
-	// REJECT only, optional: told to the agent.
+	// REJECT only, optional: told to the agent; at most MAX_MESSAGE_BYTES bytes.
 	Reason *string `json:"reason"`
 }
 
@@ -98,9 +137,14 @@ func (v *DecideToolCallInput) GetArguments() *string { return v.Arguments }
 func (v *DecideToolCallInput) GetReason() *string { return v.Reason }
 
 // DecideToolCallPayload includes the requested fields of the GraphQL type DecideToolCallPayload.
+// The GraphQL type's documentation follows.
+//
+// What decideToolCall answers.
 type DecideToolCallPayload struct {
+	// The call as decided: RUNNING (approved) or REJECTED, with its approval.
 	ToolCall ToolCall `json:"toolCall"`
-	Run      Run      `json:"run"`
+	// The run that waited: RUNNING, or still WAITING_FOR_INPUT while other inputs wait.
+	Run Run `json:"run"`
 }
 
 // GetToolCall returns DecideToolCallPayload.ToolCall, and is useful for accessing the field via an interface.
@@ -109,10 +153,12 @@ func (v *DecideToolCallPayload) GetToolCall() ToolCall { return v.ToolCall }
 // GetRun returns DecideToolCallPayload.Run, and is useful for accessing the field via an interface.
 func (v *DecideToolCallPayload) GetRun() Run { return v.Run }
 
+// A new version of one of your messages.
 type EditMessageInput struct {
-	// A user message of yours.
+	// A TEXT message you wrote (not an answer).
 	MessageId string `json:"messageId"`
-	Content   string `json:"content"`
+	// The new version's text, checked as AddMessageInput.content.
+	Content string `json:"content"`
 }
 
 // GetMessageId returns EditMessageInput.MessageId, and is useful for accessing the field via an interface.
@@ -124,7 +170,9 @@ func (v *EditMessageInput) GetContent() string { return v.Content }
 // Event includes the GraphQL fields of SessionEvent requested by the fragment Event.
 // The GraphQL type's documentation follows.
 //
-// One entry of a session's event log.
+// One entry of a session's event log, and what messageStream delivers. Its payload
+// (message, run, question, toolCall, session) is a snapshot taken when the event was
+// written, except where a field says it is read when the event is delivered.
 //
 // Event is implemented by the following types:
 // EventBranchSelected
@@ -146,9 +194,13 @@ type Event interface {
 	// GetCursor returns the interface-field "cursor" from its implementation.
 	// The GraphQL interface field's documentation follows.
 	//
-	// Resume after this event with messageStream(after: cursor).
+	// The event's position in the log: messageStream(after: cursor) delivers every event
+	// after this one. Opaque: keep it and send it back, never build or parse it.
 	GetCursor() string
 	// GetAt returns the interface-field "at" from its implementation.
+	// The GraphQL interface field's documentation follows.
+	//
+	// When the event was written.
 	GetAt() time.Time
 }
 
@@ -359,12 +411,17 @@ func __marshalEvent(v *Event) ([]byte, error) {
 // Event includes the GraphQL fields of BranchSelected requested by the fragment Event.
 // The GraphQL type's documentation follows.
 //
-// One entry of a session's event log.
+// One entry of a session's event log, and what messageStream delivers. Its payload
+// (message, run, question, toolCall, session) is a snapshot taken when the event was
+// written, except where a field says it is read when the event is delivered.
 type EventBranchSelected struct {
-	// Resume after this event with messageStream(after: cursor).
-	Cursor string    `json:"cursor"`
-	At     time.Time `json:"at"`
-	LeafId string    `json:"leafId"`
+	// The event's position in the log: messageStream(after: cursor) delivers every event
+	// after this one. Opaque: keep it and send it back, never build or parse it.
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The current branch's last message from now on; the branch is the path up from it by parentId.
+	LeafId string `json:"leafId"`
 }
 
 // GetCursor returns EventBranchSelected.Cursor, and is useful for accessing the field via an interface.
@@ -379,12 +436,20 @@ func (v *EventBranchSelected) GetLeafId() string { return v.LeafId }
 // Event includes the GraphQL fields of MessageAdded requested by the fragment Event.
 // The GraphQL type's documentation follows.
 //
-// One entry of a session's event log.
+// One entry of a session's event log, and what messageStream delivers. Its payload
+// (message, run, question, toolCall, session) is a snapshot taken when the event was
+// written, except where a field says it is read when the event is delivered.
 type EventMessageAdded struct {
-	// Resume after this event with messageStream(after: cursor).
-	Cursor  string    `json:"cursor"`
-	At      time.Time `json:"at"`
-	Message Message   `json:"message"`
+	// The event's position in the log: messageStream(after: cursor) delivers every event
+	// after this one. Opaque: keep it and send it back, never build or parse it.
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The message. A reply arrives STREAMING with empty content, its text following as
+	// MessageChunk events; a reply of a run that failed before writing arrives FAILED.
+	// QUESTION and ANSWER messages carry their question. Its parentId places it in the tree;
+	// its toolCalls are read when the event is delivered.
+	Message Message `json:"message"`
 }
 
 // GetCursor returns EventMessageAdded.Cursor, and is useful for accessing the field via an interface.
@@ -399,14 +464,22 @@ func (v *EventMessageAdded) GetMessage() Message { return v.Message }
 // Event includes the GraphQL fields of MessageChunk requested by the fragment Event.
 // The GraphQL type's documentation follows.
 //
-// One entry of a session's event log.
+// One entry of a session's event log, and what messageStream delivers. Its payload
+// (message, run, question, toolCall, session) is a snapshot taken when the event was
+// written, except where a field says it is read when the event is delivered.
 type EventMessageChunk struct {
-	// Resume after this event with messageStream(after: cursor).
-	Cursor    string    `json:"cursor"`
-	At        time.Time `json:"at"`
-	MessageId string    `json:"messageId"`
-	Delta     string    `json:"delta"`
-	Offset    int       `json:"offset"`
+	// The event's position in the log: messageStream(after: cursor) delivers every event
+	// after this one. Opaque: keep it and send it back, never build or parse it.
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The reply the text belongs to.
+	MessageId string `json:"messageId"`
+	// The new text; never empty. A replay may carry the text of several chunks in one.
+	Delta string `json:"delta"`
+	// Where delta starts in the reply's content, in Unicode code points (not bytes, not UTF-16
+	// units): each chunk's offset is the previous one's plus the length of its delta, from 0.
+	Offset int `json:"offset"`
 }
 
 // GetCursor returns EventMessageChunk.Cursor, and is useful for accessing the field via an interface.
@@ -427,12 +500,19 @@ func (v *EventMessageChunk) GetOffset() int { return v.Offset }
 // Event includes the GraphQL fields of MessageCompleted requested by the fragment Event.
 // The GraphQL type's documentation follows.
 //
-// One entry of a session's event log.
+// One entry of a session's event log, and what messageStream delivers. Its payload
+// (message, run, question, toolCall, session) is a snapshot taken when the event was
+// written, except where a field says it is read when the event is delivered.
 type EventMessageCompleted struct {
-	// Resume after this event with messageStream(after: cursor).
-	Cursor  string    `json:"cursor"`
-	At      time.Time `json:"at"`
-	Message Message   `json:"message"`
+	// The event's position in the log: messageStream(after: cursor) delivers every event
+	// after this one. Opaque: keep it and send it back, never build or parse it.
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The message with its final status (COMPLETE, INTERRUPTED or FAILED), its whole content
+	// (its chunks put together) and, when FAILED, its error. Its toolCalls are read when the
+	// event is delivered.
+	Message Message `json:"message"`
 }
 
 // GetCursor returns EventMessageCompleted.Cursor, and is useful for accessing the field via an interface.
@@ -447,12 +527,17 @@ func (v *EventMessageCompleted) GetMessage() Message { return v.Message }
 // Event includes the GraphQL fields of QuestionAnswered requested by the fragment Event.
 // The GraphQL type's documentation follows.
 //
-// One entry of a session's event log.
+// One entry of a session's event log, and what messageStream delivers. Its payload
+// (message, run, question, toolCall, session) is a snapshot taken when the event was
+// written, except where a field says it is read when the event is delivered.
 type EventQuestionAnswered struct {
-	// Resume after this event with messageStream(after: cursor).
-	Cursor   string    `json:"cursor"`
-	At       time.Time `json:"at"`
-	Question Question  `json:"question"`
+	// The event's position in the log: messageStream(after: cursor) delivers every event
+	// after this one. Opaque: keep it and send it back, never build or parse it.
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The question with its answer and answeredAt.
+	Question Question `json:"question"`
 }
 
 // GetCursor returns EventQuestionAnswered.Cursor, and is useful for accessing the field via an interface.
@@ -467,12 +552,17 @@ func (v *EventQuestionAnswered) GetQuestion() Question { return v.Question }
 // Event includes the GraphQL fields of QuestionAsked requested by the fragment Event.
 // The GraphQL type's documentation follows.
 //
-// One entry of a session's event log.
+// One entry of a session's event log, and what messageStream delivers. Its payload
+// (message, run, question, toolCall, session) is a snapshot taken when the event was
+// written, except where a field says it is read when the event is delivered.
 type EventQuestionAsked struct {
-	// Resume after this event with messageStream(after: cursor).
-	Cursor   string    `json:"cursor"`
-	At       time.Time `json:"at"`
-	Question Question  `json:"question"`
+	// The event's position in the log: messageStream(after: cursor) delivers every event
+	// after this one. Opaque: keep it and send it back, never build or parse it.
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The question: answer it with respondToQuestion(input: {questionId: question.id, answer: …}).
+	Question Question `json:"question"`
 }
 
 // GetCursor returns EventQuestionAsked.Cursor, and is useful for accessing the field via an interface.
@@ -487,12 +577,17 @@ func (v *EventQuestionAsked) GetQuestion() Question { return v.Question }
 // Event includes the GraphQL fields of QuestionWithdrawn requested by the fragment Event.
 // The GraphQL type's documentation follows.
 //
-// One entry of a session's event log.
+// One entry of a session's event log, and what messageStream delivers. Its payload
+// (message, run, question, toolCall, session) is a snapshot taken when the event was
+// written, except where a field says it is read when the event is delivered.
 type EventQuestionWithdrawn struct {
-	// Resume after this event with messageStream(after: cursor).
-	Cursor   string    `json:"cursor"`
-	At       time.Time `json:"at"`
-	Question Question  `json:"question"`
+	// The event's position in the log: messageStream(after: cursor) delivers every event
+	// after this one. Opaque: keep it and send it back, never build or parse it.
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The question, withdrawn, with its withdrawnReason.
+	Question Question `json:"question"`
 }
 
 // GetCursor returns EventQuestionWithdrawn.Cursor, and is useful for accessing the field via an interface.
@@ -507,12 +602,17 @@ func (v *EventQuestionWithdrawn) GetQuestion() Question { return v.Question }
 // Event includes the GraphQL fields of RunStatusChanged requested by the fragment Event.
 // The GraphQL type's documentation follows.
 //
-// One entry of a session's event log.
+// One entry of a session's event log, and what messageStream delivers. Its payload
+// (message, run, question, toolCall, session) is a snapshot taken when the event was
+// written, except where a field says it is read when the event is delivered.
 type EventRunStatusChanged struct {
-	// Resume after this event with messageStream(after: cursor).
-	Cursor string    `json:"cursor"`
-	At     time.Time `json:"at"`
-	Run    Run       `json:"run"`
+	// The event's position in the log: messageStream(after: cursor) delivers every event
+	// after this one. Opaque: keep it and send it back, never build or parse it.
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The run after the change: its status, startedAt, finishedAt, error and usage.
+	Run Run `json:"run"`
 }
 
 // GetCursor returns EventRunStatusChanged.Cursor, and is useful for accessing the field via an interface.
@@ -527,11 +627,18 @@ func (v *EventRunStatusChanged) GetRun() Run { return v.Run }
 // Event includes the GraphQL fields of SessionUpdated requested by the fragment Event.
 // The GraphQL type's documentation follows.
 //
-// One entry of a session's event log.
+// One entry of a session's event log, and what messageStream delivers. Its payload
+// (message, run, question, toolCall, session) is a snapshot taken when the event was
+// written, except where a field says it is read when the event is delivered.
 type EventSessionUpdated struct {
-	// Resume after this event with messageStream(after: cursor).
-	Cursor  string         `json:"cursor"`
-	At      time.Time      `json:"at"`
+	// The event's position in the log: messageStream(after: cursor) delivers every event
+	// after this one. Opaque: keep it and send it back, never build or parse it.
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The session as the event left it: its title, settings and updatedAt as of the event (a
+	// replay shows the title of then), and a streamCursor equal to the event's cursor. Its
+	// status, activeRun and pendingQuestion are read when the event is delivered.
 	Session UpdatedSession `json:"session"`
 }
 
@@ -547,12 +654,17 @@ func (v *EventSessionUpdated) GetSession() UpdatedSession { return v.Session }
 // Event includes the GraphQL fields of ToolApprovalDecided requested by the fragment Event.
 // The GraphQL type's documentation follows.
 //
-// One entry of a session's event log.
+// One entry of a session's event log, and what messageStream delivers. Its payload
+// (message, run, question, toolCall, session) is a snapshot taken when the event was
+// written, except where a field says it is read when the event is delivered.
 type EventToolApprovalDecided struct {
-	// Resume after this event with messageStream(after: cursor).
-	Cursor   string    `json:"cursor"`
-	At       time.Time `json:"at"`
-	ToolCall ToolCall  `json:"toolCall"`
+	// The event's position in the log: messageStream(after: cursor) delivers every event
+	// after this one. Opaque: keep it and send it back, never build or parse it.
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The call as decided, RUNNING or REJECTED, with approval.decision, reason and decidedAt.
+	ToolCall ToolCall `json:"toolCall"`
 }
 
 // GetCursor returns EventToolApprovalDecided.Cursor, and is useful for accessing the field via an interface.
@@ -567,12 +679,17 @@ func (v *EventToolApprovalDecided) GetToolCall() ToolCall { return v.ToolCall }
 // Event includes the GraphQL fields of ToolApprovalRequested requested by the fragment Event.
 // The GraphQL type's documentation follows.
 //
-// One entry of a session's event log.
+// One entry of a session's event log, and what messageStream delivers. Its payload
+// (message, run, question, toolCall, session) is a snapshot taken when the event was
+// written, except where a field says it is read when the event is delivered.
 type EventToolApprovalRequested struct {
-	// Resume after this event with messageStream(after: cursor).
-	Cursor   string    `json:"cursor"`
-	At       time.Time `json:"at"`
-	ToolCall ToolCall  `json:"toolCall"`
+	// The event's position in the log: messageStream(after: cursor) delivers every event
+	// after this one. Opaque: keep it and send it back, never build or parse it.
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The call, AWAITING_APPROVAL, with its approval (requestedArguments, expiresAt).
+	ToolCall ToolCall `json:"toolCall"`
 }
 
 // GetCursor returns EventToolApprovalRequested.Cursor, and is useful for accessing the field via an interface.
@@ -587,12 +704,17 @@ func (v *EventToolApprovalRequested) GetToolCall() ToolCall { return v.ToolCall 
 // Event includes the GraphQL fields of ToolCallFinished requested by the fragment Event.
 // The GraphQL type's documentation follows.
 //
-// One entry of a session's event log.
+// One entry of a session's event log, and what messageStream delivers. Its payload
+// (message, run, question, toolCall, session) is a snapshot taken when the event was
+// written, except where a field says it is read when the event is delivered.
 type EventToolCallFinished struct {
-	// Resume after this event with messageStream(after: cursor).
-	Cursor   string    `json:"cursor"`
-	At       time.Time `json:"at"`
-	ToolCall ToolCall  `json:"toolCall"`
+	// The event's position in the log: messageStream(after: cursor) delivers every event
+	// after this one. Opaque: keep it and send it back, never build or parse it.
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The call with its final status, its whole output, its result or error, and finishedAt.
+	ToolCall ToolCall `json:"toolCall"`
 }
 
 // GetCursor returns EventToolCallFinished.Cursor, and is useful for accessing the field via an interface.
@@ -607,15 +729,23 @@ func (v *EventToolCallFinished) GetToolCall() ToolCall { return v.ToolCall }
 // Event includes the GraphQL fields of ToolCallOutput requested by the fragment Event.
 // The GraphQL type's documentation follows.
 //
-// One entry of a session's event log.
+// One entry of a session's event log, and what messageStream delivers. Its payload
+// (message, run, question, toolCall, session) is a snapshot taken when the event was
+// written, except where a field says it is read when the event is delivered.
 type EventToolCallOutput struct {
-	// Resume after this event with messageStream(after: cursor).
-	Cursor     string    `json:"cursor"`
-	At         time.Time `json:"at"`
-	ToolCallId string    `json:"toolCallId"`
-	MessageId  string    `json:"messageId"`
-	Delta      string    `json:"delta"`
-	Offset     int       `json:"offset"`
+	// The event's position in the log: messageStream(after: cursor) delivers every event
+	// after this one. Opaque: keep it and send it back, never build or parse it.
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The tool call.
+	ToolCallId string `json:"toolCallId"`
+	// The message the call belongs to.
+	MessageId string `json:"messageId"`
+	// The new output; never empty. A replay may carry the output of several events in one.
+	Delta string `json:"delta"`
+	// Where delta starts in the call's output, in Unicode code points, as MessageChunk.offset.
+	Offset int `json:"offset"`
 }
 
 // GetCursor returns EventToolCallOutput.Cursor, and is useful for accessing the field via an interface.
@@ -639,12 +769,18 @@ func (v *EventToolCallOutput) GetOffset() int { return v.Offset }
 // Event includes the GraphQL fields of ToolCallStarted requested by the fragment Event.
 // The GraphQL type's documentation follows.
 //
-// One entry of a session's event log.
+// One entry of a session's event log, and what messageStream delivers. Its payload
+// (message, run, question, toolCall, session) is a snapshot taken when the event was
+// written, except where a field says it is read when the event is delivered.
 type EventToolCallStarted struct {
-	// Resume after this event with messageStream(after: cursor).
-	Cursor   string    `json:"cursor"`
-	At       time.Time `json:"at"`
-	ToolCall ToolCall  `json:"toolCall"`
+	// The event's position in the log: messageStream(after: cursor) delivers every event
+	// after this one. Opaque: keep it and send it back, never build or parse it.
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The call, with its name, arguments, callId and messageId, and an empty output: RUNNING,
+	// or AWAITING_APPROVAL with its approval under ASK, or REJECTED with its error under DENY.
+	ToolCall ToolCall `json:"toolCall"`
 }
 
 // GetCursor returns EventToolCallStarted.Cursor, and is useful for accessing the field via an interface.
@@ -656,10 +792,12 @@ func (v *EventToolCallStarted) GetAt() time.Time { return v.At }
 // GetToolCall returns EventToolCallStarted.ToolCall, and is useful for accessing the field via an interface.
 func (v *EventToolCallStarted) GetToolCall() ToolCall { return v.ToolCall }
 
+// Where to fork a session, and the new session's title.
 type ForkSessionInput struct {
-	// The last message the new session holds: a message of the current branch.
+	// The last message the new session holds: a message of its session's current branch.
 	MessageId string `json:"messageId"`
-	// The new session's title; the old one's when null.
+	// The new session's title, checked as CreateTalkSessionInput.title; the old one's when null
+	// or empty.
 	Title *string `json:"title"`
 }
 
@@ -670,21 +808,39 @@ func (v *ForkSessionInput) GetMessageId() string { return v.MessageId }
 func (v *ForkSessionInput) GetTitle() *string { return v.Title }
 
 // Message includes the GraphQL fields of Message requested by the fragment Message.
+// The GraphQL type's documentation follows.
+//
+// One entry of a session's history: your text, the agent's reply, a question the agent
+// asked, or your answer. Messages are ordered by when they began. A run may write several
+// assistant messages: the text before a question is one, the question another, the text
+// after the answer (or after a steer it took) a third.
 type Message struct {
-	Id        string        `json:"id"`
-	SessionId string        `json:"sessionId"`
-	Role      Role          `json:"role"`
-	Kind      MessageKind   `json:"kind"`
-	Content   string        `json:"content"`
-	Status    MessageStatus `json:"status"`
-	// Why the message failed (status FAILED), fit to show a user; null otherwise.
+	// The message's ID.
+	Id string `json:"id"`
+	// Its session.
+	SessionId string `json:"sessionId"`
+	// Who wrote it.
+	Role Role `json:"role"`
+	// What it holds.
+	Kind MessageKind `json:"kind"`
+	// Its text: for QUESTION the question's prompt, for ANSWER the answer. Of a message still
+	// STREAMING, the text so far (empty in its MessageAdded event). An assistant message holds
+	// at most MAX_REPLY_BYTES bytes (default 1 MiB).
+	Content string `json:"content"`
+	// Where it is in its life. Only the agent's TEXT messages stream.
+	Status MessageStatus `json:"status"`
+	// Why the message failed (status FAILED), fit to show a user: the run's error. Null otherwise.
 	Error *string `json:"error"`
+	// The run that wrote it (assistant messages), that it started or was handed to (your TEXT
+	// messages), or that waited for it (ANSWER); null for the copies forkSession makes.
 	RunId *string `json:"runId"`
-	// The question this message asks or answers, for kinds QUESTION and ANSWER.
+	// The question this message asks or answers, for kinds QUESTION and ANSWER; null for TEXT.
 	Question *Question `json:"question"`
-	// Tools the agent called while writing this message.
+	// The tool calls the agent made while writing this message, by start time; empty for your
+	// messages.
 	ToolCalls []ToolCall `json:"toolCalls"`
-	CreatedAt time.Time  `json:"createdAt"`
+	// When it began.
+	CreatedAt time.Time `json:"createdAt"`
 	// The message before this one on its branch; null for the first.
 	ParentId *string `json:"parentId"`
 }
@@ -729,11 +885,11 @@ func (v *Message) GetParentId() *string { return v.ParentId }
 type MessageKind string
 
 const (
-	// Ordinary text.
+	// Ordinary text: your message, or the agent's reply.
 	MessageKindText MessageKind = "TEXT"
-	// The agent asked the user a question (see question).
+	// The agent asked the user a question: content is its prompt, and question the Question.
 	MessageKindQuestion MessageKind = "QUESTION"
-	// The user's answer to a question (see question).
+	// The user's answer to a question: content is the answer, and question the answered Question.
 	MessageKindAnswer MessageKind = "ANSWER"
 )
 
@@ -743,13 +899,23 @@ var AllMessageKind = []MessageKind{
 	MessageKindAnswer,
 }
 
+// Where a message is in its life. STREAMING moves to COMPLETE, INTERRUPTED or FAILED,
+// announced by MessageCompleted; no message goes back to STREAMING.
 type MessageStatus string
 
 const (
-	MessageStatusComplete    MessageStatus = "COMPLETE"
-	MessageStatusStreaming   MessageStatus = "STREAMING"
+	// Finished normally. Your messages, questions and answers are COMPLETE from the start.
+	MessageStatusComplete MessageStatus = "COMPLETE"
+	// An assistant reply still being written; its text arrives as MessageChunk events.
+	MessageStatusStreaming MessageStatus = "STREAMING"
+	// A reply cut short: stopped (cancelRun), interrupted by a newer message, or ended by a
+	// shutdown, a crash or the death of the replica that ran it. content keeps what was
+	// written.
 	MessageStatusInterrupted MessageStatus = "INTERRUPTED"
-	MessageStatusFailed      MessageStatus = "FAILED"
+	// A reply whose run failed: error says why, and content keeps what was written. A run
+	// that fails before writing anything adds a message FAILED from the start, with empty
+	// content.
+	MessageStatusFailed MessageStatus = "FAILED"
 )
 
 var AllMessageStatus = []MessageStatus{
@@ -760,24 +926,45 @@ var AllMessageStatus = []MessageStatus{
 }
 
 // Question includes the GraphQL fields of Question requested by the fragment Question.
+// The GraphQL type's documentation follows.
+//
+// The agent asking the user, and waiting: the answer wakes the same run. A question that
+// expired, whose run ended before it was answered, or whose agent stopped waiting is
+// withdrawn: it keeps answer null for good, it leaves pendingQuestions, and answering it is
+// CONFLICT.
 type Question struct {
-	Id        string   `json:"id"`
-	RunId     string   `json:"runId"`
-	SessionId string   `json:"sessionId"`
-	Prompt    string   `json:"prompt"`
-	Choices   []string `json:"choices"`
-	// With choices: several may be picked, and the answer is a JSON array of them.
+	// The question's ID: pass it to respondToQuestion.
+	Id string `json:"id"`
+	// The run that asked and waits.
+	RunId string `json:"runId"`
+	// Its session.
+	SessionId string `json:"sessionId"`
+	// The question, cut to MAX_MESSAGE_BYTES bytes.
+	Prompt string `json:"prompt"`
+	// Answers to pick from, for buttons: at most 100, each cut to 500 bytes. Null for a free
+	// answer. Without multiple, any answer is accepted.
+	Choices []string `json:"choices"`
+	// With choices: several may be picked, and the answer is a JSON array of them
+	// (["red","blue"]); a choice not offered is BAD_USER_INPUT.
 	Multiple bool `json:"multiple"`
-	// A JSON Schema (as JSON text): the answer must be JSON that satisfies it.
-	AnswerSchema *string    `json:"answerSchema"`
-	Answer       *string    `json:"answer"`
-	AskedAt      time.Time  `json:"askedAt"`
-	AnsweredAt   *time.Time `json:"answeredAt"`
-	// When the question stops waiting.
+	// A JSON Schema (as JSON text): the answer must be JSON that satisfies it, for instance from
+	// a form built from it. Null for a free answer.
+	AnswerSchema *string `json:"answerSchema"`
+	// The user's answer; null until answered.
+	Answer *string `json:"answer"`
+	// When it was asked.
+	AskedAt time.Time `json:"askedAt"`
+	// When it was answered; null until then.
+	AnsweredAt *time.Time `json:"answeredAt"`
+	// When the question stops waiting unanswered: INPUT_EXPIRY after it was asked (default
+	// 24h), or sooner if the agent asked; null only for questions of older releases.
 	ExpiresAt *time.Time `json:"expiresAt"`
-	// True once the question can no longer be answered: it expired, its run ended, or the agent stopped waiting, before an answer came.
+	// True once the question can no longer be answered: it expired, its run ended, or the agent
+	// stopped waiting, before an answer came.
 	Withdrawn bool `json:"withdrawn"`
-	// Why a withdrawn question was withdrawn: expired, stopped, interrupted, ...
+	// Why a withdrawn question was withdrawn: expired, stopped, interrupted, the run failed,
+	// or the agent stopped waiting. Null while not withdrawn, and for questions withdrawn by
+	// older releases.
 	WithdrawnReason *string `json:"withdrawnReason"`
 }
 
@@ -820,6 +1007,7 @@ func (v *Question) GetWithdrawn() bool { return v.Withdrawn }
 // GetWithdrawnReason returns Question.WithdrawnReason, and is useful for accessing the field via an interface.
 func (v *Question) GetWithdrawnReason() *string { return v.WithdrawnReason }
 
+// A reply to write again.
 type RegenerateInput struct {
 	// An assistant message of yours.
 	MessageId string `json:"messageId"`
@@ -828,10 +1016,14 @@ type RegenerateInput struct {
 // GetMessageId returns RegenerateInput.MessageId, and is useful for accessing the field via an interface.
 func (v *RegenerateInput) GetMessageId() string { return v.MessageId }
 
+// Answers and decisions for one session: at least one, at most 100 in all, each input once.
 type RespondToInputsInput struct {
-	SessionId string                   `json:"sessionId"`
-	Answers   []RespondToQuestionInput `json:"answers"`
-	Decisions []DecideToolCallInput    `json:"decisions"`
+	// The session whose run waits on these inputs.
+	SessionId string `json:"sessionId"`
+	// Questions to answer.
+	Answers []RespondToQuestionInput `json:"answers"`
+	// Tool calls to decide.
+	Decisions []DecideToolCallInput `json:"decisions"`
 }
 
 // GetSessionId returns RespondToInputsInput.SessionId, and is useful for accessing the field via an interface.
@@ -844,10 +1036,16 @@ func (v *RespondToInputsInput) GetAnswers() []RespondToQuestionInput { return v.
 func (v *RespondToInputsInput) GetDecisions() []DecideToolCallInput { return v.Decisions }
 
 // RespondToInputsPayload includes the requested fields of the GraphQL type RespondToInputsPayload.
+// The GraphQL type's documentation follows.
+//
+// What respondToInputs answers.
 type RespondToInputsPayload struct {
+	// The questions answered, as they now are, in the order given.
 	Questions []Question `json:"questions"`
+	// The calls decided, as they now are, in the order given.
 	ToolCalls []ToolCall `json:"toolCalls"`
-	Run       Run        `json:"run"`
+	// The run that waited: RUNNING once nothing is left to wait on, else WAITING_FOR_INPUT.
+	Run Run `json:"run"`
 }
 
 // GetQuestions returns RespondToInputsPayload.Questions, and is useful for accessing the field via an interface.
@@ -859,9 +1057,15 @@ func (v *RespondToInputsPayload) GetToolCalls() []ToolCall { return v.ToolCalls 
 // GetRun returns RespondToInputsPayload.Run, and is useful for accessing the field via an interface.
 func (v *RespondToInputsPayload) GetRun() Run { return v.Run }
 
+// An answer to one question.
 type RespondToQuestionInput struct {
+	// The question: pendingQuestions[].id, or QuestionAsked.question.id.
 	QuestionId string `json:"questionId"`
-	Answer     string `json:"answer"`
+	// Your answer, checked as AddMessageInput.content. A free answer need not be one of the
+	// choices. A multiple question takes a JSON array of one or more of its choices, each once
+	// ("x" is not one of the choices offered); a question with an answerSchema takes JSON that
+	// satisfies it (the answer does not fit the question's form: at /age: …).
+	Answer string `json:"answer"`
 }
 
 // GetQuestionId returns RespondToQuestionInput.QuestionId, and is useful for accessing the field via an interface.
@@ -871,9 +1075,14 @@ func (v *RespondToQuestionInput) GetQuestionId() string { return v.QuestionId }
 func (v *RespondToQuestionInput) GetAnswer() string { return v.Answer }
 
 // RespondToQuestionPayload includes the requested fields of the GraphQL type RespondToQuestionPayload.
+// The GraphQL type's documentation follows.
+//
+// What respondToQuestion answers.
 type RespondToQuestionPayload struct {
+	// The question, with its answer and answeredAt.
 	Question Question `json:"question"`
-	Run      Run      `json:"run"`
+	// The run that waited: RUNNING, or still WAITING_FOR_INPUT while other inputs wait.
+	Run Run `json:"run"`
 }
 
 // GetQuestion returns RespondToQuestionPayload.Question, and is useful for accessing the field via an interface.
@@ -882,10 +1091,13 @@ func (v *RespondToQuestionPayload) GetQuestion() Question { return v.Question }
 // GetRun returns RespondToQuestionPayload.Run, and is useful for accessing the field via an interface.
 func (v *RespondToQuestionPayload) GetRun() Run { return v.Run }
 
+// Who wrote a message.
 type Role string
 
 const (
-	RoleUser      Role = "USER"
+	// You: TEXT messages and ANSWER messages.
+	RoleUser Role = "USER"
+	// The agent: replies (TEXT) and QUESTION messages.
 	RoleAssistant Role = "ASSISTANT"
 )
 
@@ -895,18 +1107,32 @@ var AllRole = []Role{
 }
 
 // Run includes the GraphQL fields of Run requested by the fragment Run.
+// The GraphQL type's documentation follows.
+//
+// One execution of a session's agent: addMessage, editMessage and regenerate each create
+// one. Runs execute in the background on a bounded pool of workers, never inside a request.
 type Run struct {
-	Id        string    `json:"id"`
-	SessionId string    `json:"sessionId"`
-	Status    RunStatus `json:"status"`
-	// Why the run failed, fit to show a user.
+	// The run's ID.
+	Id string `json:"id"`
+	// Its session.
+	SessionId string `json:"sessionId"`
+	// Where it is in its life; each change is a RunStatusChanged event.
+	Status RunStatus `json:"status"`
+	// Why the run failed, fit to show a user (never a stack trace or a key); null unless status
+	// is FAILED.
 	Error *string `json:"error"`
-	// The agent that ran.
+	// The agent that runs it, fixed when the run was created (the session's settings.agent then).
 	Agent string `json:"agent"`
-	// Tokens the agent's model read and wrote, as its provider reported them; null when the agent reports none.
-	Usage      *Usage     `json:"usage"`
-	CreatedAt  time.Time  `json:"createdAt"`
-	StartedAt  *time.Time `json:"startedAt"`
+	// Tokens the agent's model read and wrote over the whole run, as its provider reported
+	// them; null when the agent reported none. It is recorded with the run's next status
+	// change, so it shows on the final RunStatusChanged and afterwards. The demo agent counts
+	// words.
+	Usage *Usage `json:"usage"`
+	// When it was created.
+	CreatedAt time.Time `json:"createdAt"`
+	// When it first became RUNNING; null while QUEUED, and for a run that ended before it started.
+	StartedAt *time.Time `json:"startedAt"`
+	// When it reached its final status; null while it is active.
 	FinishedAt *time.Time `json:"finishedAt"`
 }
 
@@ -937,16 +1163,31 @@ func (v *Run) GetStartedAt() *time.Time { return v.StartedAt }
 // GetFinishedAt returns Run.FinishedAt, and is useful for accessing the field via an interface.
 func (v *Run) GetFinishedAt() *time.Time { return v.FinishedAt }
 
+// Where a run is in its life. QUEUED, RUNNING and WAITING_FOR_INPUT are active; the other
+// four are final, and a run never leaves them. docs/API.md, Runs, draws the transitions.
 type RunStatus string
 
 const (
-	RunStatusQueued          RunStatus = "QUEUED"
-	RunStatusRunning         RunStatus = "RUNNING"
+	// Created and waiting: behind the session's active run (ENQUEUE), or for a worker slot
+	// (WORKERS, RUNS_PER_USER).
+	RunStatusQueued RunStatus = "QUEUED"
+	// The agent works: it streams text and calls tools. Also the status right after the last
+	// answer or decision, until the agent waits again or ends.
+	RunStatusRunning RunStatus = "RUNNING"
+	// The agent waits for answers or decisions (respondToQuestion, decideToolCall,
+	// respondToInputs). It holds no worker slot, and survives restarts.
 	RunStatusWaitingForInput RunStatus = "WAITING_FOR_INPUT"
-	RunStatusCompleted       RunStatus = "COMPLETED"
-	RunStatusCancelled       RunStatus = "CANCELLED"
-	RunStatusInterrupted     RunStatus = "INTERRUPTED"
-	RunStatusFailed          RunStatus = "FAILED"
+	// The agent finished.
+	RunStatusCompleted RunStatus = "COMPLETED"
+	// Stopped by cancelRun.
+	RunStatusCancelled RunStatus = "CANCELLED"
+	// Ended by something other than your stop: a newer message under INTERRUPT (runs still
+	// queued too), a graceful shutdown, a crash (marked at the next start), or the death of
+	// the replica that ran it.
+	RunStatusInterrupted RunStatus = "INTERRUPTED"
+	// The agent returned an error or panicked, its reply could not be stored for 30 seconds,
+	// or its agent is not available on the server; error says why.
+	RunStatusFailed RunStatus = "FAILED"
 )
 
 var AllRunStatus = []RunStatus{
@@ -959,7 +1200,9 @@ var AllRunStatus = []RunStatus{
 	RunStatusFailed,
 }
 
+// The branch to show.
 type SelectBranchInput struct {
+	// Any message of yours: its branch becomes current.
 	MessageId string `json:"messageId"`
 }
 
@@ -967,21 +1210,38 @@ type SelectBranchInput struct {
 func (v *SelectBranchInput) GetMessageId() string { return v.MessageId }
 
 // Session includes the GraphQL fields of TalkSession requested by the fragment Session.
+// The GraphQL type's documentation follows.
+//
+// One conversation of one user with one agent, with its history and its event log.
 type Session struct {
-	Id        string        `json:"id"`
-	Title     string        `json:"title"`
-	CreatedAt time.Time     `json:"createdAt"`
-	UpdatedAt time.Time     `json:"updatedAt"`
-	Settings  Settings      `json:"settings"`
-	Status    SessionStatus `json:"status"`
-	ActiveRun *Run          `json:"activeRun"`
-	// The questions the session's run waits on, oldest first.
+	// The session's ID.
+	Id string `json:"id"`
+	// Its title: empty until given, or filled in from the first message.
+	Title string `json:"title"`
+	// When it was created.
+	CreatedAt time.Time `json:"createdAt"`
+	// Its last activity: its creation, your last message or answer, a rename, a settings
+	// change. The agent's replies do not move it. It orders sessions.
+	UpdatedAt time.Time `json:"updatedAt"`
+	// Its agent settings.
+	Settings Settings `json:"settings"`
+	// What its agent is doing now.
+	Status SessionStatus `json:"status"`
+	// The run that owns the session now: queued for a worker, running, or waiting for input;
+	// null when status is IDLE.
+	ActiveRun *Run `json:"activeRun"`
+	// The questions the session's run waits on, oldest first; empty unless status is
+	// WAITING_FOR_INPUT.
 	PendingQuestions []Question `json:"pendingQuestions"`
-	// The tool calls the session's run waits on for approval, oldest first.
+	// The tool calls the session's run waits on for approval (AWAITING_APPROVAL), oldest first.
 	PendingApprovals []ToolCall `json:"pendingApprovals"`
-	// The runs waiting their turn, oldest first.
+	// The runs waiting their turn behind activeRun, oldest first (ENQUEUE, a steer left over,
+	// an edit that waits); cancelRun(sessionId, runId) cancels one before it starts.
 	QueuedRuns []Run `json:"queuedRuns"`
-	// Subscribe with after: this cursor to follow on from the history just loaded.
+	// The event cursor of the log's end when the session was read: subscribe with
+	// messageStream(after: streamCursor) to follow on from the history read with it. A new
+	// session's is the start of its log. Of a SessionUpdated event's session, that event's own
+	// cursor.
 	StreamCursor string `json:"streamCursor"`
 }
 
@@ -1018,15 +1278,22 @@ func (v *Session) GetQueuedRuns() []Run { return v.QueuedRuns }
 // GetStreamCursor returns Session.StreamCursor, and is useful for accessing the field via an interface.
 func (v *Session) GetStreamCursor() string { return v.StreamCursor }
 
+// Settings to set. A field left out or null stays as it is; on creation it takes its
+// default. An invalid field is BAD_USER_INPUT, and nothing changes.
 type SessionSettingsInput struct {
-	// Default: demo.
-	Agent        *string  `json:"agent"`
-	Model        *string  `json:"model"`
-	SystemPrompt *string  `json:"systemPrompt"`
-	Temperature  *float64 `json:"temperature"`
+	// An agent's name from agents; another is BAD_USER_INPUT (unknown agent). Default: demo.
+	Agent *string `json:"agent"`
+	// A model name, at most 200 bytes; an empty string clears it (the agent's default again).
+	Model *string `json:"model"`
+	// At most MAX_MESSAGE_BYTES bytes (default 32768); an empty string clears it.
+	SystemPrompt *string `json:"systemPrompt"`
+	// From 0 to 2 (temperature must be between 0 and 2). Once set, it cannot be cleared.
+	Temperature *float64 `json:"temperature"`
 	// Default: INTERRUPT.
 	BusyPolicy *BusyPolicy `json:"busyPolicy"`
-	// Changes the policies of the tools it names; the others stay as they were.
+	// Changes the policies of the tools it names; the others stay as they were. A session
+	// holds at most 200 policies. One looser than its tool's ceiling (ToolPolicy.ceiling) is
+	// refused, naming the tool.
 	ToolPolicies []ToolPolicyInput `json:"toolPolicies"`
 }
 
@@ -1048,11 +1315,19 @@ func (v *SessionSettingsInput) GetBusyPolicy() *BusyPolicy { return v.BusyPolicy
 // GetToolPolicies returns SessionSettingsInput.ToolPolicies, and is useful for accessing the field via an interface.
 func (v *SessionSettingsInput) GetToolPolicies() []ToolPolicyInput { return v.ToolPolicies }
 
+// What a session's agent is doing. It follows the active run's status: QUEUED or RUNNING
+// makes RUNNING, WAITING_FOR_INPUT makes WAITING_FOR_INPUT, a final status makes IDLE (or
+// RUNNING when the next queued run takes over). It has no event of its own: derive it from
+// RunStatusChanged, or read TalkSession.status.
 type SessionStatus string
 
 const (
-	SessionStatusIdle            SessionStatus = "IDLE"
-	SessionStatusRunning         SessionStatus = "RUNNING"
+	// No run is active or queued: activeRun and pendingQuestion are null.
+	SessionStatusIdle SessionStatus = "IDLE"
+	// A run is queued or running.
+	SessionStatusRunning SessionStatus = "RUNNING"
+	// The active run waits for answers or decisions (pendingQuestions, pendingApprovals);
+	// runs queued behind it wait too.
 	SessionStatusWaitingForInput SessionStatus = "WAITING_FOR_INPUT"
 )
 
@@ -1063,13 +1338,23 @@ var AllSessionStatus = []SessionStatus{
 }
 
 // Settings includes the GraphQL fields of SessionSettings requested by the fragment Settings.
+// The GraphQL type's documentation follows.
+//
+// A session's agent settings.
 type Settings struct {
-	Agent        string     `json:"agent"`
-	Model        *string    `json:"model"`
-	SystemPrompt *string    `json:"systemPrompt"`
-	Temperature  *float64   `json:"temperature"`
-	BusyPolicy   BusyPolicy `json:"busyPolicy"`
-	// The effective policy of every tool the session's agent offers (ask_user has none).
+	// The agent new runs use: a name from agents. Default demo.
+	Agent string `json:"agent"`
+	// The model the agent uses; null for the agent's default (the openai agent's is
+	// OPENAI_MODEL). The demo agent ignores it.
+	Model *string `json:"model"`
+	// A system prompt for the agent; null for the agent's default.
+	SystemPrompt *string `json:"systemPrompt"`
+	// Sampling temperature, from 0 to 2; null for the agent's default.
+	Temperature *float64 `json:"temperature"`
+	// What a new message does while the agent works. Default INTERRUPT.
+	BusyPolicy BusyPolicy `json:"busyPolicy"`
+	// The effective policy of every tool the session's agent offers, sorted by tool name
+	// (ask_user has none).
 	ToolPolicies []ToolPolicy `json:"toolPolicies"`
 }
 
@@ -1100,10 +1385,14 @@ type ToolApproval struct {
 	RequestedArguments string `json:"requestedArguments"`
 	// Null while it waits, and for a call withdrawn without a decision.
 	Decision *ToolDecision `json:"decision"`
-	// A rejection's reason, or why the call was withdrawn without a decision (expired, stopped, ...).
-	Reason    *string    `json:"reason"`
+	// A rejection's reason, when given; for a call withdrawn without a decision, why: expired,
+	// stopped, interrupted, the run failed, or the agent stopped waiting.
+	Reason *string `json:"reason"`
+	// When it was decided; null until then.
 	DecidedAt *time.Time `json:"decidedAt"`
-	ExpiresAt time.Time  `json:"expiresAt"`
+	// When the call stops waiting undecided and ends CANCELLED without running: INPUT_EXPIRY
+	// after it was asked for (default 24h), or sooner if the agent asked.
+	ExpiresAt time.Time `json:"expiresAt"`
 }
 
 // GetRequestedArguments returns ToolApproval.RequestedArguments, and is useful for accessing the field via an interface.
@@ -1122,23 +1411,41 @@ func (v *ToolApproval) GetDecidedAt() *time.Time { return v.DecidedAt }
 func (v *ToolApproval) GetExpiresAt() time.Time { return v.ExpiresAt }
 
 // ToolCall includes the GraphQL fields of ToolCall requested by the fragment ToolCall.
+// The GraphQL type's documentation follows.
+//
+// A tool the agent called while writing a message, with its live output.
 type ToolCall struct {
+	// The server's ID for the call.
 	Id string `json:"id"`
-	// The agent's own ID for the call (a model's tool_call_id), when it gave one.
-	CallId    *string `json:"callId"`
-	RunId     string  `json:"runId"`
-	MessageId string  `json:"messageId"`
-	Name      string  `json:"name"`
-	// The arguments as the agent gave them, usually JSON.
+	// The agent's own ID for the call (a model's tool_call_id), when it gave one; null otherwise
+	// (the demo agent gives none). Not necessarily unique.
+	CallId *string `json:"callId"`
+	// The run that made it.
+	RunId string `json:"runId"`
+	// The assistant message it belongs to.
+	MessageId string `json:"messageId"`
+	// The tool's name (cut to 100 characters).
+	Name string `json:"name"`
+	// The arguments the call runs with, usually JSON: the agent's, or after an approval that
+	// edited them the edited ones (approval.requestedArguments keeps the agent's).
 	Arguments string `json:"arguments"`
-	// What the tool printed while it ran.
-	Output     string         `json:"output"`
-	Result     *string        `json:"result"`
-	Error      *string        `json:"error"`
-	Status     ToolCallStatus `json:"status"`
-	StartedAt  time.Time      `json:"startedAt"`
-	FinishedAt *time.Time     `json:"finishedAt"`
-	// The approval the call needed; null when it needed none.
+	// What the tool printed while it ran (streamed by ToolCallOutput), at most MAX_REPLY_BYTES
+	// bytes; empty in ToolCallStarted.
+	Output string `json:"output"`
+	// What the tool returned, cut to MAX_REPLY_BYTES bytes; null unless COMPLETED. For the
+	// openai agent's ask_user tool, the user's answer.
+	Result *string `json:"result"`
+	// Why the call failed or was refused: the tool's error, that the server stopped while it
+	// ran (FAILED), or whose policy denies the tool (REJECTED). Null otherwise.
+	Error *string `json:"error"`
+	// Where it is in its life.
+	Status ToolCallStatus `json:"status"`
+	// When it started, or began to wait for approval.
+	StartedAt time.Time `json:"startedAt"`
+	// When it ended; null while AWAITING_APPROVAL or RUNNING.
+	FinishedAt *time.Time `json:"finishedAt"`
+	// The approval the call needed (its tool's policy was ASK, or the agent asked for one); null
+	// when it needed none.
 	Approval *ToolApproval `json:"approval"`
 }
 
@@ -1181,17 +1488,26 @@ func (v *ToolCall) GetFinishedAt() *time.Time { return v.FinishedAt }
 // GetApproval returns ToolCall.Approval, and is useful for accessing the field via an interface.
 func (v *ToolCall) GetApproval() *ToolApproval { return v.Approval }
 
+// Where a tool call is in its life. RUNNING ends COMPLETED, FAILED or CANCELLED, announced by
+// ToolCallFinished; AWAITING_APPROVAL moves to RUNNING or REJECTED (ToolApprovalDecided), or
+// ends CANCELLED (ToolCallFinished).
 type ToolCallStatus string
 
 const (
-	// Waits for the user's approval (see approval).
+	// Waits for the user's approval (see approval): its tool's policy is ASK, and it has not run.
 	ToolCallStatusAwaitingApproval ToolCallStatus = "AWAITING_APPROVAL"
-	ToolCallStatusRunning          ToolCallStatus = "RUNNING"
-	ToolCallStatusCompleted        ToolCallStatus = "COMPLETED"
-	ToolCallStatusFailed           ToolCallStatus = "FAILED"
-	// Stopped, or withdrawn without a decision (approval.reason says why).
+	// The tool runs; its output streams as ToolCallOutput events.
+	ToolCallStatusRunning ToolCallStatus = "RUNNING"
+	// The tool returned its result.
+	ToolCallStatusCompleted ToolCallStatus = "COMPLETED"
+	// The tool returned an error (error says it), its run failed while it ran (error null), or
+	// the server stopped while it ran (error says it was not run again).
+	ToolCallStatusFailed ToolCallStatus = "FAILED"
+	// Its run ended otherwise (stopped, interrupted, completed) while it ran, or it was
+	// withdrawn without a decision (approval.reason says why) and never ran.
 	ToolCallStatusCancelled ToolCallStatus = "CANCELLED"
-	// Never ran: the user rejected it, or the tool policy denies it.
+	// Never ran: the user rejected it (approval.decision REJECT), or the tool policy denies it
+	// (error says whose policy; no approval).
 	ToolCallStatusRejected ToolCallStatus = "REJECTED"
 )
 
@@ -1208,8 +1524,10 @@ var AllToolCallStatus = []ToolCallStatus{
 type ToolDecision string
 
 const (
+	// Run the call, once, with the edited arguments if given.
 	ToolDecisionApprove ToolDecision = "APPROVE"
-	ToolDecisionReject  ToolDecision = "REJECT"
+	// Never run the call; the agent is told the reason, if given, and goes on.
+	ToolDecisionReject ToolDecision = "REJECT"
 )
 
 var AllToolDecision = []ToolDecision{
@@ -1222,7 +1540,9 @@ var AllToolDecision = []ToolDecision{
 //
 // A tool's effective policy in a session.
 type ToolPolicy struct {
-	Tool   string         `json:"tool"`
+	// The tool's name, as the agent offers it (an MCP tool's is mcp__<server>__<tool>).
+	Tool string `json:"tool"`
+	// The policy its calls follow now: the stricter of the session's own and the ceiling.
 	Policy ToolPolicyKind `json:"policy"`
 }
 
@@ -1232,8 +1552,11 @@ func (v *ToolPolicy) GetTool() string { return v.Tool }
 // GetPolicy returns ToolPolicy.Policy, and is useful for accessing the field via an interface.
 func (v *ToolPolicy) GetPolicy() ToolPolicyKind { return v.Policy }
 
+// A session's own policy for one tool.
 type ToolPolicyInput struct {
-	Tool   string         `json:"tool"`
+	// The tool's name, exactly as the agent offers it: 1 to 200 bytes.
+	Tool string `json:"tool"`
+	// Its policy in the session: no looser than the tool's ceiling (ToolPolicy.ceiling).
 	Policy ToolPolicyKind `json:"policy"`
 }
 
@@ -1243,15 +1566,15 @@ func (v *ToolPolicyInput) GetTool() string { return v.Tool }
 // GetPolicy returns ToolPolicyInput.Policy, and is useful for accessing the field via an interface.
 func (v *ToolPolicyInput) GetPolicy() ToolPolicyKind { return v.Policy }
 
-// What becomes of a tool's calls.
+// What becomes of a tool's calls. From loosest to strictest: ALLOW, ASK, DENY.
 type ToolPolicyKind string
 
 const (
-	// The calls run.
+	// The calls run at once.
 	ToolPolicyKindAllow ToolPolicyKind = "ALLOW"
-	// Each call waits for the user's approval (decideToolCall) before it runs.
+	// Each call waits, AWAITING_APPROVAL, for the user's decision (decideToolCall) before it runs.
 	ToolPolicyKindAsk ToolPolicyKind = "ASK"
-	// The calls never run, and the tool is kept from a model.
+	// The calls never run (each ends REJECTED, unasked), and a model is not offered the tool.
 	ToolPolicyKindDeny ToolPolicyKind = "DENY"
 )
 
@@ -1262,11 +1585,19 @@ var AllToolPolicyKind = []ToolPolicyKind{
 }
 
 // UpdatedSession includes the requested fields of the GraphQL type TalkSession.
+// The GraphQL type's documentation follows.
+//
+// One conversation of one user with one agent, with its history and its event log.
 type UpdatedSession struct {
-	Id        string    `json:"id"`
-	Title     string    `json:"title"`
+	// The session's ID.
+	Id string `json:"id"`
+	// Its title: empty until given, or filled in from the first message.
+	Title string `json:"title"`
+	// Its last activity: its creation, your last message or answer, a rename, a settings
+	// change. The agent's replies do not move it. It orders sessions.
 	UpdatedAt time.Time `json:"updatedAt"`
-	Settings  Settings  `json:"settings"`
+	// Its agent settings.
+	Settings Settings `json:"settings"`
 }
 
 // GetId returns UpdatedSession.Id, and is useful for accessing the field via an interface.
@@ -1284,13 +1615,13 @@ func (v *UpdatedSession) GetSettings() Settings { return v.Settings }
 // Usage includes the requested fields of the GraphQL type Usage.
 // The GraphQL type's documentation follows.
 //
-// What a run cost, in the model's tokens.
+// What a run cost, in the model's tokens, summed over its calls of the model.
 type Usage struct {
 	// Tokens of input (the prompt, the history) the model read.
 	InputTokens int `json:"inputTokens"`
 	// Tokens the model wrote.
 	OutputTokens int `json:"outputTokens"`
-	// Input tokens the provider served from its prompt cache, where it reports them.
+	// Input tokens the provider served from its prompt cache; null when the provider does not say.
 	CachedInputTokens *int `json:"cachedInputTokens"`
 }
 
@@ -1425,7 +1756,18 @@ func (v *__sessionInput) GetId() string { return v.Id }
 
 // addMessageResponse is returned by addMessage on success.
 type addMessageResponse struct {
-	// Sends a user message and starts (or queues) a run of the session's agent.
+	// Sends your message: it is stored at the end of the current branch (its parentId is the
+	// branch's last message) and a run of the session's agent is created for it, which reads
+	// the whole current branch, interrupted replies included. What happens while the agent
+	// works is the busy policy: the input's busyPolicy, else the session's (see BusyPolicy).
+	// BAD_USER_INPUT for a malformed sessionId, or content or idempotencyKey that do not fit
+	// (see AddMessageInput); NOT_FOUND when the session does not exist or is not yours;
+	// CONFLICT under REJECT while the agent works or waits for input (the agent is still
+	// working on this session), and for an idempotency key used before for another session or
+	// another content; RATE_LIMITED under ENQUEUE when MAX_QUEUED_RUNS runs already wait (too
+	// many messages are waiting in this session), when the session holds MAX_SESSION_MESSAGES
+	// messages counting the replies it owes (fork it or start a new one), and when your
+	// sessions hold MAX_USER_BYTES.
 	AddMessage AddMessagePayload `json:"addMessage"`
 }
 
@@ -1434,7 +1776,16 @@ func (v *addMessageResponse) GetAddMessage() AddMessagePayload { return v.AddMes
 
 // cancelRunResponse is returned by cancelRun on success.
 type cancelRunResponse struct {
-	// The stop button: ends the active run, keeping its partial reply. With runId, cancels that run, queued or active. Null when nothing was running (or the run has ended).
+	// The stop button: ends the session's active run at once, whether it is queued for a
+	// worker, running or waiting for input, and answers it with status CANCELLED. Its reply
+	// so far is kept as an INTERRUPTED message, its running tool calls end CANCELLED, and what
+	// it waited on is withdrawn (reason stopped). Null when nothing was active. With runId, it
+	// cancels that run: a queued one ends CANCELLED before it starts (its message stays on the
+	// branch, where the next run reads it), the active one as above; null when that run has
+	// ended already. Under ENQUEUE the next queued run then starts: cancelRun stops one run,
+	// not the queue. BAD_USER_INPUT for a malformed sessionId or runId; NOT_FOUND when the
+	// session does not exist or is not yours, or has no run runId (run not found). On
+	// UNAVAILABLE the run goes on as it was.
 	CancelRun *Run `json:"cancelRun"`
 }
 
@@ -1443,6 +1794,11 @@ func (v *cancelRunResponse) GetCancelRun() *Run { return v.CancelRun }
 
 // createTalkSessionResponse is returned by createTalkSession on success.
 type createTalkSessionResponse struct {
+	// Creates a session for you, with status IDLE and a streamCursor at the start of its empty
+	// log. Creating a session writes no event. BAD_USER_INPUT for a bad title or setting (see
+	// the input's fields); RATE_LIMITED when you already keep MAX_SESSIONS_PER_USER sessions
+	// (default 1000), or your sessions hold MAX_USER_BYTES (default 100 MiB: delete some
+	// first).
 	CreateTalkSession Session `json:"createTalkSession"`
 }
 
@@ -1451,7 +1807,17 @@ func (v *createTalkSessionResponse) GetCreateTalkSession() Session { return v.Cr
 
 // decideToolCallResponse is returned by decideToolCall on success.
 type decideToolCallResponse struct {
-	// Approves (maybe with edited arguments) or rejects a tool call awaiting approval.
+	// Approves or rejects a tool call awaiting approval (AWAITING_APPROVAL). APPROVE runs it,
+	// once, with the arguments given, else with those the agent asked for: the call is RUNNING
+	// at once. REJECT never runs it: it ends REJECTED, and the agent is told the reason and
+	// goes on. Who decided and when stay in the history (ToolCall.approval,
+	// ToolApprovalDecided). It is respondToInputs with one decision. BAD_USER_INPUT for a
+	// malformed toolCallId, or arguments or a reason that do not fit (see DecideToolCallInput),
+	// and nothing changes; NOT_FOUND when the call does not exist or is another user's (tool
+	// call not found); CONFLICT when it was decided already (this tool call was already
+	// decided) or does not wait for a decision: it expired, its run was stopped, interrupted or
+	// ended, or it never needed one (this tool call is not waiting for a decision). On
+	// UNAVAILABLE the call keeps waiting.
 	DecideToolCall DecideToolCallPayload `json:"decideToolCall"`
 }
 
@@ -1460,7 +1826,20 @@ func (v *decideToolCallResponse) GetDecideToolCall() DecideToolCallPayload { ret
 
 // editMessageResponse is returned by editMessage on success.
 type editMessageResponse struct {
-	// Adds a new user message beside the given one (same parent), makes its branch current and starts a run, by the session's busy policy. The old branch stays.
+	// A new version of one of your messages: adds a USER message with the new content beside
+	// the given one (the same parentId), makes its branch current and starts a run for it, as
+	// addMessage does; the old version stays, and both list each other in siblingIds. While
+	// the agent works, the session's busy policy decides, STEER acting as ENQUEUE: under
+	// INTERRUPT, or when nothing is active, the new message and a BranchSelected naming it
+	// are written together (after the active run's end, INTERRUPTED, and the queued runs');
+	// under ENQUEUE the new message waits beside the branch with its run QUEUED, and its
+	// branch becomes current when that run starts; under REJECT the edit is CONFLICT.
+	// BAD_USER_INPUT for a malformed messageId, content that does not fit (as
+	// AddMessageInput.content), or a message that is not your TEXT (only a message you wrote
+	// can be edited; regenerate the agent's reply instead); NOT_FOUND when the message does not
+	// exist or is not yours (message not found); RATE_LIMITED when the message has
+	// MAX_BRANCHES versions (this message has N versions, the most it can have), and as for
+	// addMessage.
 	EditMessage AddMessagePayload `json:"editMessage"`
 }
 
@@ -1469,7 +1848,16 @@ func (v *editMessageResponse) GetEditMessage() AddMessagePayload { return v.Edit
 
 // forkSessionResponse is returned by forkSession on success.
 type forkSessionResponse struct {
-	// A new session of yours holding the current branch up to the given message.
+	// A new session of yours holding the current branch of the message's session up to the
+	// message, with the same settings, and its own history from then on. The copies are new
+	// messages (new IDs, runId null) with their text, status and error; a QUESTION or ANSWER
+	// becomes TEXT, and tool calls are not copied. The answer's streamCursor follows the
+	// copies. BAD_USER_INPUT when the message is not on its session's current branch (fork
+	// from a message of the current branch: select its branch first), when the branch up to it
+	// holds more than MAX_FORK_MESSAGES messages (a fork copies at most N messages), or for a
+	// bad title; NOT_FOUND when the message does not exist, is not yours, or its session was
+	// deleted; CONFLICT while the message is still being written; RATE_LIMITED when you keep
+	// MAX_SESSIONS_PER_USER sessions or your sessions hold MAX_USER_BYTES.
 	ForkSession Session `json:"forkSession"`
 }
 
@@ -1478,8 +1866,16 @@ func (v *forkSessionResponse) GetForkSession() Session { return v.ForkSession }
 
 // messageStreamResponse is returned by messageStream on success.
 type messageStreamResponse struct {
-	// The session's events in one order. With after: a cursor, every event after it and then
-	// live ones; without it, live events from now on.
+	// The session's events, in the log's one order. With after, every event after that
+	// position, then live ones as they happen: this is how you follow on from loaded history
+	// and resume after a disconnect. Without after, live events from now on only: of a reply
+	// being streamed, its next chunks and not its text so far. Over server-sent events a
+	// Last-Event-ID header takes the place of after. It completes only when the session is
+	// deleted; any other end (you stop it, shutdown, token expiry, the network) means:
+	// subscribe again after the last cursor you applied. Refused at the start with
+	// BAD_USER_INPUT for a malformed sessionId or after, NOT_FOUND when the session does not
+	// exist or is not yours, RATE_LIMITED over a subscription limit (see docs/API.md,
+	// Limits), and UNAVAILABLE while the server shuts down.
 	MessageStream Event `json:"-"`
 }
 
@@ -1551,7 +1947,12 @@ func (v *messageStreamResponse) __premarshalJSON() (*__premarshalmessageStreamRe
 
 // messagesResponse is returned by messages on success.
 type messagesResponse struct {
-	// One of your sessions; null when it does not exist or is not yours.
+	// One of your sessions; null when it does not exist, was deleted, or is another user's.
+	// Its status, activeRun, pendingQuestion, pendingQuestions, pendingApprovals, streamCursor
+	// and messages are read as of one moment: read messages and streamCursor in one query, then
+	// subscribe with messageStream(after: streamCursor) to follow on with no gap and no
+	// duplicate. BAD_USER_INPUT when id is not an ID this server makes (session ID is not a
+	// valid ID).
 	Session *messagesSessionTalkSession `json:"session"`
 }
 
@@ -1559,10 +1960,22 @@ type messagesResponse struct {
 func (v *messagesResponse) GetSession() *messagesSessionTalkSession { return v.Session }
 
 // messagesSessionTalkSession includes the requested fields of the GraphQL type TalkSession.
+// The GraphQL type's documentation follows.
+//
+// One conversation of one user with one agent, with its history and its event log.
 type messagesSessionTalkSession struct {
-	// Subscribe with after: this cursor to follow on from the history just loaded.
+	// The event cursor of the log's end when the session was read: subscribe with
+	// messageStream(after: streamCursor) to follow on from the history read with it. A new
+	// session's is the start of its log. Of a SessionUpdated event's session, that event's own
+	// cursor.
 	StreamCursor string `json:"streamCursor"`
-	// Oldest first.
+	// A page of the current branch, oldest first; versions beside it are reached through
+	// Message.siblingIds and selectBranch. Read as of the moment the session was read (that of
+	// streamCursor and status): a message being streamed shows STREAMING and the text written
+	// so far, and messages added since are left out. A message's question and toolCalls are
+	// read as they are now, so they may be a little ahead. Of a SessionUpdated event's
+	// session, read as of the event's delivery. BAD_USER_INPUT for a malformed history cursor
+	// (invalid cursor) or a negative first or last.
 	Messages messagesSessionTalkSessionMessagesMessageConnection `json:"messages"`
 }
 
@@ -1575,9 +1988,14 @@ func (v *messagesSessionTalkSession) GetMessages() messagesSessionTalkSessionMes
 }
 
 // messagesSessionTalkSessionMessagesMessageConnection includes the requested fields of the GraphQL type MessageConnection.
+// The GraphQL type's documentation follows.
+//
+// A page of a session's current branch.
 type messagesSessionTalkSessionMessagesMessageConnection struct {
-	Edges    []messagesSessionTalkSessionMessagesMessageConnectionEdgesMessageEdge `json:"edges"`
-	PageInfo messagesSessionTalkSessionMessagesMessageConnectionPageInfo           `json:"pageInfo"`
+	// The page's messages, oldest first.
+	Edges []messagesSessionTalkSessionMessagesMessageConnectionEdgesMessageEdge `json:"edges"`
+	// To load older messages, pass its startCursor as messages(last:, before:) while hasPreviousPage.
+	PageInfo messagesSessionTalkSessionMessagesMessageConnectionPageInfo `json:"pageInfo"`
 }
 
 // GetEdges returns messagesSessionTalkSessionMessagesMessageConnection.Edges, and is useful for accessing the field via an interface.
@@ -1591,7 +2009,11 @@ func (v *messagesSessionTalkSessionMessagesMessageConnection) GetPageInfo() mess
 }
 
 // messagesSessionTalkSessionMessagesMessageConnectionEdgesMessageEdge includes the requested fields of the GraphQL type MessageEdge.
+// The GraphQL type's documentation follows.
+//
+// A message in a page of history.
 type messagesSessionTalkSessionMessagesMessageConnectionEdgesMessageEdge struct {
+	// The message.
 	Node Message `json:"node"`
 }
 
@@ -1601,9 +2023,15 @@ func (v *messagesSessionTalkSessionMessagesMessageConnectionEdgesMessageEdge) Ge
 }
 
 // messagesSessionTalkSessionMessagesMessageConnectionPageInfo includes the requested fields of the GraphQL type PageInfo.
+// The GraphQL type's documentation follows.
+//
+// Where a page of a connection lies among the items.
 type messagesSessionTalkSessionMessagesMessageConnectionPageInfo struct {
-	HasPreviousPage bool    `json:"hasPreviousPage"`
-	StartCursor     *string `json:"startCursor"`
+	// More items precede the page: exact when paging backward (last); paging forward, whether
+	// after was given.
+	HasPreviousPage bool `json:"hasPreviousPage"`
+	// The first edge's cursor; null for an empty page.
+	StartCursor *string `json:"startCursor"`
 }
 
 // GetHasPreviousPage returns messagesSessionTalkSessionMessagesMessageConnectionPageInfo.HasPreviousPage, and is useful for accessing the field via an interface.
@@ -1617,7 +2045,11 @@ func (v *messagesSessionTalkSessionMessagesMessageConnectionPageInfo) GetStartCu
 }
 
 // regenerateRegenerateRegeneratePayload includes the requested fields of the GraphQL type RegeneratePayload.
+// The GraphQL type's documentation follows.
+//
+// What regenerate answers.
 type regenerateRegenerateRegeneratePayload struct {
+	// The run writing the new version of the reply: RUNNING or QUEUED.
 	Run Run `json:"run"`
 }
 
@@ -1626,7 +2058,13 @@ func (v *regenerateRegenerateRegeneratePayload) GetRun() Run { return v.Run }
 
 // regenerateResponse is returned by regenerate on success.
 type regenerateResponse struct {
-	// Starts a run whose reply is a new assistant message beside the given one, on the history up to its parent.
+	// A new version of one of the agent's replies: starts a run on the history up to the
+	// reply's parent, whose reply is a new ASSISTANT message beside the given one. The branch
+	// is cut back to the parent (BranchSelected with leafId the parent) in the same write, or,
+	// under ENQUEUE while the agent works, when the run starts. Busy policies and errors as for
+	// editMessage; BAD_USER_INPUT for a user message (only the agent's reply can be
+	// regenerated; edit your message instead) or a reply without a parent (this reply answers
+	// nothing to regenerate it from).
 	Regenerate regenerateRegenerateRegeneratePayload `json:"regenerate"`
 }
 
@@ -1637,7 +2075,12 @@ func (v *regenerateResponse) GetRegenerate() regenerateRegenerateRegeneratePaylo
 
 // respondToInputsResponse is returned by respondToInputs on success.
 type respondToInputsResponse struct {
-	// Answers several questions and decides several tool calls of one session at once: all of them, or none and an error naming the first that failed.
+	// Answers several questions and decides several tool calls of one session at once, in one
+	// write: all of them, or none and an error naming the first that failed (answers[1]: this
+	// question was already answered). Each answer and decision is checked as respondToQuestion
+	// and decideToolCall check them, with the same errors; a question or call of another
+	// session is NOT_FOUND. BAD_USER_INPUT for no input at all, more than 100, or one input
+	// given twice. The run goes on once nothing is left to wait on.
 	RespondToInputs RespondToInputsPayload `json:"respondToInputs"`
 }
 
@@ -1648,7 +2091,16 @@ func (v *respondToInputsResponse) GetRespondToInputs() RespondToInputsPayload {
 
 // respondToQuestionResponse is returned by respondToQuestion on success.
 type respondToQuestionResponse struct {
-	// Answers the question the agent is waiting on; the waiting run goes on once nothing else waits.
+	// Answers a question the agent waits on. The answer is stored as a message (USER, ANSWER)
+	// and the same run goes on once nothing else waits; after a restart or a take-over, its
+	// agent starts again on the history, which then ends with the question and its answer.
+	// It is respondToInputs with one answer. BAD_USER_INPUT for a malformed questionId or an
+	// answer that does not fit (see RespondToQuestionInput.answer), and nothing changes;
+	// NOT_FOUND when the question does not exist, its session was deleted, or it is another
+	// user's (question not found); CONFLICT when it was answered already (this question was
+	// already answered) or is no longer waited for: it expired, or its run was stopped,
+	// interrupted or ended (the agent is no longer waiting for this answer). On UNAVAILABLE the
+	// question stays waiting.
 	RespondToQuestion RespondToQuestionPayload `json:"respondToQuestion"`
 }
 
@@ -1659,7 +2111,13 @@ func (v *respondToQuestionResponse) GetRespondToQuestion() RespondToQuestionPayl
 
 // selectBranchResponse is returned by selectBranch on success.
 type selectBranchResponse struct {
-	// Makes the branch through the given message current, continuing below it to the child added last.
+	// Makes the branch through the given message current, continuing below it at each step to
+	// the child added last, and answers the session, whose messages are the new branch.
+	// Written as one BranchSelected event; nothing is written when that branch is current
+	// already. BAD_USER_INPUT for a malformed messageId; NOT_FOUND when the message does not
+	// exist or is not yours; CONFLICT while the agent works or runs are queued, since their
+	// replies go to the end of the current branch (the agent is working on this session: stop
+	// it, or wait, before switching branches).
 	SelectBranch Session `json:"selectBranch"`
 }
 
@@ -1668,7 +2126,12 @@ func (v *selectBranchResponse) GetSelectBranch() Session { return v.SelectBranch
 
 // sessionResponse is returned by session on success.
 type sessionResponse struct {
-	// One of your sessions; null when it does not exist or is not yours.
+	// One of your sessions; null when it does not exist, was deleted, or is another user's.
+	// Its status, activeRun, pendingQuestion, pendingQuestions, pendingApprovals, streamCursor
+	// and messages are read as of one moment: read messages and streamCursor in one query, then
+	// subscribe with messageStream(after: streamCursor) to follow on with no gap and no
+	// duplicate. BAD_USER_INPUT when id is not an ID this server makes (session ID is not a
+	// valid ID).
 	Session *Session `json:"session"`
 }
 

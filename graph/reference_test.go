@@ -3,86 +3,252 @@ package graph
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 )
 
-// TestAPIReferenceIsComplete keeps docs/API.md complete: every type, enum value, input and
-// field the schema defines must be mentioned there, as a word in backticks (`word`, in a
-// sentence or a table; fenced code blocks do not count) or in a heading. Names are
-// case-sensitive, as in the schema.
-//
-//   - Object types, interfaces, unions, enums, input types and custom scalars: their name,
-//     anywhere.
-//   - Fields of Query, Mutation and Subscription: their name, anywhere.
-//   - Fields of every other object type and interface, fields of input types, and enum
-//     values: in the section about their type (under a heading that names the type, down
-//     to the next heading of the same or a higher level), or anywhere as `Type.field`. A
-//     generic name such as `id` or `RUNNING` mentioned elsewhere does not count, so that
-//     a field added to one type is documented with that type.
-//
-// Built-in scalars and the introspection types are skipped.
-func TestAPIReferenceIsComplete(t *testing.T) {
-	schema := loadSchema(t)
-	raw, err := os.ReadFile("../docs/API.md")
-	if err != nil {
-		t.Fatalf("the API reference: %v", err)
-	}
-	doc := parseReference(string(raw))
+// The schema is the API's reference: what each element means is said in its description,
+// which introspection, the playground's documentation pane and the generated clients
+// (client/generated.go, web/src/gql) carry. docs/API.md is the guide around it and does
+// not restate it; the tests below keep the guide from naming elements the schema no
+// longer has, and its links from pointing at sections it no longer has.
 
-	roots := map[string]bool{}
-	for _, op := range []*ast.Definition{schema.Query, schema.Mutation, schema.Subscription} {
-		if op != nil {
-			roots[op.Name] = true
+// TestSchemaIsDescribed checks that every element of schema.graphqls has a description: its
+// types, their fields and the fields' arguments, input fields, enum values, and directives
+// with their arguments. Built-in scalars and directives and the introspection types are
+// skipped.
+func TestSchemaIsDescribed(t *testing.T) {
+	schema := loadSchema(t)
+	var missing []string
+	lacks := func(description string) bool { return strings.TrimSpace(description) == "" }
+	for _, def := range schemaTypes(schema) {
+		if lacks(def.Description) {
+			missing = append(missing, fmt.Sprintf("%s %s", kindOf(def), def.Name))
+		}
+		for _, f := range def.Fields {
+			if strings.HasPrefix(f.Name, "__") {
+				continue
+			}
+			if lacks(f.Description) {
+				missing = append(missing, fmt.Sprintf("%s.%s", def.Name, f.Name))
+			}
+			for _, a := range f.Arguments {
+				if lacks(a.Description) {
+					missing = append(missing, fmt.Sprintf("%s.%s(%s:)", def.Name, f.Name, a.Name))
+				}
+			}
+		}
+		for _, v := range def.EnumValues {
+			if lacks(v.Description) {
+				missing = append(missing, fmt.Sprintf("%s.%s", def.Name, v.Name))
+			}
 		}
 	}
-
-	var missing []string
-	miss := func(format string, args ...any) { missing = append(missing, fmt.Sprintf(format, args...)) }
-	names := make([]string, 0, len(schema.Types))
-	for name := range schema.Types {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		def := schema.Types[name]
-		if def.BuiltIn || strings.HasPrefix(name, "__") {
+	for name, d := range schema.Directives {
+		if d.Position != nil && d.Position.Src != nil && d.Position.Src.BuiltIn {
 			continue
 		}
-		if !roots[name] && !doc.mentions(name) {
-			miss("%s %s: not mentioned", kindOf(def), name)
+		if lacks(d.Description) {
+			missing = append(missing, "directive @"+name)
 		}
-		switch def.Kind {
-		case ast.Object, ast.Interface, ast.InputObject:
-			for _, f := range def.Fields {
-				if strings.HasPrefix(f.Name, "__") {
-					continue
-				}
-				switch {
-				case roots[name]:
-					if !doc.mentions(f.Name) {
-						miss("%s.%s: not mentioned", name, f.Name)
-					}
-				case !doc.mentionsIn(name, f.Name):
-					miss("%s.%s: not mentioned in a section about %s nor as `%s.%s`", name, f.Name, name, name, f.Name)
-				}
-			}
-		case ast.Enum:
-			for _, v := range def.EnumValues {
-				if !doc.mentionsIn(name, v.Name) {
-					miss("%s.%s: not mentioned in a section about %s nor as `%s.%s`", name, v.Name, name, name, v.Name)
-				}
+		for _, a := range d.Arguments {
+			if lacks(a.Description) {
+				missing = append(missing, fmt.Sprintf("directive @%s(%s:)", name, a.Name))
 			}
 		}
 	}
+	sort.Strings(missing)
 	if len(missing) > 0 {
-		t.Errorf("docs/API.md does not document %d names of schema.graphqls:\n  %s", len(missing), strings.Join(missing, "\n  "))
+		t.Errorf("schema.graphqls: %d elements have no description. Say what a client author needs "+
+			"to act on: units, when it is null, the errors it answers with (extensions.code), the "+
+			"limits and the setting that changes them, the order of lists.\n  %s",
+			len(missing), strings.Join(missing, "\n  "))
 	}
+}
+
+// TestGuideNamesSchemaElements checks the schema elements docs/API.md names in inline code
+// (fenced code blocks do not count):
+//
+//   - Type.member, and longer paths such as QuestionAsked.question.id: the type exists and
+//     each member is a field of the type before it (or, last, one of its enum values). A
+//     dotted name that begins with a capital and is no type of the schema is refused too,
+//     unless notSchema lists it.
+//   - field(arg: …) and field(arg, …): some type of the schema has that field with those
+//     arguments. A call of a name no type has as a field is refused, unless notSchema
+//     lists it.
+func TestGuideNamesSchemaElements(t *testing.T) {
+	schema := loadSchema(t)
+	guide := readGuide(t)
+	var stale []string
+	for _, code := range inlineCode(guide) {
+		for _, path := range typePathRE.FindAllString(code, -1) {
+			if err := resolvePath(schema, path); err != nil {
+				stale = append(stale, fmt.Sprintf("`%s` (in `%s`): %v", path, code, err))
+			}
+		}
+		for _, m := range callRE.FindAllStringSubmatchIndex(code, -1) {
+			name := code[m[2]:m[3]]
+			args := callArguments(code[m[1]:])
+			if err := resolveCall(schema, name, args); err != nil {
+				stale = append(stale, fmt.Sprintf("`%s` (in `%s`): %v", name, code, err))
+			}
+		}
+	}
+	if len(stale) > 0 {
+		t.Errorf("docs/API.md names %d schema elements that schema.graphqls does not have:\n  %s",
+			len(stale), strings.Join(stale, "\n  "))
+	}
+}
+
+// TestGuideLinksResolve checks that every link to a section of docs/API.md, from the guide
+// itself (#section) and from the other documents (API.md#section), names a heading the
+// guide has, as GitHub makes its anchors.
+func TestGuideLinksResolve(t *testing.T) {
+	anchors := headingAnchors(readGuide(t))
+	docs, err := filepath.Glob("../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append(docs, "../README.md", "../web/README.md")
+	var broken []string
+	for _, path := range docs {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		linkRE := otherDocLinkRE
+		if filepath.Base(path) == "API.md" {
+			linkRE = ownLinkRE
+		}
+		for _, m := range linkRE.FindAllStringSubmatch(string(raw), -1) {
+			if !anchors[m[1]] {
+				broken = append(broken, fmt.Sprintf("%s: #%s", strings.TrimPrefix(path, "../"), m[1]))
+			}
+		}
+	}
+	if len(broken) > 0 {
+		t.Errorf("%d links name a section docs/API.md does not have:\n  %s", len(broken), strings.Join(broken, "\n  "))
+	}
+}
+
+// notSchema lists the names in the guide's inline code that look like schema elements and
+// are not.
+var notSchema = map[string]bool{
+	"ws": true, // ws(s)://<host>/query
+}
+
+var (
+	// typePathRE matches Type.member paths: a capitalised name with a lower-case letter
+	// (JSON, README.md are no types), then members that are fields or enum values.
+	typePathRE = regexp.MustCompile(`\b[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+`)
+	// callRE matches the name of a call written name(…), not a member of a path (x.name(…)).
+	callRE = regexp.MustCompile(`(?:^|[^.\w])([a-z][A-Za-z0-9]*)\(`)
+	// Links to the guide's sections: its own, and the other documents'.
+	ownLinkRE      = regexp.MustCompile(`\]\(#([^)\s]+)\)`)
+	otherDocLinkRE = regexp.MustCompile(`API\.md#([^)\s]+)\)`)
+	headingRE      = regexp.MustCompile(`^(#{1,6})\s+(.*)$`)
+	codeSpanRE     = regexp.MustCompile("`+([^`]+)`+")
+	identRE        = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*`)
+)
+
+// resolvePath checks a path Type.member.member…: each member is a field of the type the
+// path has reached, or, last, an enum value of it.
+func resolvePath(schema *ast.Schema, path string) error {
+	parts := strings.Split(path, ".")
+	def := schema.Types[parts[0]]
+	if def == nil || def.BuiltIn {
+		if notSchema[parts[0]] || notSchema[path] {
+			return nil
+		}
+		return fmt.Errorf("no type %s", parts[0])
+	}
+	for i, member := range parts[1:] {
+		if def.Kind == ast.Enum && i == len(parts)-2 && def.EnumValues.ForName(member) != nil {
+			return nil
+		}
+		f := def.Fields.ForName(member)
+		if f == nil {
+			return fmt.Errorf("%s has no field or value %s", def.Name, member)
+		}
+		def = schema.Types[f.Type.Name()]
+	}
+	return nil
+}
+
+// resolveCall checks that some type has a field name taking every argument in args.
+func resolveCall(schema *ast.Schema, name string, args []string) error {
+	found := false
+	for _, def := range schemaTypes(schema) {
+		f := def.Fields.ForName(name)
+		if f == nil {
+			continue
+		}
+		found = true
+		ok := true
+		for _, a := range args {
+			if f.Arguments.ForName(a) == nil {
+				ok = false
+			}
+		}
+		if ok {
+			return nil
+		}
+	}
+	switch {
+	case !found && notSchema[name]:
+		return nil
+	case !found:
+		return fmt.Errorf("no type has a field %s", name)
+	}
+	return fmt.Errorf("no field %s takes the arguments %s", name, strings.Join(args, ", "))
+}
+
+// callArguments returns the names of the arguments of a call whose text follows its "(":
+// the identifiers that begin each argument at its top level, up to the closing ")".
+func callArguments(rest string) []string {
+	var args []string
+	depth, start := 0, true
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		switch {
+		case c == ')' && depth == 0:
+			return args
+		case c == '(' || c == '{' || c == '[':
+			depth++
+		case c == ')' || c == '}' || c == ']':
+			depth--
+		case c == ',' && depth == 0:
+			start = true
+		case c == ' ':
+		case start && depth == 0:
+			if id := identRE.FindString(rest[i:]); id != "" {
+				args = append(args, id)
+				i += len(id) - 1
+			}
+			start = false
+		}
+	}
+	return nil // no closing ")": the text is not a call
+}
+
+// schemaTypes returns the types schema.graphqls defines, by name: built-in scalars and the
+// introspection types left out.
+func schemaTypes(schema *ast.Schema) []*ast.Definition {
+	var defs []*ast.Definition
+	for name, def := range schema.Types {
+		if !def.BuiltIn && !strings.HasPrefix(name, "__") {
+			defs = append(defs, def)
+		}
+	}
+	sort.Slice(defs, func(i, j int) bool { return defs[i].Name < defs[j].Name })
+	return defs
 }
 
 func kindOf(def *ast.Definition) string {
@@ -103,33 +269,63 @@ func kindOf(def *ast.Definition) string {
 	return strings.ToLower(string(def.Kind))
 }
 
-// reference is what the test reads of a Markdown document: the words it mentions, and
-// its sections with the words each mentions.
-type reference struct {
-	words    map[string]bool
-	dotted   map[string]bool // Type.field pairs written in backticks
-	sections []section
-}
-
-type section struct {
-	heading map[string]bool // the words of its heading
-	words   map[string]bool // the words mentioned in it and its subsections, heading included
-}
-
-var (
-	headingRE = regexp.MustCompile(`^(#{1,6})\s+(.*)$`)
-	codeRE    = regexp.MustCompile("`+([^`]+)`+")
-	wordRE    = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
-	dottedRE  = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*`)
-)
-
-func parseReference(md string) *reference {
-	r := &reference{words: map[string]bool{}, dotted: map[string]bool{}}
-	type open struct {
-		level int
-		index int
+// readGuide returns docs/API.md.
+func readGuide(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile("../docs/API.md")
+	if err != nil {
+		t.Fatalf("the API guide: %v", err)
 	}
-	var stack []open
+	return string(raw)
+}
+
+// inlineCode returns the text of the inline code spans of a Markdown document, outside its
+// fenced code blocks.
+func inlineCode(md string) []string {
+	var spans []string
+	for _, line := range outsideFences(md) {
+		for _, m := range codeSpanRE.FindAllStringSubmatch(line, -1) {
+			spans = append(spans, m[1])
+		}
+	}
+	return spans
+}
+
+// headingAnchors returns the anchors GitHub gives the headings of a Markdown document:
+// lower case, without punctuation but hyphens and underscores, spaces made hyphens, and
+// -1, -2, … after a repeated one.
+func headingAnchors(md string) map[string]bool {
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	for _, line := range outsideFences(md) {
+		m := headingRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		var b strings.Builder
+		for _, r := range strings.ToLower(strings.TrimSpace(m[2])) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if n := seen[a]; n > 0 {
+			anchors[fmt.Sprintf("%s-%d", a, n)] = true
+		} else {
+			anchors[a] = true
+		}
+		seen[a]++
+	}
+	return anchors
+}
+
+// outsideFences returns the lines of a Markdown document that are not in fenced code
+// blocks.
+func outsideFences(md string) []string {
+	var lines []string
 	fence := ""
 	for _, line := range strings.Split(md, "\n") {
 		trimmed := strings.TrimSpace(line)
@@ -143,51 +339,9 @@ func parseReference(md string) *reference {
 			fence = trimmed[:3]
 			continue
 		}
-		var words []string
-		if m := headingRE.FindStringSubmatch(line); m != nil {
-			level := len(m[1])
-			for len(stack) > 0 && stack[len(stack)-1].level >= level {
-				stack = stack[:len(stack)-1]
-			}
-			s := section{heading: map[string]bool{}, words: map[string]bool{}}
-			for _, w := range wordRE.FindAllString(m[2], -1) {
-				s.heading[w] = true
-				words = append(words, w)
-			}
-			r.sections = append(r.sections, s)
-			stack = append(stack, open{level: level, index: len(r.sections) - 1})
-		}
-		for _, c := range codeRE.FindAllStringSubmatch(line, -1) {
-			words = append(words, wordRE.FindAllString(c[1], -1)...)
-			for _, d := range dottedRE.FindAllString(c[1], -1) {
-				r.dotted[d] = true
-			}
-		}
-		for _, w := range words {
-			r.words[w] = true
-			for _, o := range stack {
-				r.sections[o.index].words[w] = true
-			}
-		}
+		lines = append(lines, line)
 	}
-	return r
-}
-
-// mentions reports whether word is in backticks or in a heading anywhere.
-func (r *reference) mentions(word string) bool { return r.words[word] }
-
-// mentionsIn reports whether word is mentioned in a section whose heading names typ, or
-// anywhere as `typ.word`.
-func (r *reference) mentionsIn(typ, word string) bool {
-	if r.dotted[typ+"."+word] {
-		return true
-	}
-	for _, s := range r.sections {
-		if s.heading[typ] && s.words[word] {
-			return true
-		}
-	}
-	return false
+	return lines
 }
 
 // loadSchema parses the schema at the repository's root, as clients and gqlgen read it.

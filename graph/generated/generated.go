@@ -1712,7 +1712,9 @@ func newExecutionContext(
 var sources = []*ast.Source{
 	{Name: "../../schema.graphqls", Input: `"""
 talkgraph: talk to AI agents. Every operation is made by the authenticated user
-(Authorization: Bearer <token>); nothing is visible across users.
+(Authorization: Bearer <token>); nothing is visible across users. The descriptions in this
+schema are the reference for each type, field, argument and value; docs/API.md is the
+guide: transports, authentication, cursors, busy policies, errors, limits and recipes.
 """
 schema {
   query: Query
@@ -1720,92 +1722,354 @@ schema {
   subscription: Subscription
 }
 
-"An RFC 3339 timestamp with nanoseconds, in UTC."
+"""
+An RFC 3339 timestamp with nanoseconds, in UTC, such as 2026-11-23T15:17:14.275178634Z
+(trailing zeros of the fraction are left out).
+"""
 scalar Time
 
+"""
+What you can read. Every field needs a token: without one it answers UNAUTHENTICATED
+(sign in first). A field that reads the storage answers UNAVAILABLE when it cannot be
+read.
+"""
 type Query {
   "The authenticated user."
   viewer: Viewer!
-  "Your talk sessions, most recent activity first."
-  sessions(first: Int, after: String): TalkSessionConnection!
-  "One of your sessions; null when it does not exist or is not yours."
-  session(id: ID!): TalkSession
-  "One of your runs, with why it failed and what it cost; null when it does not exist or is not yours."
-  run(id: ID!): Run
-  "The agents this server can run, for the session settings."
+  """
+  Your talk sessions, most recent activity first: by updatedAt, then by id, descending.
+  Each node is read as the session field reads it. There is no subscription for the list:
+  a session created or changed elsewhere shows up the next time you query. A session with
+  activity while you page moves to the front of the list, so later pages may skip it or
+  show it twice: reload from the first page after activity. BAD_USER_INPUT for a malformed
+  after (invalid cursor) or a negative first (page size must not be negative).
+  """
+  sessions(
+    "How many sessions: 20 when null; a value over 100 is cut to 100, without an error."
+    first: Int
+    """
+    A session-list cursor (an edge's cursor, or pageInfo.endCursor): the page starts after
+    that session.
+    """
+    after: String
+  ): TalkSessionConnection!
+  """
+  One of your sessions; null when it does not exist, was deleted, or is another user's.
+  Its status, activeRun, pendingQuestion, pendingQuestions, pendingApprovals, streamCursor
+  and messages are read as of one moment: read messages and streamCursor in one query, then
+  subscribe with messageStream(after: streamCursor) to follow on with no gap and no
+  duplicate. BAD_USER_INPUT when id is not an ID this server makes (session ID is not a
+  valid ID).
+  """
+  session(
+    "The session's ID."
+    id: ID!
+  ): TalkSession
+  """
+  One of your runs, with why it failed and what it cost; null when it does not exist, its
+  session was deleted, or it is another user's. BAD_USER_INPUT when id is not an ID this
+  server makes (run ID is not a valid ID).
+  """
+  run(
+    "The run's ID."
+    id: ID!
+  ): Run
+  """
+  The agents this server can run, sorted by name: use a name as
+  SessionSettingsInput.agent. demo is always there, openai when the server is configured
+  for it; programs that embed talkgraph may register more.
+  """
   agents: [AgentInfo!]!
 }
 
+"""
+What you can change. Every field needs a token: without one it answers UNAUTHENTICATED. A
+mutation that answers an error changed nothing (with replicas, a timeout may hide a
+success: see docs/API.md, Replicas). Its events are in the session's log before it
+answers, so a subscriber may see them before or after the answer arrives. Besides the
+errors each field names, any mutation answers UNAVAILABLE while the server shuts down or
+when the storage cannot be written (full, locked, unreachable), and with replicas when the
+replica running the session's agent cannot be reached.
+"""
 type Mutation {
-  createTalkSession(input: CreateTalkSessionInput): TalkSession!
-  "Changes a session's title. NOT_FOUND when missing or not yours."
-  renameTalkSession(input: RenameTalkSessionInput!): TalkSession!
-  "Changes a session's settings; only the fields given change."
-  updateTalkSessionSettings(input: UpdateTalkSessionSettingsInput!): TalkSession!
-  "Deletes a session with its history, stopping its run. Answers the deleted session's ID."
-  deleteTalkSession(id: ID!): ID!
-  "Sends a user message and starts (or queues) a run of the session's agent."
-  addMessage(input: AddMessageInput!): AddMessagePayload!
-  "Answers the question the agent is waiting on; the waiting run goes on once nothing else waits."
-  respondToQuestion(input: RespondToQuestionInput!): RespondToQuestionPayload!
-  "Approves (maybe with edited arguments) or rejects a tool call awaiting approval."
-  decideToolCall(input: DecideToolCallInput!): DecideToolCallPayload!
-  "Answers several questions and decides several tool calls of one session at once: all of them, or none and an error naming the first that failed."
-  respondToInputs(input: RespondToInputsInput!): RespondToInputsPayload!
-  "The stop button: ends the active run, keeping its partial reply. With runId, cancels that run, queued or active. Null when nothing was running (or the run has ended)."
-  cancelRun(sessionId: ID!, runId: ID): Run
-  "Adds a new user message beside the given one (same parent), makes its branch current and starts a run, by the session's busy policy. The old branch stays."
-  editMessage(input: EditMessageInput!): AddMessagePayload!
-  "Starts a run whose reply is a new assistant message beside the given one, on the history up to its parent."
-  regenerate(input: RegenerateInput!): RegeneratePayload!
-  "Makes the branch through the given message current, continuing below it to the child added last."
-  selectBranch(input: SelectBranchInput!): TalkSession!
-  "A new session of yours holding the current branch up to the given message."
-  forkSession(input: ForkSessionInput!): TalkSession!
+  """
+  Creates a session for you, with status IDLE and a streamCursor at the start of its empty
+  log. Creating a session writes no event. BAD_USER_INPUT for a bad title or setting (see
+  the input's fields); RATE_LIMITED when you already keep MAX_SESSIONS_PER_USER sessions
+  (default 1000), or your sessions hold MAX_USER_BYTES (default 100 MiB: delete some
+  first).
+  """
+  createTalkSession(
+    "The title and settings; the input and each of its fields may be left out."
+    input: CreateTalkSessionInput
+  ): TalkSession!
+  """
+  Changes a session's title. Writes a SessionUpdated event and moves updatedAt, unless the
+  title is the same: then nothing is written. BAD_USER_INPUT for a malformed id or a bad
+  title; NOT_FOUND when the session does not exist or is not yours (session not found);
+  RATE_LIMITED when your sessions hold MAX_USER_BYTES.
+  """
+  renameTalkSession(
+    "The session and its new title."
+    input: RenameTalkSessionInput!
+  ): TalkSession!
+  """
+  Changes a session's settings; only the fields given change. The new settings apply to
+  runs created afterwards: a run keeps the agent it was created with (Run.agent), and a
+  queued run reads the other settings when it starts. Writes a SessionUpdated event and
+  moves updatedAt; when nothing changes, nothing is written and updatedAt stays.
+  BAD_USER_INPUT for a malformed id or a bad setting (see SessionSettingsInput); NOT_FOUND
+  when the session does not exist or is not yours; RATE_LIMITED when your sessions hold
+  MAX_USER_BYTES.
+  """
+  updateTalkSessionSettings(
+    "The session and the settings to change."
+    input: UpdateTalkSessionSettingsInput!
+  ): TalkSession!
+  """
+  Deletes a session with its whole history (messages, runs, questions, tool calls,
+  idempotency keys), stopping its agent, and answers the deleted session's ID. Every
+  subscription to it ends with complete. No event is written: the stopped run gets no
+  final RunStatusChanged. Afterwards session and run answer null for it, and every other
+  operation on it NOT_FOUND. BAD_USER_INPUT for a malformed id; NOT_FOUND when the session
+  does not exist (or was deleted already) or is not yours.
+  """
+  deleteTalkSession(
+    "The session."
+    id: ID!
+  ): ID!
+  """
+  Sends your message: it is stored at the end of the current branch (its parentId is the
+  branch's last message) and a run of the session's agent is created for it, which reads
+  the whole current branch, interrupted replies included. What happens while the agent
+  works is the busy policy: the input's busyPolicy, else the session's (see BusyPolicy).
+  BAD_USER_INPUT for a malformed sessionId, or content or idempotencyKey that do not fit
+  (see AddMessageInput); NOT_FOUND when the session does not exist or is not yours;
+  CONFLICT under REJECT while the agent works or waits for input (the agent is still
+  working on this session), and for an idempotency key used before for another session or
+  another content; RATE_LIMITED under ENQUEUE when MAX_QUEUED_RUNS runs already wait (too
+  many messages are waiting in this session), when the session holds MAX_SESSION_MESSAGES
+  messages counting the replies it owes (fork it or start a new one), and when your
+  sessions hold MAX_USER_BYTES.
+  """
+  addMessage(
+    "The session, your message, and how to send it."
+    input: AddMessageInput!
+  ): AddMessagePayload!
+  """
+  Answers a question the agent waits on. The answer is stored as a message (USER, ANSWER)
+  and the same run goes on once nothing else waits; after a restart or a take-over, its
+  agent starts again on the history, which then ends with the question and its answer.
+  It is respondToInputs with one answer. BAD_USER_INPUT for a malformed questionId or an
+  answer that does not fit (see RespondToQuestionInput.answer), and nothing changes;
+  NOT_FOUND when the question does not exist, its session was deleted, or it is another
+  user's (question not found); CONFLICT when it was answered already (this question was
+  already answered) or is no longer waited for: it expired, or its run was stopped,
+  interrupted or ended (the agent is no longer waiting for this answer). On UNAVAILABLE the
+  question stays waiting.
+  """
+  respondToQuestion(
+    "The question and your answer."
+    input: RespondToQuestionInput!
+  ): RespondToQuestionPayload!
+  """
+  Approves or rejects a tool call awaiting approval (AWAITING_APPROVAL). APPROVE runs it,
+  once, with the arguments given, else with those the agent asked for: the call is RUNNING
+  at once. REJECT never runs it: it ends REJECTED, and the agent is told the reason and
+  goes on. Who decided and when stay in the history (ToolCall.approval,
+  ToolApprovalDecided). It is respondToInputs with one decision. BAD_USER_INPUT for a
+  malformed toolCallId, or arguments or a reason that do not fit (see DecideToolCallInput),
+  and nothing changes; NOT_FOUND when the call does not exist or is another user's (tool
+  call not found); CONFLICT when it was decided already (this tool call was already
+  decided) or does not wait for a decision: it expired, its run was stopped, interrupted or
+  ended, or it never needed one (this tool call is not waiting for a decision). On
+  UNAVAILABLE the call keeps waiting.
+  """
+  decideToolCall(
+    "The call and your decision."
+    input: DecideToolCallInput!
+  ): DecideToolCallPayload!
+  """
+  Answers several questions and decides several tool calls of one session at once, in one
+  write: all of them, or none and an error naming the first that failed (answers[1]: this
+  question was already answered). Each answer and decision is checked as respondToQuestion
+  and decideToolCall check them, with the same errors; a question or call of another
+  session is NOT_FOUND. BAD_USER_INPUT for no input at all, more than 100, or one input
+  given twice. The run goes on once nothing is left to wait on.
+  """
+  respondToInputs(
+    "The session, and its inputs to answer and decide."
+    input: RespondToInputsInput!
+  ): RespondToInputsPayload!
+  """
+  The stop button: ends the session's active run at once, whether it is queued for a
+  worker, running or waiting for input, and answers it with status CANCELLED. Its reply
+  so far is kept as an INTERRUPTED message, its running tool calls end CANCELLED, and what
+  it waited on is withdrawn (reason stopped). Null when nothing was active. With runId, it
+  cancels that run: a queued one ends CANCELLED before it starts (its message stays on the
+  branch, where the next run reads it), the active one as above; null when that run has
+  ended already. Under ENQUEUE the next queued run then starts: cancelRun stops one run,
+  not the queue. BAD_USER_INPUT for a malformed sessionId or runId; NOT_FOUND when the
+  session does not exist or is not yours, or has no run runId (run not found). On
+  UNAVAILABLE the run goes on as it was.
+  """
+  cancelRun(
+    "The session."
+    sessionId: ID!
+    "One of the session's runs, queued or active; the active run when null."
+    runId: ID
+  ): Run
+  """
+  A new version of one of your messages: adds a USER message with the new content beside
+  the given one (the same parentId), makes its branch current and starts a run for it, as
+  addMessage does; the old version stays, and both list each other in siblingIds. While
+  the agent works, the session's busy policy decides, STEER acting as ENQUEUE: under
+  INTERRUPT, or when nothing is active, the new message and a BranchSelected naming it
+  are written together (after the active run's end, INTERRUPTED, and the queued runs');
+  under ENQUEUE the new message waits beside the branch with its run QUEUED, and its
+  branch becomes current when that run starts; under REJECT the edit is CONFLICT.
+  BAD_USER_INPUT for a malformed messageId, content that does not fit (as
+  AddMessageInput.content), or a message that is not your TEXT (only a message you wrote
+  can be edited; regenerate the agent's reply instead); NOT_FOUND when the message does not
+  exist or is not yours (message not found); RATE_LIMITED when the message has
+  MAX_BRANCHES versions (this message has N versions, the most it can have), and as for
+  addMessage.
+  """
+  editMessage(
+    "The message and its new content."
+    input: EditMessageInput!
+  ): AddMessagePayload!
+  """
+  A new version of one of the agent's replies: starts a run on the history up to the
+  reply's parent, whose reply is a new ASSISTANT message beside the given one. The branch
+  is cut back to the parent (BranchSelected with leafId the parent) in the same write, or,
+  under ENQUEUE while the agent works, when the run starts. Busy policies and errors as for
+  editMessage; BAD_USER_INPUT for a user message (only the agent's reply can be
+  regenerated; edit your message instead) or a reply without a parent (this reply answers
+  nothing to regenerate it from).
+  """
+  regenerate(
+    "The reply to write again."
+    input: RegenerateInput!
+  ): RegeneratePayload!
+  """
+  Makes the branch through the given message current, continuing below it at each step to
+  the child added last, and answers the session, whose messages are the new branch.
+  Written as one BranchSelected event; nothing is written when that branch is current
+  already. BAD_USER_INPUT for a malformed messageId; NOT_FOUND when the message does not
+  exist or is not yours; CONFLICT while the agent works or runs are queued, since their
+  replies go to the end of the current branch (the agent is working on this session: stop
+  it, or wait, before switching branches).
+  """
+  selectBranch(
+    "The message whose branch to show."
+    input: SelectBranchInput!
+  ): TalkSession!
+  """
+  A new session of yours holding the current branch of the message's session up to the
+  message, with the same settings, and its own history from then on. The copies are new
+  messages (new IDs, runId null) with their text, status and error; a QUESTION or ANSWER
+  becomes TEXT, and tool calls are not copied. The answer's streamCursor follows the
+  copies. BAD_USER_INPUT when the message is not on its session's current branch (fork
+  from a message of the current branch: select its branch first), when the branch up to it
+  holds more than MAX_FORK_MESSAGES messages (a fork copies at most N messages), or for a
+  bad title; NOT_FOUND when the message does not exist, is not yours, or its session was
+  deleted; CONFLICT while the message is still being written; RATE_LIMITED when you keep
+  MAX_SESSIONS_PER_USER sessions or your sessions hold MAX_USER_BYTES.
+  """
+  forkSession(
+    "The message to fork at, and the new session's title."
+    input: ForkSessionInput!
+  ): TalkSession!
 }
 
+"""
+Live events. A subscription needs a websocket or server-sent events: sent as a plain POST
+or GET it is refused with BAD_USER_INPUT (see docs/API.md, Transports and endpoints).
+"""
 type Subscription {
   """
-  The session's events in one order. With after: a cursor, every event after it and then
-  live ones; without it, live events from now on.
+  The session's events, in the log's one order. With after, every event after that
+  position, then live ones as they happen: this is how you follow on from loaded history
+  and resume after a disconnect. Without after, live events from now on only: of a reply
+  being streamed, its next chunks and not its text so far. Over server-sent events a
+  Last-Event-ID header takes the place of after. It completes only when the session is
+  deleted; any other end (you stop it, shutdown, token expiry, the network) means:
+  subscribe again after the last cursor you applied. Refused at the start with
+  BAD_USER_INPUT for a malformed sessionId or after, NOT_FOUND when the session does not
+  exist or is not yours, RATE_LIMITED over a subscription limit (see docs/API.md,
+  Limits), and UNAVAILABLE while the server shuts down.
   """
-  messageStream(sessionId: ID!, after: String): SessionEvent!
+  messageStream(
+    "The session to follow."
+    sessionId: ID!
+    """
+    An event cursor of this session: an event's cursor, or a session's streamCursor.
+    BAD_USER_INPUT when it is malformed or longer than 200 characters (invalid cursor), of
+    another session (cursor belongs to another session), ahead of the session's log
+    (cursor is ahead of the session's log), or past the end of its event's text (cursor is
+    past the end of its event's text).
+    """
+    after: String
+  ): SessionEvent!
 }
 
+"The user a request is made by."
 type Viewer {
+  "Your user ID: the token's sub claim (a UUID for guests)."
   id: ID!
 }
 
+"An agent this server can run."
 type AgentInfo {
+  "The name to put in SessionSettingsInput.agent."
   name: String!
+  "What the agent is, for a settings screen."
   description: String!
-  "The tools the agent offers, with the server's default policy for each."
+  """
+  The tools it offers with the server's default settings, each with the policy a new
+  session of yours gets. The openai agent's depend on the server's configuration and
+  include the tools of the MCP servers that are up now, named mcp__<server>__<tool>.
+  """
   tools: [ToolInfo!]!
 }
 
 "A tool an agent offers."
 type ToolInfo {
+  "The tool's name, as its calls show it (ToolCall.name) and as ToolPolicyInput.tool names it."
   name: String!
+  "What the tool does."
   description: String!
-  "The JSON Schema of its arguments, as JSON text; null when it gives none."
+  """
+  The JSON Schema of its arguments, as JSON text: the arguments of an approval that edits
+  them must satisfy it. Null when the agent gives none.
+  """
   inputSchema: String
-  "The server's policy for it; null for the tool that is the asking itself (ask_user)."
+  """
+  Its policy in a new session of yours: the server's (TOOL_POLICIES, by its name or by a
+  pattern such as mcp__files__*), else the tool's own default (the shell's ASK, an MCP
+  tool's from its annotations, else ALLOW); DENY for a tool that acts on the server's
+  machine in a guest's session. Null for the tool that is the asking itself (ask_user),
+  which never waits for approval.
+  """
   policy: ToolPolicyKind
 }
 
-"What becomes of a tool's calls."
+"What becomes of a tool's calls. From loosest to strictest: ALLOW, ASK, DENY."
 enum ToolPolicyKind {
-  "The calls run."
+  "The calls run at once."
   ALLOW
-  "Each call waits for the user's approval (decideToolCall) before it runs."
+  "Each call waits, AWAITING_APPROVAL, for the user's decision (decideToolCall) before it runs."
   ASK
-  "The calls never run, and the tool is kept from a model."
+  "The calls never run (each ends REJECTED, unasked), and a model is not offered the tool."
   DENY
 }
 
 "A user's decision on a tool call awaiting approval."
 enum ToolDecision {
+  "Run the call, once, with the edited arguments if given."
   APPROVE
+  "Never run the call; the agent is told the reason, if given, and goes on."
   REJECT
 }
 
@@ -1815,295 +2079,661 @@ type ToolPolicy {
   tool: String!
   "The policy its calls follow now: the stricter of the session's own and the ceiling."
   policy: ToolPolicyKind!
-  "The loosest policy this session may set for the tool: the server's policy for it, else the tool's own default (the shell's ASK), DENY for a tool that acts on the server's machine in a guest's session. A looser toolPolicies input is refused with BAD_USER_INPUT."
+  """
+  The loosest policy this session may set for the tool: the server's policy for it, else
+  the tool's own default (the shell's ASK), DENY for a tool that acts on the server's
+  machine in a guest's session. A looser toolPolicies input is refused with
+  BAD_USER_INPUT.
+  """
   ceiling: ToolPolicyKind!
 }
 
+"A session's own policy for one tool."
 input ToolPolicyInput {
+  "The tool's name, exactly as the agent offers it: 1 to 200 bytes."
   tool: String!
+  "Its policy in the session: no looser than the tool's ceiling (ToolPolicy.ceiling)."
   policy: ToolPolicyKind!
 }
 
+"""
+What a new message does while the session's agent works: a run is queued for a worker,
+running, or waiting for input. The default is INTERRUPT. See docs/API.md, Busy policies.
+"""
 enum BusyPolicy {
-  "A new message stops the running agent, keeping its partial reply, and starts over."
+  """
+  A new message stops the running agent and starts over. The active run ends
+  INTERRUPTED, keeping its partial reply (its running tool calls end CANCELLED, what it
+  waited on is withdrawn); runs queued behind it end INTERRUPTED without running; the new
+  run starts on the whole history.
+  """
   INTERRUPT
-  "A new message waits until the running agent is done."
+  """
+  A new message waits until the running agent is done: its run is QUEUED until the runs
+  before it end. At most MAX_QUEUED_RUNS runs wait in a session (default 20).
+  """
   ENQUEUE
-  "A new message is refused with CONFLICT while the agent works."
+  """
+  A new message is refused with CONFLICT while the agent works, and nothing is stored; the
+  agent goes on.
+  """
   REJECT
-  "A new message is handed to the running agent at its next step; when nothing runs, or the agent cannot take it, it is queued as ENQUEUE does."
+  """
+  A new message joins the branch at once and is handed to the running agent at its next
+  step; addMessage answers the running run. When nothing runs, the run waits for input, or
+  the agent cannot take it, it is queued as ENQUEUE does; edits and regenerations under
+  STEER act as ENQUEUE too. A steer the agent never took starts the next run when its run
+  completes or fails.
+  """
   STEER
 }
 
+"""
+What a session's agent is doing. It follows the active run's status: QUEUED or RUNNING
+makes RUNNING, WAITING_FOR_INPUT makes WAITING_FOR_INPUT, a final status makes IDLE (or
+RUNNING when the next queued run takes over). It has no event of its own: derive it from
+RunStatusChanged, or read TalkSession.status.
+"""
 enum SessionStatus {
+  "No run is active or queued: activeRun and pendingQuestion are null."
   IDLE
+  "A run is queued or running."
   RUNNING
+  """
+  The active run waits for answers or decisions (pendingQuestions, pendingApprovals);
+  runs queued behind it wait too.
+  """
   WAITING_FOR_INPUT
 }
 
+"Who wrote a message."
 enum Role {
+  "You: TEXT messages and ANSWER messages."
   USER
+  "The agent: replies (TEXT) and QUESTION messages."
   ASSISTANT
 }
 
 "What a message holds besides plain text."
 enum MessageKind {
-  "Ordinary text."
+  "Ordinary text: your message, or the agent's reply."
   TEXT
-  "The agent asked the user a question (see question)."
+  "The agent asked the user a question: content is its prompt, and question the Question."
   QUESTION
-  "The user's answer to a question (see question)."
+  "The user's answer to a question: content is the answer, and question the answered Question."
   ANSWER
 }
 
+"""
+Where a message is in its life. STREAMING moves to COMPLETE, INTERRUPTED or FAILED,
+announced by MessageCompleted; no message goes back to STREAMING.
+"""
 enum MessageStatus {
+  "Finished normally. Your messages, questions and answers are COMPLETE from the start."
   COMPLETE
+  "An assistant reply still being written; its text arrives as MessageChunk events."
   STREAMING
+  """
+  A reply cut short: stopped (cancelRun), interrupted by a newer message, or ended by a
+  shutdown, a crash or the death of the replica that ran it. content keeps what was
+  written.
+  """
   INTERRUPTED
+  """
+  A reply whose run failed: error says why, and content keeps what was written. A run
+  that fails before writing anything adds a message FAILED from the start, with empty
+  content.
+  """
   FAILED
 }
 
+"""
+Where a run is in its life. QUEUED, RUNNING and WAITING_FOR_INPUT are active; the other
+four are final, and a run never leaves them. docs/API.md, Runs, draws the transitions.
+"""
 enum RunStatus {
+  """
+  Created and waiting: behind the session's active run (ENQUEUE), or for a worker slot
+  (WORKERS, RUNS_PER_USER).
+  """
   QUEUED
+  """
+  The agent works: it streams text and calls tools. Also the status right after the last
+  answer or decision, until the agent waits again or ends.
+  """
   RUNNING
+  """
+  The agent waits for answers or decisions (respondToQuestion, decideToolCall,
+  respondToInputs). It holds no worker slot, and survives restarts.
+  """
   WAITING_FOR_INPUT
+  "The agent finished."
   COMPLETED
+  "Stopped by cancelRun."
   CANCELLED
+  """
+  Ended by something other than your stop: a newer message under INTERRUPT (runs still
+  queued too), a graceful shutdown, a crash (marked at the next start), or the death of
+  the replica that ran it.
+  """
   INTERRUPTED
+  """
+  The agent returned an error or panicked, its reply could not be stored for 30 seconds,
+  or its agent is not available on the server; error says why.
+  """
   FAILED
 }
 
+"""
+Where a tool call is in its life. RUNNING ends COMPLETED, FAILED or CANCELLED, announced by
+ToolCallFinished; AWAITING_APPROVAL moves to RUNNING or REJECTED (ToolApprovalDecided), or
+ends CANCELLED (ToolCallFinished).
+"""
 enum ToolCallStatus {
-  "Waits for the user's approval (see approval)."
+  "Waits for the user's approval (see approval): its tool's policy is ASK, and it has not run."
   AWAITING_APPROVAL
+  "The tool runs; its output streams as ToolCallOutput events."
   RUNNING
+  "The tool returned its result."
   COMPLETED
+  """
+  The tool returned an error (error says it), its run failed while it ran (error null), or
+  the server stopped while it ran (error says it was not run again).
+  """
   FAILED
-  "Stopped, or withdrawn without a decision (approval.reason says why)."
+  """
+  Its run ended otherwise (stopped, interrupted, completed) while it ran, or it was
+  withdrawn without a decision (approval.reason says why) and never ran.
+  """
   CANCELLED
-  "Never ran: the user rejected it, or the tool policy denies it."
+  """
+  Never ran: the user rejected it (approval.decision REJECT), or the tool policy denies it
+  (error says whose policy; no approval).
+  """
   REJECTED
 }
 
+"A session's agent settings."
 type SessionSettings {
+  "The agent new runs use: a name from agents. Default demo."
   agent: String!
+  """
+  The model the agent uses; null for the agent's default (the openai agent's is
+  OPENAI_MODEL). The demo agent ignores it.
+  """
   model: String
+  "A system prompt for the agent; null for the agent's default."
   systemPrompt: String
+  "Sampling temperature, from 0 to 2; null for the agent's default."
   temperature: Float
+  "What a new message does while the agent works. Default INTERRUPT."
   busyPolicy: BusyPolicy!
-  "The effective policy of every tool the session's agent offers (ask_user has none)."
+  """
+  The effective policy of every tool the session's agent offers, sorted by tool name
+  (ask_user has none).
+  """
   toolPolicies: [ToolPolicy!]!
 }
 
+"""
+Settings to set. A field left out or null stays as it is; on creation it takes its
+default. An invalid field is BAD_USER_INPUT, and nothing changes.
+"""
 input SessionSettingsInput {
-  "Default: demo."
+  "An agent's name from agents; another is BAD_USER_INPUT (unknown agent). Default: demo."
   agent: String
+  "A model name, at most 200 bytes; an empty string clears it (the agent's default again)."
   model: String
+  "At most MAX_MESSAGE_BYTES bytes (default 32768); an empty string clears it."
   systemPrompt: String
+  "From 0 to 2 (temperature must be between 0 and 2). Once set, it cannot be cleared."
   temperature: Float
   "Default: INTERRUPT."
   busyPolicy: BusyPolicy
-  "Changes the policies of the tools it names; the others stay as they were."
+  """
+  Changes the policies of the tools it names; the others stay as they were. A session
+  holds at most 200 policies. One looser than its tool's ceiling (ToolPolicy.ceiling) is
+  refused, naming the tool.
+  """
   toolPolicies: [ToolPolicyInput!]
 }
 
+"A new session's title and settings."
 input CreateTalkSessionInput {
+  """
+  Trimmed; at most 200 characters (code points), valid UTF-8 (title is too long: N
+  characters, at most 200). When empty, missing or showing nothing (zero-width spaces
+  only), it is filled in from the first message: its first 60 characters, white space
+  collapsed, with … when cut.
+  """
   title: String
+  """
+  Settings that differ from the defaults: agent demo, busy policy INTERRUPT, and the agent's
+  own model, system prompt and temperature.
+  """
   settings: SessionSettingsInput
 }
 
+"A session's new title."
 input RenameTalkSessionInput {
+  "The session."
   id: ID!
+  """
+  The new title, checked as CreateTalkSessionInput.title; an empty one is filled in again
+  from the next message.
+  """
   title: String!
 }
 
+"Settings to change in a session."
 input UpdateTalkSessionSettingsInput {
+  "The session."
   id: ID!
+  "The settings to change; the fields left out stay."
   settings: SessionSettingsInput!
 }
 
+"A message to send."
 input AddMessageInput {
+  "The session."
   sessionId: ID!
+  """
+  Your message. It must show something (white space, control and invisible characters
+  such as U+200B do not count: message is empty), be valid UTF-8, and hold at most
+  MAX_MESSAGE_BYTES bytes (default 32768: message is too long: N bytes, at most M).
+  """
   content: String!
-  "Retrying with the same key creates nothing new and answers the same."
+  """
+  Retrying with the same key creates nothing new and answers the same: the message and run
+  the first call created, the run as it is now. At most 200 bytes, without control
+  characters; unique per user across sessions, and kept as long as the session. The same
+  key with another content or session is CONFLICT. See docs/API.md, Idempotency keys.
+  """
   idempotencyKey: String
   "The busy policy for this message alone; the session's when null."
   busyPolicy: BusyPolicy
 }
 
+"A new version of one of your messages."
 input EditMessageInput {
-  "A user message of yours."
+  "A TEXT message you wrote (not an answer)."
   messageId: ID!
+  "The new version's text, checked as AddMessageInput.content."
   content: String!
 }
 
+"A reply to write again."
 input RegenerateInput {
   "An assistant message of yours."
   messageId: ID!
 }
 
+"What regenerate answers."
 type RegeneratePayload {
+  "The run writing the new version of the reply: RUNNING or QUEUED."
   run: Run!
 }
 
+"The branch to show."
 input SelectBranchInput {
+  "Any message of yours: its branch becomes current."
   messageId: ID!
 }
 
+"Where to fork a session, and the new session's title."
 input ForkSessionInput {
-  "The last message the new session holds: a message of the current branch."
+  "The last message the new session holds: a message of its session's current branch."
   messageId: ID!
-  "The new session's title; the old one's when null."
+  """
+  The new session's title, checked as CreateTalkSessionInput.title; the old one's when null
+  or empty.
+  """
   title: String
 }
 
+"What addMessage and editMessage answer."
 type AddMessagePayload {
+  "Your stored message: role USER, kind TEXT, status COMPLETE."
   message: Message!
+  """
+  The run created for it: RUNNING when it started at once, QUEUED when it waits behind the
+  active run or for a worker slot; under STEER, the running run that takes the message.
+  On a retry with the same idempotency key, the run as it is now.
+  """
   run: Run!
 }
 
+"An answer to one question."
 input RespondToQuestionInput {
+  "The question: pendingQuestions[].id, or QuestionAsked.question.id."
   questionId: ID!
+  """
+  Your answer, checked as AddMessageInput.content. A free answer need not be one of the
+  choices. A multiple question takes a JSON array of one or more of its choices, each once
+  ("x" is not one of the choices offered); a question with an answerSchema takes JSON that
+  satisfies it (the answer does not fit the question's form: at /age: …).
+  """
   answer: String!
 }
 
+"What respondToQuestion answers."
 type RespondToQuestionPayload {
+  "The question, with its answer and answeredAt."
   question: Question!
+  "The run that waited: RUNNING, or still WAITING_FOR_INPUT while other inputs wait."
   run: Run!
 }
 
+"A decision on one tool call awaiting approval."
 input DecideToolCallInput {
+  "The call: pendingApprovals[].id, or ToolApprovalRequested.toolCall.id."
   toolCallId: ID!
+  "APPROVE or REJECT."
   decision: ToolDecision!
-  "APPROVE only, optional: the arguments as the user edited them (JSON text); they must fit the tool's input schema."
+  """
+  APPROVE only, optional: the arguments as the user edited them (JSON text); they must fit
+  the tool's input schema (ToolInfo.inputSchema) and hold at most MAX_REPLY_BYTES bytes
+  (the arguments are not JSON; the arguments do not fit the tool's input schema: at /text:
+  …). Without them the call runs with the arguments the agent asked for.
+  """
   arguments: String
-  "REJECT only, optional: told to the agent."
+  "REJECT only, optional: told to the agent; at most MAX_MESSAGE_BYTES bytes."
   reason: String
 }
 
+"What decideToolCall answers."
 type DecideToolCallPayload {
+  "The call as decided: RUNNING (approved) or REJECTED, with its approval."
   toolCall: ToolCall!
+  "The run that waited: RUNNING, or still WAITING_FOR_INPUT while other inputs wait."
   run: Run!
 }
 
+"Answers and decisions for one session: at least one, at most 100 in all, each input once."
 input RespondToInputsInput {
+  "The session whose run waits on these inputs."
   sessionId: ID!
+  "Questions to answer."
   answers: [RespondToQuestionInput!]
+  "Tool calls to decide."
   decisions: [DecideToolCallInput!]
 }
 
+"What respondToInputs answers."
 type RespondToInputsPayload {
+  "The questions answered, as they now are, in the order given."
   questions: [Question!]!
+  "The calls decided, as they now are, in the order given."
   toolCalls: [ToolCall!]!
+  "The run that waited: RUNNING once nothing is left to wait on, else WAITING_FOR_INPUT."
   run: Run!
 }
 
+"One conversation of one user with one agent, with its history and its event log."
 type TalkSession {
+  "The session's ID."
   id: ID!
+  "Its title: empty until given, or filled in from the first message."
   title: String!
+  "When it was created."
   createdAt: Time!
+  """
+  Its last activity: its creation, your last message or answer, a rename, a settings
+  change. The agent's replies do not move it. It orders sessions.
+  """
   updatedAt: Time!
+  "Its agent settings."
   settings: SessionSettings!
+  "What its agent is doing now."
   status: SessionStatus!
+  """
+  The run that owns the session now: queued for a worker, running, or waiting for input;
+  null when status is IDLE.
+  """
   activeRun: Run
-  "The oldest of pendingQuestions."
+  "The oldest of pendingQuestions; null when none."
   pendingQuestion: Question
-  "The questions the session's run waits on, oldest first."
+  """
+  The questions the session's run waits on, oldest first; empty unless status is
+  WAITING_FOR_INPUT.
+  """
   pendingQuestions: [Question!]!
-  "The tool calls the session's run waits on for approval, oldest first."
+  "The tool calls the session's run waits on for approval (AWAITING_APPROVAL), oldest first."
   pendingApprovals: [ToolCall!]!
-  "Oldest first."
-  messages(first: Int, after: String, last: Int, before: String): MessageConnection!
-  "Subscribe with after: this cursor to follow on from the history just loaded."
+  """
+  A page of the current branch, oldest first; versions beside it are reached through
+  Message.siblingIds and selectBranch. Read as of the moment the session was read (that of
+  streamCursor and status): a message being streamed shows STREAMING and the text written
+  so far, and messages added since are left out. A message's question and toolCalls are
+  read as they are now, so they may be a little ahead. Of a SessionUpdated event's
+  session, read as of the event's delivery. BAD_USER_INPUT for a malformed history cursor
+  (invalid cursor) or a negative first or last.
+  """
+  messages(
+    """
+    Page forward: the first first messages after after, or from the start. Without first
+    and last, the first 20: the oldest (to show a chat, ask for last). A value over 100 is
+    cut to 100.
+    """
+    first: Int
+    "A history cursor (MessageEdge.cursor): the page starts after that message."
+    after: String
+    """
+    Page backward: the last last messages before before, or up to the end; ignored when
+    first is given. A value over 100 is cut to 100.
+    """
+    last: Int
+    """
+    A history cursor: the page ends before that message. It may be combined with after to
+    bound a range.
+    """
+    before: String
+  ): MessageConnection!
+  """
+  The event cursor of the log's end when the session was read: subscribe with
+  messageStream(after: streamCursor) to follow on from the history read with it. A new
+  session's is the start of its log. Of a SessionUpdated event's session, that event's own
+  cursor.
+  """
   streamCursor: String!
-  "The runs waiting their turn, oldest first."
+  """
+  The runs waiting their turn behind activeRun, oldest first (ENQUEUE, a steer left over,
+  an edit that waits); cancelRun(sessionId, runId) cancels one before it starts.
+  """
   queuedRuns: [Run!]!
 }
 
+"""
+One entry of a session's history: your text, the agent's reply, a question the agent
+asked, or your answer. Messages are ordered by when they began. A run may write several
+assistant messages: the text before a question is one, the question another, the text
+after the answer (or after a steer it took) a third.
+"""
 type Message {
+  "The message's ID."
   id: ID!
+  "Its session."
   sessionId: ID!
+  "Who wrote it."
   role: Role!
+  "What it holds."
   kind: MessageKind!
+  """
+  Its text: for QUESTION the question's prompt, for ANSWER the answer. Of a message still
+  STREAMING, the text so far (empty in its MessageAdded event). An assistant message holds
+  at most MAX_REPLY_BYTES bytes (default 1 MiB).
+  """
   content: String!
+  "Where it is in its life. Only the agent's TEXT messages stream."
   status: MessageStatus!
-  "Why the message failed (status FAILED), fit to show a user; null otherwise."
+  "Why the message failed (status FAILED), fit to show a user: the run's error. Null otherwise."
   error: String
+  """
+  The run that wrote it (assistant messages), that it started or was handed to (your TEXT
+  messages), or that waited for it (ANSWER); null for the copies forkSession makes.
+  """
   runId: ID
-  "The question this message asks or answers, for kinds QUESTION and ANSWER."
+  "The question this message asks or answers, for kinds QUESTION and ANSWER; null for TEXT."
   question: Question
-  "Tools the agent called while writing this message."
+  """
+  The tool calls the agent made while writing this message, by start time; empty for your
+  messages.
+  """
   toolCalls: [ToolCall!]!
+  "When it began."
   createdAt: Time!
   "The message before this one on its branch; null for the first."
   parentId: ID
-  "The messages with the same parent, oldest first, this one included: the versions to switch between."
+  """
+  The messages with the same parent, oldest first, this one included: the versions to
+  switch between, more than one once it was edited or regenerated (< 2 / 3 >). Read from
+  storage: ask for it in queries, not in every event.
+  """
   siblingIds: [ID!]!
 }
 
+"""
+One execution of a session's agent: addMessage, editMessage and regenerate each create
+one. Runs execute in the background on a bounded pool of workers, never inside a request.
+"""
 type Run {
+  "The run's ID."
   id: ID!
+  "Its session."
   sessionId: ID!
+  "Where it is in its life; each change is a RunStatusChanged event."
   status: RunStatus!
-  "Why the run failed, fit to show a user."
+  """
+  Why the run failed, fit to show a user (never a stack trace or a key); null unless status
+  is FAILED.
+  """
   error: String
-  "The agent that ran."
+  "The agent that runs it, fixed when the run was created (the session's settings.agent then)."
   agent: String!
-  "Tokens the agent's model read and wrote, as its provider reported them; null when the agent reports none."
+  """
+  Tokens the agent's model read and wrote over the whole run, as its provider reported
+  them; null when the agent reported none. It is recorded with the run's next status
+  change, so it shows on the final RunStatusChanged and afterwards. The demo agent counts
+  words.
+  """
   usage: Usage
+  "When it was created."
   createdAt: Time!
+  "When it first became RUNNING; null while QUEUED, and for a run that ended before it started."
   startedAt: Time
+  "When it reached its final status; null while it is active."
   finishedAt: Time
 }
 
-"What a run cost, in the model's tokens."
+"What a run cost, in the model's tokens, summed over its calls of the model."
 type Usage {
   "Tokens of input (the prompt, the history) the model read."
   inputTokens: Int!
   "Tokens the model wrote."
   outputTokens: Int!
-  "Input tokens the provider served from its prompt cache, where it reports them."
+  "Input tokens the provider served from its prompt cache; null when the provider does not say."
   cachedInputTokens: Int
 }
 
+"""
+The agent asking the user, and waiting: the answer wakes the same run. A question that
+expired, whose run ended before it was answered, or whose agent stopped waiting is
+withdrawn: it keeps answer null for good, it leaves pendingQuestions, and answering it is
+CONFLICT.
+"""
 type Question {
+  "The question's ID: pass it to respondToQuestion."
   id: ID!
+  "The run that asked and waits."
   runId: ID!
+  "Its session."
   sessionId: ID!
+  "The question, cut to MAX_MESSAGE_BYTES bytes."
   prompt: String!
+  """
+  Answers to pick from, for buttons: at most 100, each cut to 500 bytes. Null for a free
+  answer. Without multiple, any answer is accepted.
+  """
   choices: [String!]
-  "With choices: several may be picked, and the answer is a JSON array of them."
+  """
+  With choices: several may be picked, and the answer is a JSON array of them
+  (["red","blue"]); a choice not offered is BAD_USER_INPUT.
+  """
   multiple: Boolean!
-  "A JSON Schema (as JSON text): the answer must be JSON that satisfies it."
+  """
+  A JSON Schema (as JSON text): the answer must be JSON that satisfies it, for instance from
+  a form built from it. Null for a free answer.
+  """
   answerSchema: String
+  "The user's answer; null until answered."
   answer: String
+  "When it was asked."
   askedAt: Time!
+  "When it was answered; null until then."
   answeredAt: Time
-  "When the question stops waiting."
+  """
+  When the question stops waiting unanswered: INPUT_EXPIRY after it was asked (default
+  24h), or sooner if the agent asked; null only for questions of older releases.
+  """
   expiresAt: Time
-  "True once the question can no longer be answered: it expired, its run ended, or the agent stopped waiting, before an answer came."
+  """
+  True once the question can no longer be answered: it expired, its run ended, or the agent
+  stopped waiting, before an answer came.
+  """
   withdrawn: Boolean!
-  "Why a withdrawn question was withdrawn: expired, stopped, interrupted, ..."
+  """
+  Why a withdrawn question was withdrawn: expired, stopped, interrupted, the run failed,
+  or the agent stopped waiting. Null while not withdrawn, and for questions withdrawn by
+  older releases.
+  """
   withdrawnReason: String
 }
 
+"A tool the agent called while writing a message, with its live output."
 type ToolCall {
+  "The server's ID for the call."
   id: ID!
-  "The agent's own ID for the call (a model's tool_call_id), when it gave one."
+  """
+  The agent's own ID for the call (a model's tool_call_id), when it gave one; null otherwise
+  (the demo agent gives none). Not necessarily unique.
+  """
   callId: String
+  "The run that made it."
   runId: ID!
+  "The assistant message it belongs to."
   messageId: ID!
+  "The tool's name (cut to 100 characters)."
   name: String!
-  "The arguments as the agent gave them, usually JSON."
+  """
+  The arguments the call runs with, usually JSON: the agent's, or after an approval that
+  edited them the edited ones (approval.requestedArguments keeps the agent's).
+  """
   arguments: String!
-  "What the tool printed while it ran."
+  """
+  What the tool printed while it ran (streamed by ToolCallOutput), at most MAX_REPLY_BYTES
+  bytes; empty in ToolCallStarted.
+  """
   output: String!
+  """
+  What the tool returned, cut to MAX_REPLY_BYTES bytes; null unless COMPLETED. For the
+  openai agent's ask_user tool, the user's answer.
+  """
   result: String
+  """
+  Why the call failed or was refused: the tool's error, that the server stopped while it
+  ran (FAILED), or whose policy denies the tool (REJECTED). Null otherwise.
+  """
   error: String
+  "Where it is in its life."
   status: ToolCallStatus!
+  "When it started, or began to wait for approval."
   startedAt: Time!
+  "When it ended; null while AWAITING_APPROVAL or RUNNING."
   finishedAt: Time
-  "The approval the call needed; null when it needed none."
+  """
+  The approval the call needed (its tool's policy was ASK, or the agent asked for one); null
+  when it needed none.
+  """
   approval: ToolApproval
 }
 
@@ -2113,145 +2743,272 @@ type ToolApproval {
   requestedArguments: String!
   "Null while it waits, and for a call withdrawn without a decision."
   decision: ToolDecision
-  "A rejection's reason, or why the call was withdrawn without a decision (expired, stopped, ...)."
+  """
+  A rejection's reason, when given; for a call withdrawn without a decision, why: expired,
+  stopped, interrupted, the run failed, or the agent stopped waiting.
+  """
   reason: String
+  "When it was decided; null until then."
   decidedAt: Time
+  """
+  When the call stops waiting undecided and ends CANCELLED without running: INPUT_EXPIRY
+  after it was asked for (default 24h), or sooner if the agent asked.
+  """
   expiresAt: Time!
 }
 
+"Where a page of a connection lies among the items."
 type PageInfo {
+  """
+  More items follow the page: exact when paging forward (first); paging backward, whether
+  before was given.
+  """
   hasNextPage: Boolean!
+  """
+  More items precede the page: exact when paging backward (last); paging forward, whether
+  after was given.
+  """
   hasPreviousPage: Boolean!
+  "The first edge's cursor; null for an empty page."
   startCursor: String
+  "The last edge's cursor; null for an empty page."
   endCursor: String
 }
 
+"A page of your sessions."
 type TalkSessionConnection {
+  "The page's sessions, most recent activity first."
   edges: [TalkSessionEdge!]!
+  "Pass its endCursor as sessions(after:) while hasNextPage."
   pageInfo: PageInfo!
 }
 
+"A session in a page of sessions."
 type TalkSessionEdge {
+  """
+  A session-list cursor: the session's place in sessions, by its updatedAt at the time of
+  the query. It is not an event cursor.
+  """
   cursor: String!
+  "The session."
   node: TalkSession!
 }
 
+"A page of a session's current branch."
 type MessageConnection {
+  "The page's messages, oldest first."
   edges: [MessageEdge!]!
+  "To load older messages, pass its startCursor as messages(last:, before:) while hasPreviousPage."
   pageInfo: PageInfo!
 }
 
+"A message in a page of history."
 type MessageEdge {
+  "A history cursor, for messages(after:) and messages(before:); it cannot start a subscription."
   cursor: String!
+  "The message."
   node: Message!
 }
 
-"One entry of a session's event log."
+"""
+One entry of a session's event log, and what messageStream delivers. Its payload
+(message, run, question, toolCall, session) is a snapshot taken when the event was
+written, except where a field says it is read when the event is delivered.
+"""
 interface SessionEvent {
-  "Resume after this event with messageStream(after: cursor)."
+  """
+  The event's position in the log: messageStream(after: cursor) delivers every event
+  after this one. Opaque: keep it and send it back, never build or parse it.
+  """
   cursor: String!
+  "When the event was written."
   at: Time!
 }
 
-"A user message was accepted, or an assistant message began."
+"""
+A message began: yours (addMessage, editMessage, a steer, respondToQuestion), or the
+agent's (a reply, a question).
+"""
 type MessageAdded implements SessionEvent {
+  "The event's position: resume after it with messageStream(after: cursor)."
   cursor: String!
+  "When the event was written."
   at: Time!
+  """
+  The message. A reply arrives STREAMING with empty content, its text following as
+  MessageChunk events; a reply of a run that failed before writing arrives FAILED.
+  QUESTION and ANSWER messages carry their question. Its parentId places it in the tree;
+  its toolCalls are read when the event is delivered.
+  """
   message: Message!
 }
 
-"The agent streamed text. offset is where delta starts in the content, in Unicode code points."
+"The agent streamed text into a reply."
 type MessageChunk implements SessionEvent {
+  "The event's position: resume after it with messageStream(after: cursor)."
   cursor: String!
+  "When the event was written."
   at: Time!
+  "The reply the text belongs to."
   messageId: ID!
+  "The new text; never empty. A replay may carry the text of several chunks in one."
   delta: String!
+  """
+  Where delta starts in the reply's content, in Unicode code points (not bytes, not UTF-16
+  units): each chunk's offset is the previous one's plus the length of its delta, from 0.
+  """
   offset: Int!
 }
 
 "A message is finished, interrupted or failed; message has its full content."
 type MessageCompleted implements SessionEvent {
+  "The event's position: resume after it with messageStream(after: cursor)."
   cursor: String!
+  "When the event was written."
   at: Time!
+  """
+  The message with its final status (COMPLETE, INTERRUPTED or FAILED), its whole content
+  (its chunks put together) and, when FAILED, its error. Its toolCalls are read when the
+  event is delivered.
+  """
   message: Message!
 }
 
+"A run was created or changed status: every status of every run is one such event, in order."
 type RunStatusChanged implements SessionEvent {
+  "The event's position: resume after it with messageStream(after: cursor)."
   cursor: String!
+  "When the event was written."
   at: Time!
+  "The run after the change: its status, startedAt, finishedAt, error and usage."
   run: Run!
 }
 
-"The agent waits for the user to answer."
+"""
+The agent waits for the user to answer: the run is WAITING_FOR_INPUT (with a
+RunStatusChanged in the same write when it waited on nothing before).
+"""
 type QuestionAsked implements SessionEvent {
+  "The event's position: resume after it with messageStream(after: cursor)."
   cursor: String!
+  "When the event was written."
   at: Time!
+  "The question: answer it with respondToQuestion(input: {questionId: question.id, answer: …})."
   question: Question!
 }
 
-"The answer was accepted and the run goes on."
+"The answer was accepted and the run goes on, once nothing else waits."
 type QuestionAnswered implements SessionEvent {
+  "The event's position: resume after it with messageStream(after: cursor)."
   cursor: String!
+  "When the event was written."
   at: Time!
+  "The question with its answer and answeredAt."
   question: Question!
 }
 
 "The agent started calling a tool."
 type ToolCallStarted implements SessionEvent {
+  "The event's position: resume after it with messageStream(after: cursor)."
   cursor: String!
+  "When the event was written."
   at: Time!
+  """
+  The call, with its name, arguments, callId and messageId, and an empty output: RUNNING,
+  or AWAITING_APPROVAL with its approval under ASK, or REJECTED with its error under DENY.
+  """
   toolCall: ToolCall!
 }
 
 "A running tool printed output. offset is where delta starts in the output, in code points."
 type ToolCallOutput implements SessionEvent {
+  "The event's position: resume after it with messageStream(after: cursor)."
   cursor: String!
+  "When the event was written."
   at: Time!
+  "The tool call."
   toolCallId: ID!
+  "The message the call belongs to."
   messageId: ID!
+  "The new output; never empty. A replay may carry the output of several events in one."
   delta: String!
+  "Where delta starts in the call's output, in Unicode code points, as MessageChunk.offset."
   offset: Int!
 }
 
 "A tool call finished with a result or an error, or was cancelled."
 type ToolCallFinished implements SessionEvent {
+  "The event's position: resume after it with messageStream(after: cursor)."
   cursor: String!
+  "When the event was written."
   at: Time!
+  "The call with its final status, its whole output, its result or error, and finishedAt."
   toolCall: ToolCall!
 }
 
-"A tool call waits for the user's decision (decideToolCall)."
+"""
+A tool call waits for the user's decision (decideToolCall or respondToInputs): the run is
+WAITING_FOR_INPUT (with a RunStatusChanged in the same write when it waited on nothing
+before).
+"""
 type ToolApprovalRequested implements SessionEvent {
+  "The event's position: resume after it with messageStream(after: cursor)."
   cursor: String!
+  "When the event was written."
   at: Time!
+  "The call, AWAITING_APPROVAL, with its approval (requestedArguments, expiresAt)."
   toolCall: ToolCall!
 }
 
 "The user approved a tool call (it runs now) or rejected it."
 type ToolApprovalDecided implements SessionEvent {
+  "The event's position: resume after it with messageStream(after: cursor)."
   cursor: String!
+  "When the event was written."
   at: Time!
+  "The call as decided, RUNNING or REJECTED, with approval.decision, reason and decidedAt."
   toolCall: ToolCall!
 }
 
 "A question stopped waiting without an answer (see withdrawnReason)."
 type QuestionWithdrawn implements SessionEvent {
+  "The event's position: resume after it with messageStream(after: cursor)."
   cursor: String!
+  "When the event was written."
   at: Time!
+  "The question, withdrawn, with its withdrawnReason."
   question: Question!
 }
 
-"The session was renamed or its settings changed."
+"""
+The session was renamed (renameTalkSession, or named after its first message) or its
+settings changed.
+"""
 type SessionUpdated implements SessionEvent {
+  "The event's position: resume after it with messageStream(after: cursor)."
   cursor: String!
+  "When the event was written."
   at: Time!
+  """
+  The session as the event left it: its title, settings and updatedAt as of the event (a
+  replay shows the title of then), and a streamCursor equal to the event's cursor. Its
+  status, activeRun and pendingQuestion are read when the event is delivered.
+  """
   session: TalkSession!
 }
 
-"The current branch changed: it now ends with leafId. With each MessageAdded's message.parentId, a follower rebuilds the branch."
+"""
+The current branch changed: it now ends with leafId. editMessage, regenerate and
+selectBranch write it, as does an edit or a regeneration that waited, when its run starts.
+With each MessageAdded's message.parentId, a follower rebuilds the branch (docs/API.md,
+Following the branch).
+"""
 type BranchSelected implements SessionEvent {
+  "The event's position: resume after it with messageStream(after: cursor)."
   cursor: String!
+  "When the event was written."
   at: Time!
+  "The current branch's last message from now on; the branch is the path up from it by parentId."
   leafId: ID!
 }
 `, BuiltIn: false},

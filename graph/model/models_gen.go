@@ -8,344 +8,561 @@ import (
 	"github.com/talkgraph/talkgraph/service"
 )
 
-// One entry of a session's event log.
+// One entry of a session's event log, and what messageStream delivers. Its payload
+// (message, run, question, toolCall, session) is a snapshot taken when the event was
+// written, except where a field says it is read when the event is delivered.
 type SessionEvent interface {
 	IsSessionEvent()
-	// Resume after this event with messageStream(after: cursor).
+	// The event's position in the log: messageStream(after: cursor) delivers every event
+	// after this one. Opaque: keep it and send it back, never build or parse it.
 	GetCursor() string
+	// When the event was written.
 	GetAt() time.Time
 }
 
+// A message to send.
 type AddMessageInput struct {
+	// The session.
 	SessionID string `json:"sessionId"`
-	Content   string `json:"content"`
-	// Retrying with the same key creates nothing new and answers the same.
+	// Your message. It must show something (white space, control and invisible characters
+	// such as U+200B do not count: message is empty), be valid UTF-8, and hold at most
+	// MAX_MESSAGE_BYTES bytes (default 32768: message is too long: N bytes, at most M).
+	Content string `json:"content"`
+	// Retrying with the same key creates nothing new and answers the same: the message and run
+	// the first call created, the run as it is now. At most 200 bytes, without control
+	// characters; unique per user across sessions, and kept as long as the session. The same
+	// key with another content or session is CONFLICT. See docs/API.md, Idempotency keys.
 	IdempotencyKey *string `json:"idempotencyKey,omitempty"`
 	// The busy policy for this message alone; the session's when null.
 	BusyPolicy *service.BusyPolicy `json:"busyPolicy,omitempty"`
 }
 
+// What addMessage and editMessage answer.
 type AddMessagePayload struct {
+	// Your stored message: role USER, kind TEXT, status COMPLETE.
 	Message *service.HistoryMessage `json:"message"`
-	Run     *service.Run            `json:"run"`
+	// The run created for it: RUNNING when it started at once, QUEUED when it waits behind the
+	// active run or for a worker slot; under STEER, the running run that takes the message.
+	// On a retry with the same idempotency key, the run as it is now.
+	Run *service.Run `json:"run"`
 }
 
-// The current branch changed: it now ends with leafId. With each MessageAdded's message.parentId, a follower rebuilds the branch.
+// The current branch changed: it now ends with leafId. editMessage, regenerate and
+// selectBranch write it, as does an edit or a regeneration that waited, when its run starts.
+// With each MessageAdded's message.parentId, a follower rebuilds the branch (docs/API.md,
+// Following the branch).
 type BranchSelected struct {
-	Cursor string    `json:"cursor"`
-	At     time.Time `json:"at"`
-	LeafID string    `json:"leafId"`
+	// The event's position: resume after it with messageStream(after: cursor).
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The current branch's last message from now on; the branch is the path up from it by parentId.
+	LeafID string `json:"leafId"`
 }
 
 func (BranchSelected) IsSessionEvent() {}
 
-// Resume after this event with messageStream(after: cursor).
+// The event's position in the log: messageStream(after: cursor) delivers every event
+// after this one. Opaque: keep it and send it back, never build or parse it.
 func (this BranchSelected) GetCursor() string { return this.Cursor }
-func (this BranchSelected) GetAt() time.Time  { return this.At }
 
+// When the event was written.
+func (this BranchSelected) GetAt() time.Time { return this.At }
+
+// A new session's title and settings.
 type CreateTalkSessionInput struct {
-	Title    *string               `json:"title,omitempty"`
+	// Trimmed; at most 200 characters (code points), valid UTF-8 (title is too long: N
+	// characters, at most 200). When empty, missing or showing nothing (zero-width spaces
+	// only), it is filled in from the first message: its first 60 characters, white space
+	// collapsed, with … when cut.
+	Title *string `json:"title,omitempty"`
+	// Settings that differ from the defaults: agent demo, busy policy INTERRUPT, and the agent's
+	// own model, system prompt and temperature.
 	Settings *SessionSettingsInput `json:"settings,omitempty"`
 }
 
+// A decision on one tool call awaiting approval.
 type DecideToolCallInput struct {
-	ToolCallID string               `json:"toolCallId"`
-	Decision   service.ToolDecision `json:"decision"`
-	// APPROVE only, optional: the arguments as the user edited them (JSON text); they must fit the tool's input schema.
+	// The call: pendingApprovals[].id, or ToolApprovalRequested.toolCall.id.
+	ToolCallID string `json:"toolCallId"`
+	// APPROVE or REJECT.
+	Decision service.ToolDecision `json:"decision"`
+	// APPROVE only, optional: the arguments as the user edited them (JSON text); they must fit
+	// the tool's input schema (ToolInfo.inputSchema) and hold at most MAX_REPLY_BYTES bytes
+	// (the arguments are not JSON; the arguments do not fit the tool's input schema: at /text:
+	// …). Without them the call runs with the arguments the agent asked for.
 	Arguments *string `json:"arguments,omitempty"`
-	// REJECT only, optional: told to the agent.
+	// REJECT only, optional: told to the agent; at most MAX_MESSAGE_BYTES bytes.
 	Reason *string `json:"reason,omitempty"`
 }
 
+// What decideToolCall answers.
 type DecideToolCallPayload struct {
+	// The call as decided: RUNNING (approved) or REJECTED, with its approval.
 	ToolCall *service.ToolCall `json:"toolCall"`
-	Run      *service.Run      `json:"run"`
+	// The run that waited: RUNNING, or still WAITING_FOR_INPUT while other inputs wait.
+	Run *service.Run `json:"run"`
 }
 
+// A new version of one of your messages.
 type EditMessageInput struct {
-	// A user message of yours.
+	// A TEXT message you wrote (not an answer).
 	MessageID string `json:"messageId"`
-	Content   string `json:"content"`
+	// The new version's text, checked as AddMessageInput.content.
+	Content string `json:"content"`
 }
 
+// Where to fork a session, and the new session's title.
 type ForkSessionInput struct {
-	// The last message the new session holds: a message of the current branch.
+	// The last message the new session holds: a message of its session's current branch.
 	MessageID string `json:"messageId"`
-	// The new session's title; the old one's when null.
+	// The new session's title, checked as CreateTalkSessionInput.title; the old one's when null
+	// or empty.
 	Title *string `json:"title,omitempty"`
 }
 
-// A user message was accepted, or an assistant message began.
+// A message began: yours (addMessage, editMessage, a steer, respondToQuestion), or the
+// agent's (a reply, a question).
 type MessageAdded struct {
-	Cursor  string                  `json:"cursor"`
-	At      time.Time               `json:"at"`
+	// The event's position: resume after it with messageStream(after: cursor).
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The message. A reply arrives STREAMING with empty content, its text following as
+	// MessageChunk events; a reply of a run that failed before writing arrives FAILED.
+	// QUESTION and ANSWER messages carry their question. Its parentId places it in the tree;
+	// its toolCalls are read when the event is delivered.
 	Message *service.HistoryMessage `json:"message"`
 }
 
 func (MessageAdded) IsSessionEvent() {}
 
-// Resume after this event with messageStream(after: cursor).
+// The event's position in the log: messageStream(after: cursor) delivers every event
+// after this one. Opaque: keep it and send it back, never build or parse it.
 func (this MessageAdded) GetCursor() string { return this.Cursor }
-func (this MessageAdded) GetAt() time.Time  { return this.At }
 
-// The agent streamed text. offset is where delta starts in the content, in Unicode code points.
+// When the event was written.
+func (this MessageAdded) GetAt() time.Time { return this.At }
+
+// The agent streamed text into a reply.
 type MessageChunk struct {
-	Cursor    string    `json:"cursor"`
-	At        time.Time `json:"at"`
-	MessageID string    `json:"messageId"`
-	Delta     string    `json:"delta"`
-	Offset    int       `json:"offset"`
+	// The event's position: resume after it with messageStream(after: cursor).
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The reply the text belongs to.
+	MessageID string `json:"messageId"`
+	// The new text; never empty. A replay may carry the text of several chunks in one.
+	Delta string `json:"delta"`
+	// Where delta starts in the reply's content, in Unicode code points (not bytes, not UTF-16
+	// units): each chunk's offset is the previous one's plus the length of its delta, from 0.
+	Offset int `json:"offset"`
 }
 
 func (MessageChunk) IsSessionEvent() {}
 
-// Resume after this event with messageStream(after: cursor).
+// The event's position in the log: messageStream(after: cursor) delivers every event
+// after this one. Opaque: keep it and send it back, never build or parse it.
 func (this MessageChunk) GetCursor() string { return this.Cursor }
-func (this MessageChunk) GetAt() time.Time  { return this.At }
+
+// When the event was written.
+func (this MessageChunk) GetAt() time.Time { return this.At }
 
 // A message is finished, interrupted or failed; message has its full content.
 type MessageCompleted struct {
-	Cursor  string                  `json:"cursor"`
-	At      time.Time               `json:"at"`
+	// The event's position: resume after it with messageStream(after: cursor).
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The message with its final status (COMPLETE, INTERRUPTED or FAILED), its whole content
+	// (its chunks put together) and, when FAILED, its error. Its toolCalls are read when the
+	// event is delivered.
 	Message *service.HistoryMessage `json:"message"`
 }
 
 func (MessageCompleted) IsSessionEvent() {}
 
-// Resume after this event with messageStream(after: cursor).
+// The event's position in the log: messageStream(after: cursor) delivers every event
+// after this one. Opaque: keep it and send it back, never build or parse it.
 func (this MessageCompleted) GetCursor() string { return this.Cursor }
-func (this MessageCompleted) GetAt() time.Time  { return this.At }
 
+// When the event was written.
+func (this MessageCompleted) GetAt() time.Time { return this.At }
+
+// A page of a session's current branch.
 type MessageConnection struct {
-	Edges    []*MessageEdge `json:"edges"`
-	PageInfo *PageInfo      `json:"pageInfo"`
+	// The page's messages, oldest first.
+	Edges []*MessageEdge `json:"edges"`
+	// To load older messages, pass its startCursor as messages(last:, before:) while hasPreviousPage.
+	PageInfo *PageInfo `json:"pageInfo"`
 }
 
+// A message in a page of history.
 type MessageEdge struct {
-	Cursor string                  `json:"cursor"`
-	Node   *service.HistoryMessage `json:"node"`
+	// A history cursor, for messages(after:) and messages(before:); it cannot start a subscription.
+	Cursor string `json:"cursor"`
+	// The message.
+	Node *service.HistoryMessage `json:"node"`
 }
 
+// What you can change. Every field needs a token: without one it answers UNAUTHENTICATED. A
+// mutation that answers an error changed nothing (with replicas, a timeout may hide a
+// success: see docs/API.md, Replicas). Its events are in the session's log before it
+// answers, so a subscriber may see them before or after the answer arrives. Besides the
+// errors each field names, any mutation answers UNAVAILABLE while the server shuts down or
+// when the storage cannot be written (full, locked, unreachable), and with replicas when the
+// replica running the session's agent cannot be reached.
 type Mutation struct {
 }
 
+// Where a page of a connection lies among the items.
 type PageInfo struct {
-	HasNextPage     bool    `json:"hasNextPage"`
-	HasPreviousPage bool    `json:"hasPreviousPage"`
-	StartCursor     *string `json:"startCursor,omitempty"`
-	EndCursor       *string `json:"endCursor,omitempty"`
+	// More items follow the page: exact when paging forward (first); paging backward, whether
+	// before was given.
+	HasNextPage bool `json:"hasNextPage"`
+	// More items precede the page: exact when paging backward (last); paging forward, whether
+	// after was given.
+	HasPreviousPage bool `json:"hasPreviousPage"`
+	// The first edge's cursor; null for an empty page.
+	StartCursor *string `json:"startCursor,omitempty"`
+	// The last edge's cursor; null for an empty page.
+	EndCursor *string `json:"endCursor,omitempty"`
 }
 
+// What you can read. Every field needs a token: without one it answers UNAUTHENTICATED
+// (sign in first). A field that reads the storage answers UNAVAILABLE when it cannot be
+// read.
 type Query struct {
 }
 
-// The answer was accepted and the run goes on.
+// The answer was accepted and the run goes on, once nothing else waits.
 type QuestionAnswered struct {
-	Cursor   string            `json:"cursor"`
-	At       time.Time         `json:"at"`
+	// The event's position: resume after it with messageStream(after: cursor).
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The question with its answer and answeredAt.
 	Question *service.Question `json:"question"`
 }
 
 func (QuestionAnswered) IsSessionEvent() {}
 
-// Resume after this event with messageStream(after: cursor).
+// The event's position in the log: messageStream(after: cursor) delivers every event
+// after this one. Opaque: keep it and send it back, never build or parse it.
 func (this QuestionAnswered) GetCursor() string { return this.Cursor }
-func (this QuestionAnswered) GetAt() time.Time  { return this.At }
 
-// The agent waits for the user to answer.
+// When the event was written.
+func (this QuestionAnswered) GetAt() time.Time { return this.At }
+
+// The agent waits for the user to answer: the run is WAITING_FOR_INPUT (with a
+// RunStatusChanged in the same write when it waited on nothing before).
 type QuestionAsked struct {
-	Cursor   string            `json:"cursor"`
-	At       time.Time         `json:"at"`
+	// The event's position: resume after it with messageStream(after: cursor).
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The question: answer it with respondToQuestion(input: {questionId: question.id, answer: …}).
 	Question *service.Question `json:"question"`
 }
 
 func (QuestionAsked) IsSessionEvent() {}
 
-// Resume after this event with messageStream(after: cursor).
+// The event's position in the log: messageStream(after: cursor) delivers every event
+// after this one. Opaque: keep it and send it back, never build or parse it.
 func (this QuestionAsked) GetCursor() string { return this.Cursor }
-func (this QuestionAsked) GetAt() time.Time  { return this.At }
+
+// When the event was written.
+func (this QuestionAsked) GetAt() time.Time { return this.At }
 
 // A question stopped waiting without an answer (see withdrawnReason).
 type QuestionWithdrawn struct {
-	Cursor   string            `json:"cursor"`
-	At       time.Time         `json:"at"`
+	// The event's position: resume after it with messageStream(after: cursor).
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The question, withdrawn, with its withdrawnReason.
 	Question *service.Question `json:"question"`
 }
 
 func (QuestionWithdrawn) IsSessionEvent() {}
 
-// Resume after this event with messageStream(after: cursor).
+// The event's position in the log: messageStream(after: cursor) delivers every event
+// after this one. Opaque: keep it and send it back, never build or parse it.
 func (this QuestionWithdrawn) GetCursor() string { return this.Cursor }
-func (this QuestionWithdrawn) GetAt() time.Time  { return this.At }
 
+// When the event was written.
+func (this QuestionWithdrawn) GetAt() time.Time { return this.At }
+
+// A reply to write again.
 type RegenerateInput struct {
 	// An assistant message of yours.
 	MessageID string `json:"messageId"`
 }
 
+// What regenerate answers.
 type RegeneratePayload struct {
+	// The run writing the new version of the reply: RUNNING or QUEUED.
 	Run *service.Run `json:"run"`
 }
 
+// A session's new title.
 type RenameTalkSessionInput struct {
-	ID    string `json:"id"`
+	// The session.
+	ID string `json:"id"`
+	// The new title, checked as CreateTalkSessionInput.title; an empty one is filled in again
+	// from the next message.
 	Title string `json:"title"`
 }
 
+// Answers and decisions for one session: at least one, at most 100 in all, each input once.
 type RespondToInputsInput struct {
-	SessionID string                    `json:"sessionId"`
-	Answers   []*RespondToQuestionInput `json:"answers,omitempty"`
-	Decisions []*DecideToolCallInput    `json:"decisions,omitempty"`
+	// The session whose run waits on these inputs.
+	SessionID string `json:"sessionId"`
+	// Questions to answer.
+	Answers []*RespondToQuestionInput `json:"answers,omitempty"`
+	// Tool calls to decide.
+	Decisions []*DecideToolCallInput `json:"decisions,omitempty"`
 }
 
+// What respondToInputs answers.
 type RespondToInputsPayload struct {
+	// The questions answered, as they now are, in the order given.
 	Questions []*service.Question `json:"questions"`
+	// The calls decided, as they now are, in the order given.
 	ToolCalls []*service.ToolCall `json:"toolCalls"`
-	Run       *service.Run        `json:"run"`
+	// The run that waited: RUNNING once nothing is left to wait on, else WAITING_FOR_INPUT.
+	Run *service.Run `json:"run"`
 }
 
+// An answer to one question.
 type RespondToQuestionInput struct {
+	// The question: pendingQuestions[].id, or QuestionAsked.question.id.
 	QuestionID string `json:"questionId"`
-	Answer     string `json:"answer"`
+	// Your answer, checked as AddMessageInput.content. A free answer need not be one of the
+	// choices. A multiple question takes a JSON array of one or more of its choices, each once
+	// ("x" is not one of the choices offered); a question with an answerSchema takes JSON that
+	// satisfies it (the answer does not fit the question's form: at /age: …).
+	Answer string `json:"answer"`
 }
 
+// What respondToQuestion answers.
 type RespondToQuestionPayload struct {
+	// The question, with its answer and answeredAt.
 	Question *service.Question `json:"question"`
-	Run      *service.Run      `json:"run"`
+	// The run that waited: RUNNING, or still WAITING_FOR_INPUT while other inputs wait.
+	Run *service.Run `json:"run"`
 }
 
+// A run was created or changed status: every status of every run is one such event, in order.
 type RunStatusChanged struct {
-	Cursor string       `json:"cursor"`
-	At     time.Time    `json:"at"`
-	Run    *service.Run `json:"run"`
+	// The event's position: resume after it with messageStream(after: cursor).
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The run after the change: its status, startedAt, finishedAt, error and usage.
+	Run *service.Run `json:"run"`
 }
 
 func (RunStatusChanged) IsSessionEvent() {}
 
-// Resume after this event with messageStream(after: cursor).
+// The event's position in the log: messageStream(after: cursor) delivers every event
+// after this one. Opaque: keep it and send it back, never build or parse it.
 func (this RunStatusChanged) GetCursor() string { return this.Cursor }
-func (this RunStatusChanged) GetAt() time.Time  { return this.At }
 
+// When the event was written.
+func (this RunStatusChanged) GetAt() time.Time { return this.At }
+
+// The branch to show.
 type SelectBranchInput struct {
+	// Any message of yours: its branch becomes current.
 	MessageID string `json:"messageId"`
 }
 
+// Settings to set. A field left out or null stays as it is; on creation it takes its
+// default. An invalid field is BAD_USER_INPUT, and nothing changes.
 type SessionSettingsInput struct {
-	// Default: demo.
-	Agent        *string  `json:"agent,omitempty"`
-	Model        *string  `json:"model,omitempty"`
-	SystemPrompt *string  `json:"systemPrompt,omitempty"`
-	Temperature  *float64 `json:"temperature,omitempty"`
+	// An agent's name from agents; another is BAD_USER_INPUT (unknown agent). Default: demo.
+	Agent *string `json:"agent,omitempty"`
+	// A model name, at most 200 bytes; an empty string clears it (the agent's default again).
+	Model *string `json:"model,omitempty"`
+	// At most MAX_MESSAGE_BYTES bytes (default 32768); an empty string clears it.
+	SystemPrompt *string `json:"systemPrompt,omitempty"`
+	// From 0 to 2 (temperature must be between 0 and 2). Once set, it cannot be cleared.
+	Temperature *float64 `json:"temperature,omitempty"`
 	// Default: INTERRUPT.
 	BusyPolicy *service.BusyPolicy `json:"busyPolicy,omitempty"`
-	// Changes the policies of the tools it names; the others stay as they were.
+	// Changes the policies of the tools it names; the others stay as they were. A session
+	// holds at most 200 policies. One looser than its tool's ceiling (ToolPolicy.ceiling) is
+	// refused, naming the tool.
 	ToolPolicies []*ToolPolicyInput `json:"toolPolicies,omitempty"`
 }
 
-// The session was renamed or its settings changed.
+// The session was renamed (renameTalkSession, or named after its first message) or its
+// settings changed.
 type SessionUpdated struct {
-	Cursor  string               `json:"cursor"`
-	At      time.Time            `json:"at"`
+	// The event's position: resume after it with messageStream(after: cursor).
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The session as the event left it: its title, settings and updatedAt as of the event (a
+	// replay shows the title of then), and a streamCursor equal to the event's cursor. Its
+	// status, activeRun and pendingQuestion are read when the event is delivered.
 	Session *service.SessionView `json:"session"`
 }
 
 func (SessionUpdated) IsSessionEvent() {}
 
-// Resume after this event with messageStream(after: cursor).
+// The event's position in the log: messageStream(after: cursor) delivers every event
+// after this one. Opaque: keep it and send it back, never build or parse it.
 func (this SessionUpdated) GetCursor() string { return this.Cursor }
-func (this SessionUpdated) GetAt() time.Time  { return this.At }
 
+// When the event was written.
+func (this SessionUpdated) GetAt() time.Time { return this.At }
+
+// Live events. A subscription needs a websocket or server-sent events: sent as a plain POST
+// or GET it is refused with BAD_USER_INPUT (see docs/API.md, Transports and endpoints).
 type Subscription struct {
 }
 
+// A page of your sessions.
 type TalkSessionConnection struct {
-	Edges    []*TalkSessionEdge `json:"edges"`
-	PageInfo *PageInfo          `json:"pageInfo"`
+	// The page's sessions, most recent activity first.
+	Edges []*TalkSessionEdge `json:"edges"`
+	// Pass its endCursor as sessions(after:) while hasNextPage.
+	PageInfo *PageInfo `json:"pageInfo"`
 }
 
+// A session in a page of sessions.
 type TalkSessionEdge struct {
-	Cursor string               `json:"cursor"`
-	Node   *service.SessionView `json:"node"`
+	// A session-list cursor: the session's place in sessions, by its updatedAt at the time of
+	// the query. It is not an event cursor.
+	Cursor string `json:"cursor"`
+	// The session.
+	Node *service.SessionView `json:"node"`
 }
 
 // The user approved a tool call (it runs now) or rejected it.
 type ToolApprovalDecided struct {
-	Cursor   string            `json:"cursor"`
-	At       time.Time         `json:"at"`
+	// The event's position: resume after it with messageStream(after: cursor).
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The call as decided, RUNNING or REJECTED, with approval.decision, reason and decidedAt.
 	ToolCall *service.ToolCall `json:"toolCall"`
 }
 
 func (ToolApprovalDecided) IsSessionEvent() {}
 
-// Resume after this event with messageStream(after: cursor).
+// The event's position in the log: messageStream(after: cursor) delivers every event
+// after this one. Opaque: keep it and send it back, never build or parse it.
 func (this ToolApprovalDecided) GetCursor() string { return this.Cursor }
-func (this ToolApprovalDecided) GetAt() time.Time  { return this.At }
 
-// A tool call waits for the user's decision (decideToolCall).
+// When the event was written.
+func (this ToolApprovalDecided) GetAt() time.Time { return this.At }
+
+// A tool call waits for the user's decision (decideToolCall or respondToInputs): the run is
+// WAITING_FOR_INPUT (with a RunStatusChanged in the same write when it waited on nothing
+// before).
 type ToolApprovalRequested struct {
-	Cursor   string            `json:"cursor"`
-	At       time.Time         `json:"at"`
+	// The event's position: resume after it with messageStream(after: cursor).
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The call, AWAITING_APPROVAL, with its approval (requestedArguments, expiresAt).
 	ToolCall *service.ToolCall `json:"toolCall"`
 }
 
 func (ToolApprovalRequested) IsSessionEvent() {}
 
-// Resume after this event with messageStream(after: cursor).
+// The event's position in the log: messageStream(after: cursor) delivers every event
+// after this one. Opaque: keep it and send it back, never build or parse it.
 func (this ToolApprovalRequested) GetCursor() string { return this.Cursor }
-func (this ToolApprovalRequested) GetAt() time.Time  { return this.At }
+
+// When the event was written.
+func (this ToolApprovalRequested) GetAt() time.Time { return this.At }
 
 // A tool call finished with a result or an error, or was cancelled.
 type ToolCallFinished struct {
-	Cursor   string            `json:"cursor"`
-	At       time.Time         `json:"at"`
+	// The event's position: resume after it with messageStream(after: cursor).
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The call with its final status, its whole output, its result or error, and finishedAt.
 	ToolCall *service.ToolCall `json:"toolCall"`
 }
 
 func (ToolCallFinished) IsSessionEvent() {}
 
-// Resume after this event with messageStream(after: cursor).
+// The event's position in the log: messageStream(after: cursor) delivers every event
+// after this one. Opaque: keep it and send it back, never build or parse it.
 func (this ToolCallFinished) GetCursor() string { return this.Cursor }
-func (this ToolCallFinished) GetAt() time.Time  { return this.At }
+
+// When the event was written.
+func (this ToolCallFinished) GetAt() time.Time { return this.At }
 
 // A running tool printed output. offset is where delta starts in the output, in code points.
 type ToolCallOutput struct {
-	Cursor     string    `json:"cursor"`
-	At         time.Time `json:"at"`
-	ToolCallID string    `json:"toolCallId"`
-	MessageID  string    `json:"messageId"`
-	Delta      string    `json:"delta"`
-	Offset     int       `json:"offset"`
+	// The event's position: resume after it with messageStream(after: cursor).
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The tool call.
+	ToolCallID string `json:"toolCallId"`
+	// The message the call belongs to.
+	MessageID string `json:"messageId"`
+	// The new output; never empty. A replay may carry the output of several events in one.
+	Delta string `json:"delta"`
+	// Where delta starts in the call's output, in Unicode code points, as MessageChunk.offset.
+	Offset int `json:"offset"`
 }
 
 func (ToolCallOutput) IsSessionEvent() {}
 
-// Resume after this event with messageStream(after: cursor).
+// The event's position in the log: messageStream(after: cursor) delivers every event
+// after this one. Opaque: keep it and send it back, never build or parse it.
 func (this ToolCallOutput) GetCursor() string { return this.Cursor }
-func (this ToolCallOutput) GetAt() time.Time  { return this.At }
+
+// When the event was written.
+func (this ToolCallOutput) GetAt() time.Time { return this.At }
 
 // The agent started calling a tool.
 type ToolCallStarted struct {
-	Cursor   string            `json:"cursor"`
-	At       time.Time         `json:"at"`
+	// The event's position: resume after it with messageStream(after: cursor).
+	Cursor string `json:"cursor"`
+	// When the event was written.
+	At time.Time `json:"at"`
+	// The call, with its name, arguments, callId and messageId, and an empty output: RUNNING,
+	// or AWAITING_APPROVAL with its approval under ASK, or REJECTED with its error under DENY.
 	ToolCall *service.ToolCall `json:"toolCall"`
 }
 
 func (ToolCallStarted) IsSessionEvent() {}
 
-// Resume after this event with messageStream(after: cursor).
+// The event's position in the log: messageStream(after: cursor) delivers every event
+// after this one. Opaque: keep it and send it back, never build or parse it.
 func (this ToolCallStarted) GetCursor() string { return this.Cursor }
-func (this ToolCallStarted) GetAt() time.Time  { return this.At }
 
+// When the event was written.
+func (this ToolCallStarted) GetAt() time.Time { return this.At }
+
+// A session's own policy for one tool.
 type ToolPolicyInput struct {
-	Tool   string             `json:"tool"`
+	// The tool's name, exactly as the agent offers it: 1 to 200 bytes.
+	Tool string `json:"tool"`
+	// Its policy in the session: no looser than the tool's ceiling (ToolPolicy.ceiling).
 	Policy service.ToolPolicy `json:"policy"`
 }
 
+// Settings to change in a session.
 type UpdateTalkSessionSettingsInput struct {
-	ID       string                `json:"id"`
+	// The session.
+	ID string `json:"id"`
+	// The settings to change; the fields left out stay.
 	Settings *SessionSettingsInput `json:"settings"`
 }
 
+// The user a request is made by.
 type Viewer struct {
+	// Your user ID: the token's sub claim (a UUID for guests).
 	ID string `json:"id"`
 }

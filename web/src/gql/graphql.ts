@@ -4,154 +4,327 @@ type Exact<T extends { [key: string]: unknown }> = { [K in keyof T]: T[K] };
 /** Internal type. DO NOT USE DIRECTLY. */
 export type Incremental<T> = T | { [P in keyof T]?: P extends ' $fragmentName' | '__typename' ? T[P] : never };
 import type { TypedDocumentNode as DocumentNode } from '@graphql-typed-document-node/core';
+/** A message to send. */
 export type AddMessageInput = {
   /** The busy policy for this message alone; the session's when null. */
   busyPolicy?: BusyPolicy | null | undefined;
+  /**
+   * Your message. It must show something (white space, control and invisible characters
+   * such as U+200B do not count: message is empty), be valid UTF-8, and hold at most
+   * MAX_MESSAGE_BYTES bytes (default 32768: message is too long: N bytes, at most M).
+   */
   content: string;
-  /** Retrying with the same key creates nothing new and answers the same. */
+  /**
+   * Retrying with the same key creates nothing new and answers the same: the message and run
+   * the first call created, the run as it is now. At most 200 bytes, without control
+   * characters; unique per user across sessions, and kept as long as the session. The same
+   * key with another content or session is CONFLICT. See docs/API.md, Idempotency keys.
+   */
   idempotencyKey?: string | null | undefined;
+  /** The session. */
   sessionId: string | number;
 };
 
+/**
+ * What a new message does while the session's agent works: a run is queued for a worker,
+ * running, or waiting for input. The default is INTERRUPT. See docs/API.md, Busy policies.
+ */
 export type BusyPolicy =
-  /** A new message waits until the running agent is done. */
+  /**
+   * A new message waits until the running agent is done: its run is QUEUED until the runs
+   * before it end. At most MAX_QUEUED_RUNS runs wait in a session (default 20).
+   */
   | 'ENQUEUE'
-  /** A new message stops the running agent, keeping its partial reply, and starts over. */
+  /**
+   * A new message stops the running agent and starts over. The active run ends
+   * INTERRUPTED, keeping its partial reply (its running tool calls end CANCELLED, what it
+   * waited on is withdrawn); runs queued behind it end INTERRUPTED without running; the new
+   * run starts on the whole history.
+   */
   | 'INTERRUPT'
-  /** A new message is refused with CONFLICT while the agent works. */
+  /**
+   * A new message is refused with CONFLICT while the agent works, and nothing is stored; the
+   * agent goes on.
+   */
   | 'REJECT'
-  /** A new message is handed to the running agent at its next step; when nothing runs, or the agent cannot take it, it is queued as ENQUEUE does. */
+  /**
+   * A new message joins the branch at once and is handed to the running agent at its next
+   * step; addMessage answers the running run. When nothing runs, the run waits for input, or
+   * the agent cannot take it, it is queued as ENQUEUE does; edits and regenerations under
+   * STEER act as ENQUEUE too. A steer the agent never took starts the next run when its run
+   * completes or fails.
+   */
   | 'STEER';
 
+/** A new session's title and settings. */
 export type CreateTalkSessionInput = {
+  /**
+   * Settings that differ from the defaults: agent demo, busy policy INTERRUPT, and the agent's
+   * own model, system prompt and temperature.
+   */
   settings?: SessionSettingsInput | null | undefined;
+  /**
+   * Trimmed; at most 200 characters (code points), valid UTF-8 (title is too long: N
+   * characters, at most 200). When empty, missing or showing nothing (zero-width spaces
+   * only), it is filled in from the first message: its first 60 characters, white space
+   * collapsed, with … when cut.
+   */
   title?: string | null | undefined;
 };
 
+/** A decision on one tool call awaiting approval. */
 export type DecideToolCallInput = {
-  /** APPROVE only, optional: the arguments as the user edited them (JSON text); they must fit the tool's input schema. */
+  /**
+   * APPROVE only, optional: the arguments as the user edited them (JSON text); they must fit
+   * the tool's input schema (ToolInfo.inputSchema) and hold at most MAX_REPLY_BYTES bytes
+   * (the arguments are not JSON; the arguments do not fit the tool's input schema: at /text:
+   * …). Without them the call runs with the arguments the agent asked for.
+   */
   arguments?: string | null | undefined;
+  /** APPROVE or REJECT. */
   decision: ToolDecision;
-  /** REJECT only, optional: told to the agent. */
+  /** REJECT only, optional: told to the agent; at most MAX_MESSAGE_BYTES bytes. */
   reason?: string | null | undefined;
+  /** The call: pendingApprovals[].id, or ToolApprovalRequested.toolCall.id. */
   toolCallId: string | number;
 };
 
+/** A new version of one of your messages. */
 export type EditMessageInput = {
+  /** The new version's text, checked as AddMessageInput.content. */
   content: string;
-  /** A user message of yours. */
+  /** A TEXT message you wrote (not an answer). */
   messageId: string | number;
 };
 
+/** Where to fork a session, and the new session's title. */
 export type ForkSessionInput = {
-  /** The last message the new session holds: a message of the current branch. */
+  /** The last message the new session holds: a message of its session's current branch. */
   messageId: string | number;
-  /** The new session's title; the old one's when null. */
+  /**
+   * The new session's title, checked as CreateTalkSessionInput.title; the old one's when null
+   * or empty.
+   */
   title?: string | null | undefined;
 };
 
 /** What a message holds besides plain text. */
 export type MessageKind =
-  /** The user's answer to a question (see question). */
+  /** The user's answer to a question: content is the answer, and question the answered Question. */
   | 'ANSWER'
-  /** The agent asked the user a question (see question). */
+  /** The agent asked the user a question: content is its prompt, and question the Question. */
   | 'QUESTION'
-  /** Ordinary text. */
+  /** Ordinary text: your message, or the agent's reply. */
   | 'TEXT';
 
+/**
+ * Where a message is in its life. STREAMING moves to COMPLETE, INTERRUPTED or FAILED,
+ * announced by MessageCompleted; no message goes back to STREAMING.
+ */
 export type MessageStatus =
+  /** Finished normally. Your messages, questions and answers are COMPLETE from the start. */
   | 'COMPLETE'
+  /**
+   * A reply whose run failed: error says why, and content keeps what was written. A run
+   * that fails before writing anything adds a message FAILED from the start, with empty
+   * content.
+   */
   | 'FAILED'
+  /**
+   * A reply cut short: stopped (cancelRun), interrupted by a newer message, or ended by a
+   * shutdown, a crash or the death of the replica that ran it. content keeps what was
+   * written.
+   */
   | 'INTERRUPTED'
+  /** An assistant reply still being written; its text arrives as MessageChunk events. */
   | 'STREAMING';
 
+/** A reply to write again. */
 export type RegenerateInput = {
   /** An assistant message of yours. */
   messageId: string | number;
 };
 
+/** A session's new title. */
 export type RenameTalkSessionInput = {
+  /** The session. */
   id: string | number;
+  /**
+   * The new title, checked as CreateTalkSessionInput.title; an empty one is filled in again
+   * from the next message.
+   */
   title: string;
 };
 
+/** Answers and decisions for one session: at least one, at most 100 in all, each input once. */
 export type RespondToInputsInput = {
+  /** Questions to answer. */
   answers?: Array<RespondToQuestionInput> | null | undefined;
+  /** Tool calls to decide. */
   decisions?: Array<DecideToolCallInput> | null | undefined;
+  /** The session whose run waits on these inputs. */
   sessionId: string | number;
 };
 
+/** An answer to one question. */
 export type RespondToQuestionInput = {
+  /**
+   * Your answer, checked as AddMessageInput.content. A free answer need not be one of the
+   * choices. A multiple question takes a JSON array of one or more of its choices, each once
+   * ("x" is not one of the choices offered); a question with an answerSchema takes JSON that
+   * satisfies it (the answer does not fit the question's form: at /age: …).
+   */
   answer: string;
+  /** The question: pendingQuestions[].id, or QuestionAsked.question.id. */
   questionId: string | number;
 };
 
+/** Who wrote a message. */
 export type Role =
+  /** The agent: replies (TEXT) and QUESTION messages. */
   | 'ASSISTANT'
+  /** You: TEXT messages and ANSWER messages. */
   | 'USER';
 
+/**
+ * Where a run is in its life. QUEUED, RUNNING and WAITING_FOR_INPUT are active; the other
+ * four are final, and a run never leaves them. docs/API.md, Runs, draws the transitions.
+ */
 export type RunStatus =
+  /** Stopped by cancelRun. */
   | 'CANCELLED'
+  /** The agent finished. */
   | 'COMPLETED'
+  /**
+   * The agent returned an error or panicked, its reply could not be stored for 30 seconds,
+   * or its agent is not available on the server; error says why.
+   */
   | 'FAILED'
+  /**
+   * Ended by something other than your stop: a newer message under INTERRUPT (runs still
+   * queued too), a graceful shutdown, a crash (marked at the next start), or the death of
+   * the replica that ran it.
+   */
   | 'INTERRUPTED'
+  /**
+   * Created and waiting: behind the session's active run (ENQUEUE), or for a worker slot
+   * (WORKERS, RUNS_PER_USER).
+   */
   | 'QUEUED'
+  /**
+   * The agent works: it streams text and calls tools. Also the status right after the last
+   * answer or decision, until the agent waits again or ends.
+   */
   | 'RUNNING'
+  /**
+   * The agent waits for answers or decisions (respondToQuestion, decideToolCall,
+   * respondToInputs). It holds no worker slot, and survives restarts.
+   */
   | 'WAITING_FOR_INPUT';
 
+/** The branch to show. */
 export type SelectBranchInput = {
+  /** Any message of yours: its branch becomes current. */
   messageId: string | number;
 };
 
+/**
+ * Settings to set. A field left out or null stays as it is; on creation it takes its
+ * default. An invalid field is BAD_USER_INPUT, and nothing changes.
+ */
 export type SessionSettingsInput = {
-  /** Default: demo. */
+  /** An agent's name from agents; another is BAD_USER_INPUT (unknown agent). Default: demo. */
   agent?: string | null | undefined;
   /** Default: INTERRUPT. */
   busyPolicy?: BusyPolicy | null | undefined;
+  /** A model name, at most 200 bytes; an empty string clears it (the agent's default again). */
   model?: string | null | undefined;
+  /** At most MAX_MESSAGE_BYTES bytes (default 32768); an empty string clears it. */
   systemPrompt?: string | null | undefined;
+  /** From 0 to 2 (temperature must be between 0 and 2). Once set, it cannot be cleared. */
   temperature?: number | null | undefined;
-  /** Changes the policies of the tools it names; the others stay as they were. */
+  /**
+   * Changes the policies of the tools it names; the others stay as they were. A session
+   * holds at most 200 policies. One looser than its tool's ceiling (ToolPolicy.ceiling) is
+   * refused, naming the tool.
+   */
   toolPolicies?: Array<ToolPolicyInput> | null | undefined;
 };
 
+/**
+ * What a session's agent is doing. It follows the active run's status: QUEUED or RUNNING
+ * makes RUNNING, WAITING_FOR_INPUT makes WAITING_FOR_INPUT, a final status makes IDLE (or
+ * RUNNING when the next queued run takes over). It has no event of its own: derive it from
+ * RunStatusChanged, or read TalkSession.status.
+ */
 export type SessionStatus =
+  /** No run is active or queued: activeRun and pendingQuestion are null. */
   | 'IDLE'
+  /** A run is queued or running. */
   | 'RUNNING'
+  /**
+   * The active run waits for answers or decisions (pendingQuestions, pendingApprovals);
+   * runs queued behind it wait too.
+   */
   | 'WAITING_FOR_INPUT';
 
+/**
+ * Where a tool call is in its life. RUNNING ends COMPLETED, FAILED or CANCELLED, announced by
+ * ToolCallFinished; AWAITING_APPROVAL moves to RUNNING or REJECTED (ToolApprovalDecided), or
+ * ends CANCELLED (ToolCallFinished).
+ */
 export type ToolCallStatus =
-  /** Waits for the user's approval (see approval). */
+  /** Waits for the user's approval (see approval): its tool's policy is ASK, and it has not run. */
   | 'AWAITING_APPROVAL'
-  /** Stopped, or withdrawn without a decision (approval.reason says why). */
+  /**
+   * Its run ended otherwise (stopped, interrupted, completed) while it ran, or it was
+   * withdrawn without a decision (approval.reason says why) and never ran.
+   */
   | 'CANCELLED'
+  /** The tool returned its result. */
   | 'COMPLETED'
+  /**
+   * The tool returned an error (error says it), its run failed while it ran (error null), or
+   * the server stopped while it ran (error says it was not run again).
+   */
   | 'FAILED'
-  /** Never ran: the user rejected it, or the tool policy denies it. */
+  /**
+   * Never ran: the user rejected it (approval.decision REJECT), or the tool policy denies it
+   * (error says whose policy; no approval).
+   */
   | 'REJECTED'
+  /** The tool runs; its output streams as ToolCallOutput events. */
   | 'RUNNING';
 
 /** A user's decision on a tool call awaiting approval. */
 export type ToolDecision =
+  /** Run the call, once, with the edited arguments if given. */
   | 'APPROVE'
+  /** Never run the call; the agent is told the reason, if given, and goes on. */
   | 'REJECT';
 
+/** A session's own policy for one tool. */
 export type ToolPolicyInput = {
+  /** Its policy in the session: no looser than the tool's ceiling (ToolPolicy.ceiling). */
   policy: ToolPolicyKind;
+  /** The tool's name, exactly as the agent offers it: 1 to 200 bytes. */
   tool: string;
 };
 
-/** What becomes of a tool's calls. */
+/** What becomes of a tool's calls. From loosest to strictest: ALLOW, ASK, DENY. */
 export type ToolPolicyKind =
-  /** The calls run. */
+  /** The calls run at once. */
   | 'ALLOW'
-  /** Each call waits for the user's approval (decideToolCall) before it runs. */
+  /** Each call waits, AWAITING_APPROVAL, for the user's decision (decideToolCall) before it runs. */
   | 'ASK'
-  /** The calls never run, and the tool is kept from a model. */
+  /** The calls never run (each ends REJECTED, unasked), and a model is not offered the tool. */
   | 'DENY';
 
+/** Settings to change in a session. */
 export type UpdateTalkSessionSettingsInput = {
+  /** The session. */
   id: string | number;
+  /** The settings to change; the fields left out stay. */
   settings: SessionSettingsInput;
 };
 
