@@ -57,7 +57,7 @@ func (s *core) expiryFor(now time.Time, d time.Duration) time.Time {
 
 // openLocked adds ws to what t makes ar wait on, once t is durable: t carries the run's
 // move to WAITING_FOR_INPUT when it waited on nothing, and each input's expiry is armed.
-func (s *core) openLocked(t *txn, ar *activeRun, ws ...*waiting) {
+func (ar *activeRun) openLocked(t *txn, ws ...*waiting) {
 	var snap *Run
 	if len(ar.inputs) == 0 && ar.run.Status != RunWaitingForInput {
 		r := *ar.run
@@ -71,7 +71,7 @@ func (s *core) openLocked(t *txn, ar *activeRun, ws ...*waiting) {
 		}
 		for _, w := range ws {
 			ar.inputs[w.id] = w
-			s.armLocked(ar, w)
+			ar.armLocked(w)
 		}
 	})
 }
@@ -80,7 +80,7 @@ func (s *core) openLocked(t *txn, ar *activeRun, ws ...*waiting) {
 // is durable: each is taken off ar's waits and handed to the agent waiting on it. When
 // nothing is left to wait on, t carries the run's move back to RUNNING, and a parked run
 // starts again on its history (from is the context of the operation that answered).
-func (s *core) closeLocked(t *txn, ar *activeRun, ends map[string]inputEnd, from context.Context) {
+func (ar *activeRun) closeLocked(t *txn, ends map[string]inputEnd, from context.Context) {
 	left := 0
 	for id := range ar.inputs {
 		if _, ok := ends[id]; !ok {
@@ -107,7 +107,7 @@ func (s *core) closeLocked(t *txn, ar *activeRun, ends map[string]inputEnd, from
 		if snap != nil {
 			ar.run.setState(snap)
 			if ar.parked {
-				s.resumeLocked(ar, from)
+				ar.resumeLocked(from)
 			}
 		}
 	})
@@ -115,13 +115,14 @@ func (s *core) closeLocked(t *txn, ar *activeRun, ends map[string]inputEnd, from
 
 // armLocked has w expire at its time: the replica that runs the run keeps the timer, and
 // a restart or a take-over arms it again from the log.
-func (s *core) armLocked(ar *activeRun, w *waiting) {
-	w.timer = time.AfterFunc(time.Until(w.expiresAt), func() { s.expire(ar, w.id) })
+func (ar *activeRun) armLocked(w *waiting) {
+	w.timer = time.AfterFunc(time.Until(w.expiresAt), func() { ar.expire(w.id) })
 }
 
 // expire withdraws an input whose time has come; the agent is told and goes on. When the
 // storage cannot take it now, it is tried again in a moment.
-func (s *core) expire(ar *activeRun, id string) {
+func (ar *activeRun) expire(id string) {
+	s := ar.st.c
 	st := ar.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -131,9 +132,9 @@ func (s *core) expire(ar *activeRun, id string) {
 	}
 	t := st.beginLocked()
 	end := s.withdrawLocked(t, w, ReasonExpired)
-	s.closeLocked(t, ar, map[string]inputEnd{id: end}, nil)
+	ar.closeLocked(t, map[string]inputEnd{id: end}, nil)
 	if err := t.commitLocked(context.Background()); err != nil {
-		w.timer = time.AfterFunc(time.Second, func() { s.expire(ar, id) })
+		w.timer = time.AfterFunc(time.Second, func() { ar.expire(id) })
 	}
 }
 
@@ -163,7 +164,8 @@ func (s *core) withdrawLocked(t *txn, w *waiting, reason string) inputEnd {
 // withdrawAllLocked adds to t the withdrawal of everything ar waits on, for reason: its
 // run ends. Once t is durable their timers stop; the agent waiting on them learns of the
 // end from its context, not from them.
-func (s *core) withdrawAllLocked(t *txn, ar *activeRun, reason string) {
+func (ar *activeRun) withdrawAllLocked(t *txn, reason string) {
+	s := ar.st.c
 	if len(ar.inputs) == 0 {
 		return
 	}
@@ -409,7 +411,7 @@ func (s *core) respondToInputs(ctx context.Context, u, sessionID string, answers
 	for i, d := range decisions {
 		w, err := s.waitingFor(ctx, ar, sessionID, d.ToolCallID, false)
 		if err == nil && d.Decision == DecisionApprove && d.Arguments != "" {
-			err = s.checkArguments(ar, sess, w.tool.call.Name, d.Arguments)
+			err = ar.checkArguments(sess, w.tool.call.Name, d.Arguments)
 		}
 		if err != nil {
 			return nil, inputErr("decisions", i, err)
@@ -434,7 +436,7 @@ func (s *core) respondToInputs(ctx context.Context, u, sessionID string, answers
 			// No agent waits in this process: the asking tool's call (ask_user) has the
 			// answer as its result, which the agent finds in the history when it starts
 			// again.
-			if tool := s.askingCall(ar, q); tool != nil {
+			if tool := ar.askingCall(q); tool != nil {
 				s.finishTool(t, tool, ToolCompleted, &a.answer, nil)
 			}
 		}
@@ -467,7 +469,7 @@ func (s *core) respondToInputs(ctx context.Context, u, sessionID string, answers
 		out := snap
 		res.ToolCalls = append(res.ToolCalls, &out)
 	}
-	s.closeLocked(t, ar, ends, ctx)
+	ar.closeLocked(t, ends, ctx)
 	if err := t.commitLocked(ctx); err != nil {
 		return nil, err
 	}
@@ -543,7 +545,8 @@ func checkAnswer(q *Question, answer string) error {
 
 // checkArguments checks arguments a user edited for a call of the tool name: JSON that
 // satisfies the tool's input schema, where the agent gives one.
-func (s *core) checkArguments(ar *activeRun, sess *TalkSession, name, arguments string) error {
+func (ar *activeRun) checkArguments(sess *TalkSession, name string, arguments string) error {
+	s := ar.st.c
 	if !json.Valid([]byte(arguments)) {
 		return Errorf(EINVALID, "the arguments are not JSON")
 	}
@@ -565,7 +568,7 @@ func (s *core) checkArguments(ar *activeRun, sess *TalkSession, name, arguments 
 // askingCall returns the tool call of ar that q answers (an ask_user call): the one q
 // names, or, for a question of an older release that names none, the call that was running
 // when it was asked.
-func (s *core) askingCall(ar *activeRun, q *Question) *toolState {
+func (ar *activeRun) askingCall(q *Question) *toolState {
 	if q.ToolCallID != "" {
 		if tool := ar.tools[q.ToolCallID]; tool != nil && tool.call.Status == ToolRunning {
 			return tool
@@ -621,9 +624,9 @@ func (o *output) pose(spec QuestionSpec) (*waiting, error) {
 		return nil, o.ended()
 	}
 	t := st.beginLocked()
-	s.writeText(t, ar)
+	ar.writeTextLocked(t)
 	if ar.msg != nil {
-		s.completeMessage(t, ar, MessageComplete, "")
+		ar.completeMessageLocked(t, MessageComplete, "")
 	}
 	now := s.now()
 	expires := s.expiryFor(now, spec.ExpiresIn)
@@ -633,7 +636,7 @@ func (o *output) pose(spec QuestionSpec) (*waiting, error) {
 	asked, withMsg := *q, *q
 	t.add(&Event{Type: EventMessageAdded, Message: qm, Question: &withMsg}, &Event{Type: EventQuestionAsked, Question: &asked})
 	w := &waiting{id: q.ID, question: q, expiresAt: expires, done: make(chan inputEnd, 1)}
-	s.openLocked(t, ar, w)
+	ar.openLocked(t, w)
 	t.onCommit(func() { ar.replied = true })
 	if err := t.commitLocked(ar.ctx); err != nil {
 		return nil, err
@@ -698,7 +701,7 @@ func (o *output) stopWaiting(w *waiting) (end inputEnd, ended bool, err error) {
 	}
 	t := st.beginLocked()
 	withdrawn := s.withdrawLocked(t, w, ReasonAgentDone)
-	s.closeLocked(t, ar, map[string]inputEnd{w.id: withdrawn}, nil)
+	ar.closeLocked(t, map[string]inputEnd{w.id: withdrawn}, nil)
 	if err := t.commitLocked(ar.ctx); err != nil {
 		return inputEnd{}, false, err
 	}

@@ -106,7 +106,7 @@ func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) 
 	if policy == "" {
 		policy = sess.Settings.BusyPolicy
 	}
-	if policy == BusySteer && (a.edited != nil || a.regenerated != nil || !s.steerable(st.active)) {
+	if policy == BusySteer && (a.edited != nil || a.regenerated != nil || !st.active.steerable()) {
 		policy = BusyEnqueue // an edit or a regeneration is not a steer; nor is a message no agent takes
 	}
 	if err := st.checkTreeLimitsLocked(ctx, a, policy == BusySteer); err != nil {
@@ -192,11 +192,11 @@ func (st *sessionState) planAddLocked(ctx context.Context, sess *TalkSession, u 
 			}
 		})
 		if ar := st.active; ar != nil {
-			s.planFinish(t, ar, RunInterrupted, "")
+			ar.finishLocked(t, RunInterrupted, "")
 		}
 	} else if ar := st.active; ar != nil && !ar.sealed && !ar.parked {
 		// What the running agent wrote so far comes before the new message on the branch.
-		s.writeText(t, ar)
+		ar.writeTextLocked(t)
 	}
 	var sw *Event // the switch of an edit or a regeneration that does not wait
 	if switchNow {

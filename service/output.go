@@ -25,7 +25,8 @@ func (o *output) ended() error {
 
 // newMessageLocked starts ar's next assistant message in memory; it is announced with the
 // first write that carries its text.
-func (s *core) newMessageLocked(ar *activeRun) {
+func (ar *activeRun) newMessageLocked() {
+	s := ar.st.c
 	ar.msg = &Message{ID: newID(), SessionID: ar.st.id, Role: RoleAssistant, Kind: KindText, Status: MessageStreaming, RunID: ar.run.ID, CreatedAt: s.now()}
 	ar.announced = false
 	ar.text = textStream{}
@@ -45,7 +46,7 @@ func (o *output) Text(delta string) error {
 		return o.ended()
 	}
 	if ar.msg == nil {
-		s.newMessageLocked(ar)
+		ar.newMessageLocked()
 	}
 	if ar.text.bytes+len(delta) > s.cfg.MaxReplyBytes {
 		return Errorf(EINVALID, "the reply is longer than this server allows (%d bytes)", s.cfg.MaxReplyBytes)
@@ -102,11 +103,11 @@ func (o *output) StartTool(id, name, arguments string, opts ...ToolOption) (Tool
 		}
 	}
 	if ar.msg == nil {
-		s.newMessageLocked(ar)
+		ar.newMessageLocked()
 	}
 	t := st.beginLocked()
-	s.announce(t, ar) // the call belongs to the message
-	s.writeText(t, ar)
+	ar.announceLocked(t) // the call belongs to the message
+	ar.writeTextLocked(t)
 	now := s.now()
 	call := &ToolCall{ID: newID(), CallID: truncate(id, 200), RunID: ar.run.ID, SessionID: st.id, MessageID: ar.msg.ID,
 		Name: truncate(name, 100), Arguments: arguments, Status: ToolRunning, StartedAt: now}
@@ -127,7 +128,7 @@ func (o *output) StartTool(id, name, arguments string, opts ...ToolOption) (Tool
 		requested := *call
 		t.add(&Event{Type: EventToolApprovalRequested, ToolCall: &requested})
 		w = &waiting{id: call.ID, tool: tool, expiresAt: call.Approval.ExpiresAt, done: make(chan inputEnd, 1)}
-		s.openLocked(t, ar, w)
+		ar.openLocked(t, w)
 	}
 	t.onCommit(func() { ar.tools[call.ID] = tool })
 	if err := t.commitLocked(ar.ctx); err != nil {

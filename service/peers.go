@@ -209,12 +209,12 @@ func (st *sessionState) recoverRunLocked(ctx context.Context, run *Run) error {
 		for _, c := range awaitingOf(calls) {
 			ws = append(ws, &waiting{id: c.ID, tool: ar.tools[c.ID], expiresAt: c.Approval.ExpiresAt, done: make(chan inputEnd, 1)})
 		}
-		s.openLocked(t, ar, ws...)
+		ar.openLocked(t, ws...)
 		if err := t.commitLocked(ctx); err != nil {
 			return err
 		}
 		if len(ws) == 0 { // everything was answered before the process died: go on
-			s.resumeLocked(ar, nil)
+			ar.resumeLocked(nil)
 		}
 		return nil
 	}
@@ -235,7 +235,7 @@ func (st *sessionState) recoverRunLocked(ctx context.Context, run *Run) error {
 	}
 	st.adoptLocked(ar, false)
 	ar.crashed = true
-	s.planFinish(t, ar, RunInterrupted, "")
+	ar.finishLocked(t, RunInterrupted, "")
 	t.onAbort(func() { st.dropActiveLocked() })
 	return t.commitLocked(ctx)
 }

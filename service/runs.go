@@ -139,7 +139,7 @@ func (st *sessionState) startLocked(run *Run, resumed bool, holding bool, from c
 	st.log.flushNow()
 	s.holdState(st) // the run holds the state until it returns
 	s.runs.Add(1)
-	go s.execute(ar, resumed)
+	go ar.execute(resumed)
 	return ar
 }
 
@@ -177,31 +177,32 @@ func (st *sessionState) adoptLocked(ar *activeRun, parked bool) {
 }
 
 // endedLocked seals ar, whose end is durable, and starts the session's next queued run.
-func (s *core) endedLocked(ar *activeRun) {
+func (ar *activeRun) endedLocked() {
 	st := ar.st
 	ar.seal()
 	if st.active == ar {
 		st.active = nil
 		st.startNextLocked()
 	}
-	s.unparkLocked(ar)
+	ar.unparkLocked()
 }
 
 // resumeLocked starts the agent of ar, a parked run with nothing left to wait on, on the
 // history that now holds the answers and decisions: a new activeRun of the same run takes
 // its place, with its tool calls (an approved call is run by the agent that resumes, see
 // Output.StartTool). from is the context of the operation that answered.
-func (s *core) resumeLocked(ar *activeRun, from context.Context) {
+func (ar *activeRun) resumeLocked(from context.Context) {
 	st := ar.st
 	ar.seal()
 	st.active = nil
 	next := st.startLocked(ar.run, true, false, from)
 	next.tools, next.steers, next.replied = ar.tools, ar.steers, true // it asked
-	s.unparkLocked(ar)
+	ar.unparkLocked()
 }
 
 // unparkLocked lets go of the session's state that ar held while parked.
-func (s *core) unparkLocked(ar *activeRun) {
+func (ar *activeRun) unparkLocked() {
+	s := ar.st.c
 	if ar.parked {
 		ar.parked = false
 		s.releaseState(ar.st)
@@ -211,14 +212,13 @@ func (s *core) unparkLocked(ar *activeRun) {
 // dropActiveLocked stops the session's active run, if any, writing nothing: it is over
 // elsewhere (the session was deleted, or another replica took the run over).
 func (st *sessionState) dropActiveLocked() {
-	s := st.c
 	ar := st.active
 	if ar == nil {
 		return
 	}
 	ar.seal()
 	st.active = nil
-	s.unparkLocked(ar)
+	ar.unparkLocked()
 }
 
 // dropQueueLocked empties the session's queue and returns the runs it held.
@@ -242,12 +242,13 @@ func (st *sessionState) keepQueuedLocked(keep func(*Run) bool) {
 
 // execute runs the agent of ar: it waits for a slot, marks the run RUNNING, calls the
 // runner on the stored history, and records how it ended.
-func (s *core) execute(ar *activeRun, resumed bool) {
+func (ar *activeRun) execute(resumed bool) {
+	s := ar.st.c
 	st := ar.st
 	defer s.runs.Done()
 	defer s.releaseState(st)
 	defer func() {
-		s.waitPrevious(ar)
+		ar.waitPrevious()
 		close(ar.done)
 	}()
 	defer func() {
@@ -258,7 +259,7 @@ func (s *core) execute(ar *activeRun, resumed bool) {
 	var req RunRequest
 	var err error // what the agent returned
 	if ar.span != nil {
-		defer func() { s.endRunSpan(ar, err) }()
+		defer func() { ar.endSpan(err) }()
 	}
 	started := time.Now()
 start:
@@ -270,7 +271,7 @@ start:
 			ar.holdsSlot.Store(true)
 		}
 		st.mu.Lock()
-		req, err = s.startRunLocked(ar)
+		req, err = ar.prepareLocked()
 		sealed := ar.sealed
 		st.mu.Unlock()
 		if sealed {
@@ -299,14 +300,14 @@ start:
 		ar.span.SetAttributes(AttrModel.String(model))
 	}
 	if err == nil {
-		s.waitPrevious(ar)
+		ar.waitPrevious()
 		switch {
 		case !ok:
 			err = Errorf(EINVALID, "the agent %q is not available on this server", ar.run.Agent)
 		case ar.ctx.Err() != nil: // stopped while the previous agent returned
 			err = ar.ctx.Err()
 		default:
-			err = s.safeRun(runner, ar, req)
+			err = ar.safeRun(runner, req)
 		}
 	}
 
@@ -331,13 +332,14 @@ start:
 		s.log.Error("run failed", "session", st.id, "run", ar.run.ID, "agent", ar.run.Agent,
 			"model", model, "code", ErrorCode(err), "err", err)
 	}
-	s.finishLockedRetrying(ar, status, msg)
+	ar.finishLockedRetrying(status, msg)
 }
 
 // waitPrevious waits until the session's previous agent has returned, for at most
 // StopTimeout: an agent that ignores its cancellation longer than that is logged and no
 // longer waited for.
-func (s *core) waitPrevious(ar *activeRun) {
+func (ar *activeRun) waitPrevious() {
+	s := ar.st.c
 	if ar.prev == nil {
 		return
 	}
@@ -366,7 +368,8 @@ func modelOf(runner Runner, set Settings) string {
 
 // startRunLocked marks ar RUNNING, unless it was admitted RUNNING when it was created, and
 // reads what its agent works on.
-func (s *core) startRunLocked(ar *activeRun) (RunRequest, error) {
+func (ar *activeRun) prepareLocked() (RunRequest, error) {
+	s := ar.st.c
 	st := ar.st
 	if ar.sealed {
 		return RunRequest{}, nil
@@ -426,7 +429,8 @@ func (s *core) admit(t *txn, run *Run) *Run {
 }
 
 // safeRun calls the runner, turning a panic into an error.
-func (s *core) safeRun(r Runner, ar *activeRun, req RunRequest) (err error) {
+func (ar *activeRun) safeRun(r Runner, req RunRequest) (err error) {
+	s := ar.st.c
 	defer func() {
 		if p := recover(); p != nil {
 			s.log.Error("agent panicked", "session", ar.st.id, "run", ar.run.ID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
@@ -507,11 +511,12 @@ func (st *sessionState) historyFromTailLocked() ([]*HistoryMessage, bool) {
 // finishLockedRetrying records the end of ar, trying again while the storage fails, until
 // it is written, another command ends the run, or the server shuts down (the run is then
 // recovered at the next start).
-func (s *core) finishLockedRetrying(ar *activeRun, status RunStatus, msg string) {
+func (ar *activeRun) finishLockedRetrying(status RunStatus, msg string) {
+	s := ar.st.c
 	pause := 50 * time.Millisecond
 	for !ar.sealed {
 		t := ar.st.beginLocked()
-		s.planFinish(t, ar, status, msg)
+		ar.finishLocked(t, status, msg)
 		err := t.commitLocked(context.Background())
 		if err == nil || ar.sealed {
 			return
@@ -544,7 +549,8 @@ func (s *core) finishLockedRetrying(ar *activeRun, status RunStatus, msg string)
 // tool calls end, and the run gets its final status (its unanswered question is withdrawn
 // with it). Once t is durable the agent is stopped and the session's next queued run
 // starts.
-func (s *core) planFinish(t *txn, ar *activeRun, status RunStatus, errMsg string) {
+func (ar *activeRun) finishLocked(t *txn, status RunStatus, errMsg string) {
+	s := ar.st.c
 	st := ar.st
 	msgStatus := MessageComplete
 	switch status {
@@ -562,7 +568,7 @@ func (s *core) planFinish(t *txn, ar *activeRun, status RunStatus, errMsg string
 	case RunCompleted:
 		reason = ReasonAgentDone
 	}
-	s.withdrawAllLocked(t, ar, reason)
+	ar.withdrawAllLocked(t, reason)
 	for _, tool := range ar.tools {
 		if tool.call.Status != ToolRunning {
 			continue
@@ -580,7 +586,7 @@ func (s *core) planFinish(t *txn, ar *activeRun, status RunStatus, errMsg string
 		}
 	}
 	if ar.msg != nil {
-		s.completeMessage(t, ar, msgStatus, errMsg)
+		ar.completeMessageLocked(t, msgStatus, errMsg)
 	} else if status == RunFailed {
 		// A failed run shows in the history even when it wrote nothing.
 		now := s.now()
@@ -593,11 +599,11 @@ func (s *core) planFinish(t *txn, ar *activeRun, status RunStatus, errMsg string
 	now := s.now()
 	snap.Status, snap.Error, snap.FinishedAt = status, errMsg, &now
 	t.add(runEvent(&snap))
-	s.planSteersLeft(t, ar, status)
+	ar.steersLeftLocked(t, status)
 	t.onCommit(func() {
 		ar.run.setState(&snap)
 		s.countRun(status)
-		s.endedLocked(ar)
+		ar.endedLocked()
 	})
 }
 
@@ -663,7 +669,7 @@ func (s *core) cancelRun(ctx context.Context, sessionID, runID string) (*Run, er
 		return nil, nil
 	}
 	t := st.beginLocked()
-	s.planFinish(t, ar, RunCancelled, "")
+	ar.finishLocked(t, RunCancelled, "")
 	if err := t.commitLocked(ctx); err != nil {
 		return nil, err
 	}

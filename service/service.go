@@ -268,7 +268,7 @@ func (s *Service) Close() {
 		if ar := st.active; ar != nil {
 			if ar.run.Status == RunRunning {
 				t := st.beginLocked()
-				s.planFinish(t, ar, RunInterrupted, "")
+				ar.finishLocked(t, RunInterrupted, "")
 				if err := t.commitLocked(context.Background()); err != nil {
 					s.log.Warn("recording an interrupted run at shutdown; it is recovered at the next start", "session", st.id, "err", err)
 				}

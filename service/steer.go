@@ -19,7 +19,8 @@ type Steerable interface {
 
 // steerable reports whether ar's agent takes steers now: it runs (not waiting for a
 // slot, an answer or a decision) and is Steerable.
-func (s *core) steerable(ar *activeRun) bool {
+func (ar *activeRun) steerable() bool {
+	s := ar.st.c
 	if ar == nil || ar.sealed || ar.parked || ar.run.Status != RunRunning || len(ar.inputs) > 0 {
 		return false
 	}
@@ -38,7 +39,7 @@ func (st *sessionState) planSteerLocked(sess *TalkSession, u string, a addition)
 	s := st.c
 	ar := st.active
 	t := st.beginLocked()
-	s.writeText(t, ar)
+	ar.writeTextLocked(t)
 	now := s.now()
 	msg := &Message{ID: newID(), SessionID: sess.ID, Role: RoleUser, Kind: KindText, Content: a.content,
 		Status: MessageComplete, RunID: ar.run.ID, CreatedAt: now}
@@ -60,7 +61,7 @@ func (st *sessionState) planSteerLocked(sess *TalkSession, u string, a addition)
 
 // Steers implements Output.
 func (o *output) Steers() ([]Message, error) {
-	s, ar := o.s, o.ar
+	ar := o.ar
 	st := ar.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -74,7 +75,7 @@ func (o *output) Steers() ([]Message, error) {
 		// The reply so far is complete: what the agent writes after the steer is a new
 		// message, after it on the branch.
 		t := st.beginLocked()
-		s.completeMessage(t, ar, MessageComplete, "")
+		ar.completeMessageLocked(t, MessageComplete, "")
 		if err := t.commitLocked(ar.ctx); err != nil {
 			return nil, err
 		}
@@ -91,7 +92,8 @@ func (o *output) Steers() ([]Message, error) {
 // agent never took, when the run ended by itself (completed or failed): the steers are
 // on the branch, and the new run reads them. Once t is durable the run is first in the
 // session's queue.
-func (s *core) planSteersLeft(t *txn, ar *activeRun, status RunStatus) {
+func (ar *activeRun) steersLeftLocked(t *txn, status RunStatus) {
+	s := ar.st.c
 	if len(ar.steers) == 0 || (status != RunCompleted && status != RunFailed) {
 		return
 	}

@@ -86,7 +86,7 @@ func (s *core) chunk(t *txn, text *textStream, typ EventType, key, messageID str
 
 // announce adds the MessageAdded of ar's current message to t unless it is durable, and
 // returns the message's Seq.
-func (s *core) announce(t *txn, ar *activeRun) int64 {
+func (ar *activeRun) announceLocked(t *txn) int64 {
 	if ar.msg == nil {
 		return 0
 	}
@@ -106,9 +106,10 @@ func (s *core) announce(t *txn, ar *activeRun) int64 {
 // writeText adds to t everything ar streamed that is not written yet: its current
 // message's text, announcing the message first if need be, then the output of its
 // running tools.
-func (s *core) writeText(t *txn, ar *activeRun) {
+func (ar *activeRun) writeTextLocked(t *txn) {
+	s := ar.st.c
 	if ar.msg != nil && ar.text.pending.Len() > 0 {
-		s.announce(t, ar)
+		ar.announceLocked(t)
 		s.chunk(t, &ar.text, EventMessageChunk, ar.msg.ID, ar.msg.ID)
 	}
 	for _, tool := range ar.tools {
@@ -121,13 +122,12 @@ func (s *core) writeText(t *txn, ar *activeRun) {
 // takeTextLocked takes the streamed text of st's run that waits to be written into a
 // write for the writer's round; nil when there is none. st.mu must be held.
 func (st *sessionState) takeTextLocked() *txn {
-	s := st.c
 	ar := st.active
 	if ar == nil || ar.sealed || ar.parked {
 		return nil
 	}
 	t := st.beginLocked()
-	s.writeText(t, ar)
+	ar.writeTextLocked(t)
 	if len(t.b.Events) == 0 {
 		return nil
 	}
@@ -135,9 +135,10 @@ func (st *sessionState) takeTextLocked() *txn {
 }
 
 // completeMessage adds to t the rest of ar's current message and its completion.
-func (s *core) completeMessage(t *txn, ar *activeRun, status MessageStatus, errMsg string) {
+func (ar *activeRun) completeMessageLocked(t *txn, status MessageStatus, errMsg string) {
+	s := ar.st.c
 	m := ar.msg
-	seq := s.announce(t, ar)
+	seq := ar.announceLocked(t)
 	s.chunk(t, &ar.text, EventMessageChunk, m.ID, m.ID)
 	done := *m
 	done.Seq, done.Content, done.Status = seq, ar.text.all(), status

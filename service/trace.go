@@ -58,7 +58,7 @@ func (s *core) startRunSpan(ctx context.Context, st *sessionState, run *Run, cau
 }
 
 // endRunSpan ends the span of ar with how the run stands: its status, usage and error.
-func (s *core) endRunSpan(ar *activeRun, cause error) {
+func (ar *activeRun) endSpan(cause error) {
 	ar.st.mu.Lock()
 	r := *ar.run
 	ar.st.mu.Unlock()
