@@ -122,7 +122,6 @@ func (ar *activeRun) armLocked(w *waiting) {
 // expire withdraws an input whose time has come; the agent is told and goes on. When the
 // storage cannot take it now, it is tried again in a moment.
 func (ar *activeRun) expire(id string) {
-	s := ar.st.c
 	st := ar.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -131,7 +130,7 @@ func (ar *activeRun) expire(id string) {
 		return
 	}
 	t := st.beginLocked()
-	end := s.withdrawLocked(t, w, ReasonExpired)
+	end := t.withdraw(w, ReasonExpired)
 	ar.closeLocked(t, map[string]inputEnd{id: end}, nil)
 	if err := t.commitLocked(context.Background()); err != nil {
 		w.timer = time.AfterFunc(time.Second, func() { ar.expire(id) })
@@ -141,7 +140,8 @@ func (ar *activeRun) expire(id string) {
 // withdrawLocked adds to t the withdrawal of w, which stops waiting unanswered for reason:
 // a question is withdrawn, a call awaiting approval ends CANCELLED without running. It
 // returns what the agent waiting on w is told.
-func (s *core) withdrawLocked(t *txn, w *waiting, reason string) inputEnd {
+func (t *txn) withdraw(w *waiting, reason string) inputEnd {
+	s := t.st.c
 	now := s.now()
 	if q := w.question; q != nil {
 		cp := *q
@@ -165,13 +165,12 @@ func (s *core) withdrawLocked(t *txn, w *waiting, reason string) inputEnd {
 // run ends. Once t is durable their timers stop; the agent waiting on them learns of the
 // end from its context, not from them.
 func (ar *activeRun) withdrawAllLocked(t *txn, reason string) {
-	s := ar.st.c
 	if len(ar.inputs) == 0 {
 		return
 	}
 	ws := ar.inputsInOrder()
 	for _, w := range ws {
-		s.withdrawLocked(t, w, reason)
+		t.withdraw(w, reason)
 	}
 	t.onCommit(func() {
 		for _, w := range ws {
@@ -437,7 +436,7 @@ func (s *core) respondToInputs(ctx context.Context, u, sessionID string, answers
 			// answer as its result, which the agent finds in the history when it starts
 			// again.
 			if tool := ar.askingCall(q); tool != nil {
-				s.finishTool(t, tool, ToolCompleted, &a.answer, nil)
+				t.finishTool(tool, ToolCompleted, &a.answer, nil)
 			}
 		}
 		ends[q.ID] = inputEnd{answer: a.answer}
@@ -687,7 +686,7 @@ func (o *output) wait(ctx context.Context, w *waiting) (inputEnd, error) {
 // stopWaiting withdraws w, which the agent no longer waits for; ended reports that w had
 // ended first, with end.
 func (o *output) stopWaiting(w *waiting) (end inputEnd, ended bool, err error) {
-	s, ar := o.s, o.ar
+	ar := o.ar
 	st := ar.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -700,7 +699,7 @@ func (o *output) stopWaiting(w *waiting) (end inputEnd, ended bool, err error) {
 		}
 	}
 	t := st.beginLocked()
-	withdrawn := s.withdrawLocked(t, w, ReasonAgentDone)
+	withdrawn := t.withdraw(w, ReasonAgentDone)
 	ar.closeLocked(t, map[string]inputEnd{w.id: withdrawn}, nil)
 	if err := t.commitLocked(ar.ctx); err != nil {
 		return inputEnd{}, false, err

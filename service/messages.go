@@ -242,14 +242,14 @@ func (st *sessionState) planAddLocked(ctx context.Context, sess *TalkSession, u 
 		t.add(append(evs, runEvent(run))...)
 		msg.Seq, msg.ParentID = added.Seq, added.ParentID
 		msg.OffBranch = !switchNow && a.edited != nil
-		s.titleFrom(t, sess, a.content, now)
+		t.titleFrom(sess, a.content, now)
 	}
 	if a.key != "" && msg != nil {
 		t.b.Idempotency = &IdempotencyRecord{UserID: u, Key: a.key, SessionID: sess.ID, MessageID: msg.ID, RunID: run.ID, CreatedAt: now}
 	}
 	admitted = tryAdmit && willStart && s.sched.tryAcquire(u)
 	if admitted {
-		run.setState(s.admit(t, run))
+		run.setState(t.admit(run))
 		t.onAbort(func() { s.sched.release(u) })
 	}
 	t.onCommit(func() {
@@ -260,7 +260,7 @@ func (st *sessionState) planAddLocked(ctx context.Context, sess *TalkSession, u 
 }
 
 // titleFrom names an untitled session after its first message, in t.
-func (s *core) titleFrom(t *txn, sess *TalkSession, content string, now time.Time) {
+func (t *txn) titleFrom(sess *TalkSession, content string, now time.Time) {
 	if sess.Title != "" {
 		return
 	}

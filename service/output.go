@@ -274,10 +274,10 @@ func (h *toolHandle) Finish(result string, err error) error {
 		if ErrorCode(err) == EINTERNAL {
 			msg = err.Error()
 		}
-		s.finishTool(t, tool, ToolFailed, nil, &msg)
+		t.finishTool(tool, ToolFailed, nil, &msg)
 	} else {
 		r := truncateBytes(result, s.cfg.MaxReplyBytes)
-		s.finishTool(t, tool, ToolCompleted, &r, nil)
+		t.finishTool(tool, ToolCompleted, &r, nil)
 	}
 	return t.commitLocked(ar.ctx)
 }

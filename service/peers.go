@@ -196,7 +196,7 @@ func (st *sessionState) recoverRunLocked(ctx context.Context, run *Run) error {
 				continue // an ask_user call: the answer will be its result
 			}
 			why := "the server stopped while this call ran; it was not run again"
-			s.finishTool(t, ar.tools[c.ID], ToolFailed, nil, &why)
+			t.finishTool(ar.tools[c.ID], ToolFailed, nil, &why)
 		}
 		var ws []*waiting
 		for _, q := range pendingOf(qs) {

@@ -399,7 +399,7 @@ func (ar *activeRun) prepareLocked() (RunRequest, error) {
 				t.add(sw)
 			}
 		}
-		snap := s.admit(t, ar.run)
+		snap := t.admit(ar.run)
 		t.onCommit(func() { ar.run.setState(snap) })
 		if err := t.commitLocked(ar.ctx); err != nil {
 			return RunRequest{}, err // ERATELIMIT: execute tries again
@@ -419,7 +419,8 @@ func (ar *activeRun) prepareLocked() (RunRequest, error) {
 // the write leaves it. Where the store is shared, the write carries the Admission that
 // keeps a user within RunsPerUser across every process: the store refuses it with
 // ERATELIMIT while the user's other runs hold every slot.
-func (s *core) admit(t *txn, run *Run) *Run {
+func (t *txn) admit(run *Run) *Run {
+	s := t.st.c
 	snap := *run
 	now := s.now()
 	snap.Status, snap.StartedAt = RunRunning, &now
@@ -578,11 +579,11 @@ func (ar *activeRun) finishLocked(t *txn, status RunStatus, errMsg string) {
 			// Its process died while it ran: it may have run, and is never run again
 			// behind the user's back.
 			why := "the server stopped while this call ran; it was not run again"
-			s.finishTool(t, tool, ToolFailed, nil, &why)
+			t.finishTool(tool, ToolFailed, nil, &why)
 		case status == RunFailed:
-			s.finishTool(t, tool, ToolFailed, nil, nil)
+			t.finishTool(tool, ToolFailed, nil, nil)
 		default:
-			s.finishTool(t, tool, ToolCancelled, nil, nil)
+			t.finishTool(tool, ToolCancelled, nil, nil)
 		}
 	}
 	if ar.msg != nil {

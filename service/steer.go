@@ -46,7 +46,7 @@ func (st *sessionState) planSteerLocked(sess *TalkSession, u string, a addition)
 	added := *msg
 	t.add(&Event{Type: EventMessageAdded, Message: &added, At: now})
 	msg.Seq, msg.ParentID = added.Seq, added.ParentID
-	s.titleFrom(t, sess, a.content, now)
+	t.titleFrom(sess, a.content, now)
 	if a.key != "" {
 		t.b.Idempotency = &IdempotencyRecord{UserID: u, Key: a.key, SessionID: sess.ID, MessageID: msg.ID, RunID: ar.run.ID, CreatedAt: now}
 	}

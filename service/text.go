@@ -74,7 +74,7 @@ func (t *textStream) restore(text string) {
 // stream's pending text, if any; the text is written with t, or put back when t fails.
 // key and messageID are the event's: the message's ID twice, or the tool call's ID and
 // its message's.
-func (s *core) chunk(t *txn, text *textStream, typ EventType, key, messageID string) {
+func (t *txn) chunk(text *textStream, typ EventType, key string, messageID string) {
 	delta, off, ok := text.take()
 	if !ok {
 		return
@@ -107,14 +107,13 @@ func (ar *activeRun) announceLocked(t *txn) int64 {
 // message's text, announcing the message first if need be, then the output of its
 // running tools.
 func (ar *activeRun) writeTextLocked(t *txn) {
-	s := ar.st.c
 	if ar.msg != nil && ar.text.pending.Len() > 0 {
 		ar.announceLocked(t)
-		s.chunk(t, &ar.text, EventMessageChunk, ar.msg.ID, ar.msg.ID)
+		t.chunk(&ar.text, EventMessageChunk, ar.msg.ID, ar.msg.ID)
 	}
 	for _, tool := range ar.tools {
 		if tool.call.Status == ToolRunning {
-			s.chunk(t, &tool.out, EventToolCallOutput, tool.call.ID, tool.call.MessageID)
+			t.chunk(&tool.out, EventToolCallOutput, tool.call.ID, tool.call.MessageID)
 		}
 	}
 }
@@ -136,10 +135,9 @@ func (st *sessionState) takeTextLocked() *txn {
 
 // completeMessage adds to t the rest of ar's current message and its completion.
 func (ar *activeRun) completeMessageLocked(t *txn, status MessageStatus, errMsg string) {
-	s := ar.st.c
 	m := ar.msg
 	seq := ar.announceLocked(t)
-	s.chunk(t, &ar.text, EventMessageChunk, m.ID, m.ID)
+	t.chunk(&ar.text, EventMessageChunk, m.ID, m.ID)
 	done := *m
 	done.Seq, done.Content, done.Status = seq, ar.text.all(), status
 	if ev, ok := t.added(m.ID); ok { // announced in this very write
@@ -158,8 +156,9 @@ func (ar *activeRun) completeMessageLocked(t *txn, status MessageStatus, errMsg 
 }
 
 // finishTool adds to t the rest of a tool call's output and its end.
-func (s *core) finishTool(t *txn, tool *toolState, status ToolCallStatus, result, errMsg *string) {
-	s.chunk(t, &tool.out, EventToolCallOutput, tool.call.ID, tool.call.MessageID)
+func (t *txn) finishTool(tool *toolState, status ToolCallStatus, result *string, errMsg *string) {
+	s := t.st.c
+	t.chunk(&tool.out, EventToolCallOutput, tool.call.ID, tool.call.MessageID)
 	snap := *tool.call
 	now := s.now()
 	snap.Status, snap.Result, snap.Error, snap.FinishedAt = status, result, errMsg, &now
