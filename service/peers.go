@@ -94,7 +94,7 @@ func (solo) unfollow(*sessionState)            {}
 func (solo) lostTrack(*sessionState)           {}
 
 func (p solo) reconcileLocked(ctx context.Context, st *sessionState) error {
-	st.log.synced = false
+	st.log.lostSync()
 	return st.readyLocked(ctx)
 }
 

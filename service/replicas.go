@@ -406,7 +406,7 @@ func (r *replicas) remote(st *sessionState, evs []*Event) {
 	if evs[0].Seq > st.log.end.Seq+1 {
 		// A gap: readers fetch what is missing from the store.
 		st.log.resetEnd(CursorOf(last))
-		st.sess = nil
+		st.setRowLocked(nil)
 		return
 	}
 	i := 0
@@ -456,7 +456,7 @@ func (r *replicas) resyncState(ctx context.Context, st *sessionState) {
 		r.lostTrack(st)
 	case sess.LastSeq > st.log.end.Seq:
 		st.log.resetEnd(end)
-		st.sess = nil
+		st.setRowLocked(nil)
 	}
 }
 
@@ -489,7 +489,7 @@ func (r *replicas) reconcile(st *sessionState) {
 // stops here without a write; the others go on.
 func (r *replicas) reconcileLocked(ctx context.Context, st *sessionState) error {
 	s := r.s
-	st.log.synced = false
+	st.log.lostSync()
 	if err := st.readyLocked(ctx); err != nil {
 		return err
 	}

@@ -153,6 +153,11 @@ func (st *sessionState) queueLocked(run *Run, holding bool, from context.Context
 	st.queue = append(st.queue, run)
 }
 
+// queueFirstLocked puts run first in the session's queue: the next to start.
+func (st *sessionState) queueFirstLocked(run *Run) {
+	st.queue = append([]*Run{run}, st.queue...)
+}
+
 // startNextLocked starts the session's oldest queued run, if any.
 func (st *sessionState) startNextLocked() {
 	s := st.c
@@ -380,7 +385,7 @@ func (ar *activeRun) prepareLocked() (RunRequest, error) {
 		if sess, err = s.store.Session(ar.ctx, st.id); err != nil {
 			return RunRequest{}, err
 		}
-		st.sess = sess
+		st.setRowLocked(sess)
 	}
 	ar.settings = sess.Settings
 	ar.offered = s.toolsOf(ar.run.Agent, sess.Settings)

@@ -73,39 +73,6 @@ func newSessionLog(id string, lastSeq int64, mu *sync.Mutex, maxTail int) sessio
 	return sessionLog{id: id, idle: sync.NewCond(mu), end: Cursor{Seq: lastSeq}, tailStart: lastSeq + 1, maxTail: maxTail}
 }
 
-// txn is one write to a session's log being prepared under the session's lock: the events
-// to append, numbered after the durable end of the log, and what to do in memory once they
-// are durable (done) or when they are not (undo). Nothing in memory changes before the
-// write succeeds, so a command that fails leaves the session, its running agent and its
-// subscribers as they were.
-type txn struct {
-	st   *sessionState
-	b    Batch
-	next int64 // the Seq the next event gets
-	// leaf is the current branch's last message as the events so far leave it, known
-	// when leafKnown (see Service.add).
-	leaf      string
-	leafKnown bool
-	done      []func()
-	undo      []func()
-}
-
-// added returns the message that t's MessageAdded of id carries, if t has one.
-func (t *txn) added(id string) (*Message, bool) {
-	for _, ev := range t.b.Events {
-		if ev.Type == EventMessageAdded && ev.Message != nil && ev.Message.ID == id {
-			return ev.Message, true
-		}
-	}
-	return nil, false
-}
-
-// onCommit registers f to run, under the session's lock, once the write is durable.
-func (t *txn) onCommit(f func()) { t.done = append(t.done, f) }
-
-// onAbort registers f to run, under the session's lock, when the write fails.
-func (t *txn) onAbort(f func()) { t.undo = append(t.undo, f) }
-
 // waitIdle waits until no write of the session is out.
 func (l *sessionLog) waitIdle() {
 	for l.writing {
@@ -168,7 +135,7 @@ func (l *sessionLog) settle(t *txn, err error) error {
 			f()
 		}
 		if isNotNext(err) {
-			l.synced = false
+			l.lostSync()
 		}
 		return err
 	}
@@ -212,17 +179,43 @@ func (l *sessionLog) resetEnd(end Cursor) {
 	l.wake()
 }
 
+// syncedAt records that the store's log ends at end, read just now: the end moves there
+// when it is elsewhere (see resetEnd), and the log is synced.
+func (l *sessionLog) syncedAt(end Cursor) {
+	if end.Seq != l.end.Seq {
+		l.resetEnd(end)
+	}
+	l.synced = true
+}
+
+// lostSync records that the store may hold more than the log knows (another process wrote
+// to the session): it is read again before the next write.
+func (l *sessionLog) lostSync() { l.synced = false }
+
+// learnLeaf records the current branch's last message as the store has it ("" for none).
+func (l *sessionLog) learnLeaf(leaf string) { l.leaf, l.leafKnown = leaf, true }
+
 // leafAfter returns the current branch's last message after evs, leaf before them.
 func leafAfter(leaf string, evs []*Event) string {
 	for _, ev := range evs {
-		switch {
-		case ev.Type == EventMessageAdded && ev.Message != nil && !ev.Message.OffBranch:
-			leaf = ev.Message.ID
-		case ev.Type == EventBranchSelected:
-			leaf = ev.Key
+		if next, moves := ev.movesLeaf(); moves {
+			leaf = next
 		}
 	}
 	return leaf
+}
+
+// movesLeaf is the one rule of what becomes of the current branch's last message (the
+// leaf) with an event: a message added on the branch becomes it; a BranchSelected names
+// it; no other event moves it.
+func (ev *Event) movesLeaf() (leaf string, moves bool) {
+	switch {
+	case ev.Type == EventMessageAdded && ev.Message != nil && !ev.Message.OffBranch:
+		return ev.Message.ID, true
+	case ev.Type == EventBranchSelected:
+		return ev.Key, true
+	}
+	return "", false
 }
 
 // markDeleted ends the log: the session was deleted, here or elsewhere.

@@ -159,16 +159,14 @@ func (st *sessionState) readyLocked(ctx context.Context) error {
 	} else if err != nil {
 		return err
 	}
-	cp := *sess
-	st.sess = &cp
-	if sess.LastSeq != st.log.end.Seq {
-		end, err := s.storedEnd(ctx, st.id, sess.LastSeq)
-		if err != nil {
+	end := st.log.end
+	if sess.LastSeq != end.Seq {
+		if end, err = s.storedEnd(ctx, st.id, sess.LastSeq); err != nil {
 			return err
 		}
-		st.log.resetEnd(end)
 	}
-	st.log.synced = true
+	st.setRowLocked(sess)
+	st.log.syncedAt(end)
 	return st.loadLeafLocked(ctx)
 }
 
@@ -193,51 +191,6 @@ func (s *core) storedEnd(ctx context.Context, sessionID string, lastSeq int64) (
 // held until the write is committed.
 func (st *sessionState) beginLocked() *txn { return st.log.begin(st) }
 
-// add appends events to the write, numbering them. Their payloads must be snapshots that
-// nothing changes afterwards.
-func (t *txn) add(evs ...*Event) {
-	s := t.st.c
-	now := s.now()
-	for _, ev := range evs {
-		ev.SessionID = t.st.id
-		ev.Seq = t.next
-		t.next++
-		if ev.At.IsZero() {
-			ev.At = now
-		}
-		switch {
-		case ev.Type == EventMessageAdded && ev.Message != nil:
-			m := ev.Message
-			m.Seq = ev.Seq
-			if !m.OffBranch {
-				// A message joins the current branch at its end: its parent is the
-				// branch's last message, and it becomes the last.
-				if m.ParentID == "" {
-					m.ParentID = t.leafOf()
-				}
-				t.leaf = m.ID
-			}
-		case ev.Type == EventBranchSelected:
-			t.leaf, t.leafKnown = ev.Key, true
-		}
-		t.b.Events = append(t.b.Events, ev)
-	}
-}
-
-// leafOf returns the current branch's last message as t's events so far leave it,
-// reading the store once when this process does not know it (a session just loaded, or
-// whose log was read again).
-func (t *txn) leafOf() string {
-	s := t.st.c
-	if !t.leafKnown {
-		if err := t.st.loadLeafLocked(context.Background()); err != nil {
-			s.log.Warn("reading the current branch", "session", t.st.id, "err", err)
-		}
-		t.leaf, t.leafKnown = t.st.log.leaf, true
-	}
-	return t.leaf
-}
-
 // loadLeafLocked reads the current branch's last message from the store, unless st's
 // log knows it.
 func (st *sessionState) loadLeafLocked(ctx context.Context) error {
@@ -246,50 +199,19 @@ func (st *sessionState) loadLeafLocked(ctx context.Context) error {
 		return nil
 	}
 	if st.log.end.Seq == 0 && st.log.synced { // an empty log: no message, no branch
-		st.log.leaf, st.log.leafKnown = "", true
+		st.log.learnLeaf("")
 		return nil
 	}
 	last, err := s.store.Messages(ctx, st.id, MessagePage{Last: 1})
 	if err != nil {
 		return err
 	}
-	st.log.leaf, st.log.leafKnown = "", true
+	leaf := ""
 	if len(last) == 1 {
-		st.log.leaf = last[0].ID
+		leaf = last[0].ID
 	}
+	st.log.learnLeaf(leaf)
 	return nil
-}
-
-// commitLocked writes t and, once it is durable, applies it (see sessionLog.settle and
-// settled). When the write fails its undo funcs run and the error is returned, and the
-// running agent goes on as it was. st.mu must be held; it stays held throughout.
-func (t *txn) commitLocked(ctx context.Context) error {
-	s := t.st.c
-	err := t.st.log.commit(ctx, s.writer, t)
-	t.settled(err)
-	if err != nil {
-		s.log.Warn("write failed", "session", t.st.id, "err", err)
-	}
-	return err
-}
-
-// settled does what follows a write of a session's log beyond the log itself, the same
-// for every write (a command's, streamed text's, a deletion): once durable, the service's
-// copy of the session's row and its counters follow the events, and the other processes
-// sharing the store are told; refused because the log moved on, the replicas check
-// whether the session's runs are still this one's.
-func (t *txn) settled(err error) {
-	s := t.st.c
-	st := t.st
-	switch {
-	case err == nil && t.b.Delete:
-		s.peers.published(st, nil)
-	case err == nil && len(t.b.Events) > 0: // nil events would tell the others "deleted"
-		st.noteDurableLocked(t.b.Events, t.b.derived)
-		s.peers.published(st, t.b.Events)
-	case isNotNext(err):
-		s.peers.lostTrack(st)
-	}
 }
 
 // noteDurable updates what the service keeps beside the log for events that became
@@ -317,8 +239,19 @@ func (st *sessionState) noteDurableLocked(evs []*Event, ch *Changes) {
 		cp := *st.sess
 		ch.ApplySession(&cp)
 		cp.LastSeq = st.log.end.Seq
-		st.sess = &cp
+		st.setRowLocked(&cp)
 	}
+}
+
+// setRowLocked replaces the copy of the session's row this process keeps (nil: it is not
+// known, and is read from the store when needed). The copy is never changed in place:
+// readers hold on to the one they read.
+func (st *sessionState) setRowLocked(sess *TalkSession) {
+	if sess != nil {
+		cp := *sess
+		sess = &cp
+	}
+	st.sess = sess
 }
 
 // take implements textSource: the streamed text of the session's run, as a write of its

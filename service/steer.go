@@ -105,5 +105,5 @@ func (ar *activeRun) steersLeftLocked(t *txn, status RunStatus) {
 	}
 	t.add(runEvent(run))
 	st := ar.st
-	t.onCommit(func() { st.queue = append([]*Run{run}, st.queue...) })
+	t.onCommit(func() { st.queueFirstLocked(run) })
 }
