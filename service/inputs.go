@@ -20,22 +20,141 @@ import (
 // forever: every input has an expiry, and stop, an interrupting message and the run's end
 // withdraw what waits.
 
-// waiting is one input a run waits on: a question, or a tool call awaiting approval.
+// input is one kind of thing a run may wait on: a question its agent asked
+// (askedQuestion), a call awaiting the user's approval (pendingApproval). Each kind says
+// when it began to wait, how it is withdrawn and how a view lists it; what answers it
+// (an answer, a decision) is the kind's own.
+type input interface {
+	// asked is when it began to wait.
+	asked() time.Time
+	// withdraw adds to t its withdrawal for reason (it stops waiting unanswered), and
+	// returns what the agent waiting on it is told.
+	withdraw(t *txn, reason string) inputEnd
+	// listIn adds a copy of it to what a view shows waiting.
+	listIn(w *waitingLists)
+}
+
+// waitingLists is what a session's run waits on, as a view shows it, oldest first.
+type waitingLists struct {
+	questions []*Question
+	approvals []*ToolCall
+}
+
+// waiting is one input a run waits on, with its expiry and the channel its agent waits
+// on.
 type waiting struct {
 	id        string
-	question  *Question  // a question, or
-	tool      *toolState // a call awaiting approval
+	in        input
 	expiresAt time.Time
 	timer     *time.Timer
 	done      chan inputEnd // buffered(1): how the input ended, for the agent waiting on it
 }
 
-// asked is when the input began to wait.
-func (w *waiting) asked() time.Time {
-	if w.question != nil {
-		return w.question.AskedAt
+// newWaiting makes the wait of input in, which expires at expiresAt.
+func newWaiting(id string, in input, expiresAt time.Time) *waiting {
+	return &waiting{id: id, in: in, expiresAt: expiresAt, done: make(chan inputEnd, 1)}
+}
+
+// waitingOn returns what ar (nil: none) waits on under id, when it is of kind K.
+func waitingOn[K input](ar *activeRun, id string) (*waiting, K, bool) {
+	var zero K
+	if ar == nil {
+		return nil, zero, false
 	}
-	return w.tool.call.StartedAt
+	w := ar.inputs[id]
+	if w == nil {
+		return nil, zero, false
+	}
+	k, ok := w.in.(K)
+	return w, k, ok
+}
+
+// askedQuestion is a question the run's agent asked, waiting for the user's answer.
+type askedQuestion struct{ q *Question }
+
+func (a *askedQuestion) asked() time.Time { return a.q.AskedAt }
+
+func (a *askedQuestion) listIn(w *waitingLists) {
+	q := *a.q
+	w.questions = append(w.questions, &q)
+}
+
+// withdraw withdraws the question: it is never answered.
+func (a *askedQuestion) withdraw(t *txn, reason string) inputEnd {
+	q := a.q
+	cp := *q
+	cp.Withdrawn, cp.WithdrawnReason = true, reason
+	t.add(&Event{Type: EventQuestionWithdrawn, Question: &cp})
+	t.onCommit(func() { *q = cp })
+	return inputEnd{withdrawn: reason}
+}
+
+// answer adds to t the user's answer: a message of the history and the question's
+// answered event.
+func (a *askedQuestion) answer(t *txn, answer string) inputEnd {
+	q := a.q
+	now := t.st.c.now()
+	done := *q
+	done.Answer, done.AnsweredAt = &answer, &now
+	am := &Message{ID: newID(), SessionID: q.SessionID, Role: RoleUser, Kind: KindAnswer, Content: answer,
+		Status: MessageComplete, RunID: q.RunID, QuestionID: q.ID, CreatedAt: now}
+	qa, qm := done, done
+	t.add(&Event{Type: EventMessageAdded, Message: am, Question: &qm}, &Event{Type: EventQuestionAnswered, Question: &qa})
+	t.onCommit(func() { *q = done })
+	return inputEnd{answer: answer}
+}
+
+// pendingApproval is a tool call waiting for the user's decision.
+type pendingApproval struct{ tool *toolState }
+
+func (p *pendingApproval) asked() time.Time { return p.tool.call.StartedAt }
+
+func (p *pendingApproval) listIn(w *waitingLists) {
+	c := *p.tool.call
+	w.approvals = append(w.approvals, &c)
+}
+
+// withdraw ends the call CANCELLED without running, its approval's reason the reason.
+func (p *pendingApproval) withdraw(t *txn, reason string) inputEnd {
+	tool := p.tool
+	now := t.st.c.now()
+	snap := *tool.call
+	approval := *snap.Approval
+	approval.Reason = reason
+	snap.Approval, snap.Status, snap.FinishedAt = &approval, ToolCancelled, &now
+	cp := snap
+	t.add(&Event{Type: EventToolCallFinished, ToolCall: &cp})
+	t.onCommit(func() { *tool.call = snap })
+	return inputEnd{rejected: &Rejected{Reason: reason}}
+}
+
+// decide adds to t user u's decision d: approved, the call runs now (once), with the
+// arguments as edited; rejected, it never runs.
+func (p *pendingApproval) decide(t *txn, d Decision, u string) (inputEnd, *ToolCall) {
+	tool := p.tool
+	now := t.st.c.now()
+	snap := *tool.call
+	approval := *snap.Approval
+	decision := d.Decision
+	approval.Decision, approval.DecidedAt, approval.DecidedBy = &decision, &now, u
+	var end inputEnd
+	if decision == DecisionApprove {
+		snap.Status = ToolRunning
+		if d.Arguments != "" {
+			snap.Arguments = d.Arguments
+		}
+		end.arguments = snap.Arguments
+	} else {
+		approval.Reason = d.Reason
+		snap.Status, snap.FinishedAt = ToolRejected, &now
+		end.rejected = &Rejected{Reason: d.Reason, ByUser: true}
+	}
+	snap.Approval = &approval
+	cp := snap
+	t.add(&Event{Type: EventToolApprovalDecided, ToolCall: &cp})
+	t.onCommit(func() { *tool.call = snap })
+	out := snap
+	return end, &out
 }
 
 // inputEnd is how an input ended, for the agent waiting on it.
@@ -130,35 +249,11 @@ func (ar *activeRun) expire(id string) {
 		return
 	}
 	t := st.beginLocked()
-	end := t.withdraw(w, ReasonExpired)
+	end := w.in.withdraw(t, ReasonExpired)
 	ar.closeLocked(t, map[string]inputEnd{id: end}, nil)
 	if err := t.commitLocked(context.Background()); err != nil {
 		w.timer = time.AfterFunc(time.Second, func() { ar.expire(id) })
 	}
-}
-
-// withdrawLocked adds to t the withdrawal of w, which stops waiting unanswered for reason:
-// a question is withdrawn, a call awaiting approval ends CANCELLED without running. It
-// returns what the agent waiting on w is told.
-func (t *txn) withdraw(w *waiting, reason string) inputEnd {
-	s := t.st.c
-	now := s.now()
-	if q := w.question; q != nil {
-		cp := *q
-		cp.Withdrawn, cp.WithdrawnReason = true, reason
-		t.add(&Event{Type: EventQuestionWithdrawn, Question: &cp})
-		t.onCommit(func() { *q = cp })
-		return inputEnd{withdrawn: reason}
-	}
-	tool := w.tool
-	snap := *tool.call
-	approval := *snap.Approval
-	approval.Reason = reason
-	snap.Approval, snap.Status, snap.FinishedAt = &approval, ToolCancelled, &now
-	cp := snap
-	t.add(&Event{Type: EventToolCallFinished, ToolCall: &cp})
-	t.onCommit(func() { *tool.call = snap })
-	return inputEnd{rejected: &Rejected{Reason: reason}}
 }
 
 // withdrawAllLocked adds to t the withdrawal of everything ar waits on, for reason: its
@@ -170,7 +265,7 @@ func (ar *activeRun) withdrawAllLocked(t *txn, reason string) {
 	}
 	ws := ar.inputsInOrder()
 	for _, w := range ws {
-		t.withdraw(w, reason)
+		w.in.withdraw(t, reason)
 	}
 	t.onCommit(func() {
 		for _, w := range ws {
@@ -198,22 +293,19 @@ func (ar *activeRun) inputsInOrder() []*waiting {
 	for _, w := range ar.inputs {
 		ws = append(ws, w)
 	}
-	slices.SortFunc(ws, func(a, b *waiting) int { return cmp.Or(a.asked().Compare(b.asked()), cmp.Compare(a.id, b.id)) })
+	slices.SortFunc(ws, func(a, b *waiting) int {
+		return cmp.Or(a.in.asked().Compare(b.in.asked()), cmp.Compare(a.id, b.id))
+	})
 	return ws
 }
 
 // pendingLocked returns copies of what ar waits on, oldest first.
 func (ar *activeRun) pendingLocked() (qs []*Question, calls []*ToolCall) {
+	var l waitingLists
 	for _, w := range ar.inputsInOrder() {
-		if w.question != nil {
-			q := *w.question
-			qs = append(qs, &q)
-		} else {
-			c := *w.tool.call
-			calls = append(calls, &c)
-		}
+		w.in.listIn(&l)
 	}
-	return qs, calls
+	return l.questions, l.approvals
 }
 
 // Answer is an answer to one question, in RespondToInputs.
@@ -387,128 +479,91 @@ func (s *core) respondToInputs(ctx context.Context, u, sessionID string, answers
 	defer unlock()
 	ar := st.active
 	// Every input is checked before anything is written: all of them, or none.
-	type answered struct {
-		w      *waiting
-		answer string
-	}
-	type decided struct {
-		w *waiting
-		d Decision
-	}
-	var as []answered
-	var ds []decided
+	qs := make([]*askedQuestion, len(answers))
 	for i, a := range answers {
-		w, err := s.waitingFor(ctx, ar, sessionID, a.QuestionID, true)
-		if err == nil {
-			err = checkAnswer(w.question, a.Answer)
+		_, q, ok := waitingOn[*askedQuestion](ar, a.QuestionID)
+		if !ok {
+			return nil, inputErr("answers", i, s.notWaiting(ctx, sessionID, a.QuestionID, true))
 		}
-		if err != nil {
+		if err := checkAnswer(q.q, a.Answer); err != nil {
 			return nil, inputErr("answers", i, err)
 		}
-		as = append(as, answered{w, a.Answer})
+		qs[i] = q
 	}
+	ps := make([]*pendingApproval, len(decisions))
 	for i, d := range decisions {
-		w, err := s.waitingFor(ctx, ar, sessionID, d.ToolCallID, false)
-		if err == nil && d.Decision == DecisionApprove && d.Arguments != "" {
-			err = ar.checkArguments(sess, w.tool.call.Name, d.Arguments)
+		_, p, ok := waitingOn[*pendingApproval](ar, d.ToolCallID)
+		if !ok {
+			return nil, inputErr("decisions", i, s.notWaiting(ctx, sessionID, d.ToolCallID, false))
 		}
-		if err != nil {
-			return nil, inputErr("decisions", i, err)
+		if d.Decision == DecisionApprove && d.Arguments != "" {
+			if err := ar.checkArguments(sess, p.tool.call.Name, d.Arguments); err != nil {
+				return nil, inputErr("decisions", i, err)
+			}
 		}
-		ds = append(ds, decided{w, d})
+		ps[i] = p
 	}
 
 	t := st.beginLocked()
-	now := s.now()
 	ends := map[string]inputEnd{}
 	res := &Responded{}
-	for _, a := range as {
-		q := a.w.question
-		done := *q
-		done.Answer, done.AnsweredAt = &a.answer, &now
-		am := &Message{ID: newID(), SessionID: st.id, Role: RoleUser, Kind: KindAnswer, Content: a.answer,
-			Status: MessageComplete, RunID: q.RunID, QuestionID: q.ID, CreatedAt: now}
-		qa, qm := done, done
-		t.add(&Event{Type: EventMessageAdded, Message: am, Question: &qm}, &Event{Type: EventQuestionAnswered, Question: &qa})
-		t.onCommit(func() { *q = done })
+	for i, q := range qs {
+		answer := answers[i].Answer
+		ends[q.q.ID] = q.answer(t, answer)
 		if ar.parked {
 			// No agent waits in this process: the asking tool's call (ask_user) has the
 			// answer as its result, which the agent finds in the history when it starts
 			// again.
-			if tool := ar.askingCall(q); tool != nil {
-				t.finishTool(tool, ToolCompleted, &a.answer, nil)
+			if tool := ar.askingCall(q.q); tool != nil {
+				t.finishTool(tool, ToolCompleted, &answer, nil)
 			}
 		}
-		ends[q.ID] = inputEnd{answer: a.answer}
-		res.Questions = append(res.Questions, &qa)
 	}
-	for _, d := range ds {
-		tool := d.w.tool
-		snap := *tool.call
-		approval := *snap.Approval
-		decision := d.d.Decision
-		approval.Decision, approval.DecidedAt, approval.DecidedBy = &decision, &now, u
-		var end inputEnd
-		if decision == DecisionApprove {
-			snap.Status = ToolRunning // approved: it runs now, once
-			if d.d.Arguments != "" {
-				snap.Arguments = d.d.Arguments
-			}
-			end.arguments = snap.Arguments
-		} else {
-			approval.Reason = d.d.Reason
-			snap.Status, snap.FinishedAt = ToolRejected, &now
-			end.rejected = &Rejected{Reason: d.d.Reason, ByUser: true}
-		}
-		snap.Approval = &approval
-		cp := snap
-		t.add(&Event{Type: EventToolApprovalDecided, ToolCall: &cp})
-		t.onCommit(func() { *tool.call = snap })
-		ends[tool.call.ID] = end
-		out := snap
-		res.ToolCalls = append(res.ToolCalls, &out)
+	for i, p := range ps {
+		end, call := p.decide(t, decisions[i], u)
+		ends[call.ID] = end
+		res.ToolCalls = append(res.ToolCalls, call)
 	}
 	ar.closeLocked(t, ends, ctx)
 	if err := t.commitLocked(ctx); err != nil {
 		return nil, err
+	}
+	for _, q := range qs {
+		cp := *q.q // answered now
+		res.Questions = append(res.Questions, &cp)
 	}
 	r := *ar.run
 	res.Run = &r
 	return res, nil
 }
 
-// waitingFor returns what ar waits on under id (a question when question, else a tool
-// call): ENOTFOUND when it does not exist in the session (or is another user's: the
-// session was checked), ECONFLICT when it is not waiting (answered, decided, withdrawn,
-// expired, or its run is over).
-func (s *core) waitingFor(ctx context.Context, ar *activeRun, sessionID, id string, question bool) (*waiting, error) {
-	if ar != nil {
-		if w := ar.inputs[id]; w != nil && (w.question != nil) == question {
-			return w, nil
-		}
-	}
+// notWaiting says why the session's run does not wait on the question (question) or the
+// tool call id: ENOTFOUND when it does not exist in the session (or is another user's:
+// the session was checked), ECONFLICT when it is not waiting (answered, decided,
+// withdrawn, expired, or its run is over).
+func (s *core) notWaiting(ctx context.Context, sessionID, id string, question bool) error {
 	if question {
 		q, err := s.store.Question(ctx, id)
 		switch {
 		case ErrorCode(err) == ENOTFOUND || (err == nil && q.SessionID != sessionID):
-			return nil, Errorf(ENOTFOUND, "question not found")
+			return Errorf(ENOTFOUND, "question not found")
 		case err != nil:
-			return nil, err
+			return err
 		case q.Answer != nil:
-			return nil, Errorf(ECONFLICT, "this question was already answered")
+			return Errorf(ECONFLICT, "this question was already answered")
 		}
-		return nil, Errorf(ECONFLICT, "the agent is no longer waiting for this answer")
+		return Errorf(ECONFLICT, "the agent is no longer waiting for this answer")
 	}
 	tc, err := s.store.ToolCall(ctx, id)
 	switch {
 	case ErrorCode(err) == ENOTFOUND || (err == nil && tc.SessionID != sessionID):
-		return nil, Errorf(ENOTFOUND, "tool call not found")
+		return Errorf(ENOTFOUND, "tool call not found")
 	case err != nil:
-		return nil, err
+		return err
 	case tc.Approval != nil && tc.Approval.Decision != nil:
-		return nil, Errorf(ECONFLICT, "this tool call was already decided")
+		return Errorf(ECONFLICT, "this tool call was already decided")
 	}
-	return nil, Errorf(ECONFLICT, "this tool call is not waiting for a decision")
+	return Errorf(ECONFLICT, "this tool call is not waiting for a decision")
 }
 
 // checkAnswer checks an answer against its question: for a multiple-choice question, a
@@ -634,7 +689,7 @@ func (o *output) pose(spec QuestionSpec) (*waiting, error) {
 	qm := &Message{ID: newID(), SessionID: st.id, Role: RoleAssistant, Kind: KindQuestion, Content: prompt, Status: MessageComplete, RunID: ar.run.ID, QuestionID: q.ID, CreatedAt: now}
 	asked, withMsg := *q, *q
 	t.add(&Event{Type: EventMessageAdded, Message: qm, Question: &withMsg}, &Event{Type: EventQuestionAsked, Question: &asked})
-	w := &waiting{id: q.ID, question: q, expiresAt: expires, done: make(chan inputEnd, 1)}
+	w := newWaiting(q.ID, &askedQuestion{q}, expires)
 	ar.openLocked(t, w)
 	t.onCommit(func() { ar.replied = true })
 	if err := t.commitLocked(ar.ctx); err != nil {
@@ -699,7 +754,7 @@ func (o *output) stopWaiting(w *waiting) (end inputEnd, ended bool, err error) {
 		}
 	}
 	t := st.beginLocked()
-	withdrawn := t.withdraw(w, ReasonAgentDone)
+	withdrawn := w.in.withdraw(t, ReasonAgentDone)
 	ar.closeLocked(t, map[string]inputEnd{w.id: withdrawn}, nil)
 	if err := t.commitLocked(ar.ctx); err != nil {
 		return inputEnd{}, false, err

@@ -212,8 +212,7 @@ func (st *sessionState) planAddLocked(ctx context.Context, sess *TalkSession, u 
 		}
 	}
 
-	now := s.now()
-	run = &Run{ID: newID(), SessionID: sess.ID, UserID: u, Status: RunQueued, Agent: sess.Settings.Agent, Owner: s.peers.id(), CreatedAt: now}
+	run = &Run{ID: newID(), SessionID: sess.ID, UserID: u, Status: RunQueued, Agent: sess.Settings.Agent, Owner: s.peers.id(), CreatedAt: s.now()}
 	if a.regenerated != nil {
 		run.ReplyTo = a.regenerated.ParentID
 		if sw != nil {
@@ -221,9 +220,8 @@ func (st *sessionState) planAddLocked(ctx context.Context, sess *TalkSession, u 
 		}
 		t.add(runEvent(run))
 	} else {
-		msg = &Message{ID: newID(), SessionID: sess.ID, Role: RoleUser, Kind: KindText, Content: a.content,
-			Status: MessageComplete, RunID: run.ID, CreatedAt: now}
-		var evs []*Event
+		msg = t.newUserMessage(u, a.content, run.ID)
+		var then []*Event
 		if e := a.edited; e != nil {
 			// Beside the edited message; its branch becomes current now or when its run
 			// starts.
@@ -234,29 +232,43 @@ func (st *sessionState) planAddLocked(ctx context.Context, sess *TalkSession, u 
 					sw = &Event{Type: EventBranchSelected, Branch: &BranchSwitch{}}
 				}
 				sw.Key, sw.Branch.On = msg.ID, append(sw.Branch.On, msg.ID)
-				evs = append(evs, sw)
+				then = append(then, sw)
 			}
 		}
-		added := *msg
-		evs = append([]*Event{{Type: EventMessageAdded, Message: &added, At: now}}, evs...)
-		t.add(append(evs, runEvent(run))...)
-		msg.Seq, msg.ParentID = added.Seq, added.ParentID
+		t.addUserMessage(sess, msg, a.key, append(then, runEvent(run))...)
 		msg.OffBranch = !switchNow && a.edited != nil
-		t.titleFrom(sess, a.content, now)
-	}
-	if a.key != "" && msg != nil {
-		t.b.Idempotency = &IdempotencyRecord{UserID: u, Key: a.key, SessionID: sess.ID, MessageID: msg.ID, RunID: run.ID, CreatedAt: now}
 	}
 	admitted = tryAdmit && willStart && s.sched.tryAcquire(u)
 	if admitted {
 		run.setState(t.admit(run))
 		t.onAbort(func() { s.sched.release(u) })
 	}
-	t.onCommit(func() {
-		s.counted(u, 0, int64(len(a.content)))
-		st.queueLocked(run, admitted, ctx)
-	})
+	t.onCommit(func() { st.queueLocked(run, admitted, ctx) })
 	return t, msg, run, admitted, nil
+}
+
+// newUserMessage makes a message of user u with content, for run runID (the run it
+// starts, or the run it steers), to add to t (addUserMessage).
+func (t *txn) newUserMessage(u, content, runID string) *Message {
+	return &Message{ID: newID(), SessionID: t.st.id, Role: RoleUser, Kind: KindText, Content: content,
+		Status: MessageComplete, RunID: runID, CreatedAt: t.st.c.now()}
+}
+
+// addUserMessage adds to t msg, a message of user u (newUserMessage), then the events
+// then: at the end of the branch unless it says otherwise (an edit that waits). It titles
+// an untitled session after it, records the idempotency key (when there is one) with it,
+// and counts it in the user's footprint once durable. msg gets its Seq and parent. Every
+// message a user writes (addMessage, editMessage, a steer) is added here.
+func (t *txn) addUserMessage(sess *TalkSession, msg *Message, key string, then ...*Event) {
+	added := *msg
+	t.add(append([]*Event{{Type: EventMessageAdded, Message: &added, At: msg.CreatedAt}}, then...)...)
+	msg.Seq, msg.ParentID = added.Seq, added.ParentID
+	t.titleFrom(sess, msg.Content, msg.CreatedAt)
+	if key != "" {
+		t.b.Idempotency = &IdempotencyRecord{UserID: sess.UserID, Key: key, SessionID: sess.ID, MessageID: msg.ID, RunID: msg.RunID, CreatedAt: msg.CreatedAt}
+	}
+	c, bytes := t.st.c, int64(len(msg.Content))
+	t.onCommit(func() { c.counted(sess.UserID, 0, bytes) })
 }
 
 // titleFrom names an untitled session after its first message, in t.

@@ -127,7 +127,7 @@ func (o *output) StartTool(id, name, arguments string, opts ...ToolOption) (Tool
 	if policy == PolicyAsk {
 		requested := *call
 		t.add(&Event{Type: EventToolApprovalRequested, ToolCall: &requested})
-		w = &waiting{id: call.ID, tool: tool, expiresAt: call.Approval.ExpiresAt, done: make(chan inputEnd, 1)}
+		w = newWaiting(call.ID, &pendingApproval{tool}, call.Approval.ExpiresAt)
 		ar.openLocked(t, w)
 	}
 	t.onCommit(func() { ar.tools[call.ID] = tool })

@@ -204,10 +204,10 @@ func (st *sessionState) recoverRunLocked(ctx context.Context, run *Run) error {
 			if q.ExpiresAt != nil {
 				expires = *q.ExpiresAt
 			}
-			ws = append(ws, &waiting{id: q.ID, question: q, expiresAt: expires, done: make(chan inputEnd, 1)})
+			ws = append(ws, newWaiting(q.ID, &askedQuestion{q}, expires))
 		}
 		for _, c := range awaitingOf(calls) {
-			ws = append(ws, &waiting{id: c.ID, tool: ar.tools[c.ID], expiresAt: c.Approval.ExpiresAt, done: make(chan inputEnd, 1)})
+			ws = append(ws, newWaiting(c.ID, &pendingApproval{ar.tools[c.ID]}, c.Approval.ExpiresAt))
 		}
 		ar.openLocked(t, ws...)
 		if err := t.commitLocked(ctx); err != nil {

@@ -36,25 +36,13 @@ func (ar *activeRun) steerable() bool {
 // wrote so far, then the user's message, which joins the branch after it. Once durable,
 // the message waits for the agent (activeRun.steers).
 func (st *sessionState) planSteerLocked(sess *TalkSession, u string, a addition) (*txn, *Message, *Run) {
-	s := st.c
 	ar := st.active
 	t := st.beginLocked()
 	ar.writeTextLocked(t)
-	now := s.now()
-	msg := &Message{ID: newID(), SessionID: sess.ID, Role: RoleUser, Kind: KindText, Content: a.content,
-		Status: MessageComplete, RunID: ar.run.ID, CreatedAt: now}
-	added := *msg
-	t.add(&Event{Type: EventMessageAdded, Message: &added, At: now})
-	msg.Seq, msg.ParentID = added.Seq, added.ParentID
-	t.titleFrom(sess, a.content, now)
-	if a.key != "" {
-		t.b.Idempotency = &IdempotencyRecord{UserID: u, Key: a.key, SessionID: sess.ID, MessageID: msg.ID, RunID: ar.run.ID, CreatedAt: now}
-	}
+	msg := t.newUserMessage(u, a.content, ar.run.ID)
+	t.addUserMessage(sess, msg, a.key)
 	steer := *msg
-	t.onCommit(func() {
-		s.counted(u, 0, int64(len(a.content)))
-		ar.steers = append(ar.steers, &steer)
-	})
+	t.onCommit(func() { ar.steers = append(ar.steers, &steer) })
 	m, r := *msg, *ar.run
 	return t, &m, &r
 }

@@ -12,7 +12,7 @@ type txn struct {
 	b    Batch
 	next int64 // the Seq the next event gets
 	// leaf is the current branch's last message as the events so far leave it, known
-	// when leafKnown (see Service.add).
+	// when leafKnown (see add).
 	leaf      string
 	leafKnown bool
 	done      []func()
