@@ -73,11 +73,15 @@ func init() {
 // editMessage), or a run alone (regenerate).
 type addition struct {
 	content, key string
-	// policy is the busy policy asked for ("": the session's).
+	// policy is the busy policy asked for ("": the session's); addMessage makes it the
+	// one that applies.
 	policy BusyPolicy
 	// edited is the message an edit replaces (the new one goes beside it); regenerated
 	// the reply a regeneration replaces (the run replies to its parent).
 	edited, regenerated *Message
+	// switchNow is set for an edit or a regeneration that does not wait: its branch
+	// becomes current in the write that adds it.
+	switchNow bool
 }
 
 // addMessage is AddMessage, editMessage and regenerate where the session's agent runs.
@@ -132,7 +136,8 @@ func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) 
 	}
 	// An edit or a regeneration that does not wait switches to its branch in the same
 	// write; one that waits switches when its run starts (Run.ReplyTo).
-	switchNow := (a.edited != nil || a.regenerated != nil) && (!busy || policy == BusyInterrupt)
+	a.policy = policy
+	a.switchNow = (a.edited != nil || a.regenerated != nil) && (!busy || policy == BusyInterrupt)
 
 	// A run that can start at once starts in the same write: RUNNING follows QUEUED.
 	// Where the store is shared, it admits the run only while the user has fewer than
@@ -140,20 +145,20 @@ func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) 
 	// QUEUED and waits for a slot.
 	tryAdmit := true
 	for {
-		t, msg, run, admitted, err := st.planAddLocked(ctx, sess, u, a, policy, switchNow, tryAdmit)
+		p, err := st.planAddLocked(ctx, sess, u, a, tryAdmit)
 		if err != nil {
 			return nil, nil, err
 		}
-		err = t.commitLocked(ctx)
+		err = p.t.commitLocked(ctx)
 		switch {
 		case err == nil:
-			r := *run
-			if msg == nil {
+			r := *p.run
+			if p.msg == nil {
 				return nil, &r, nil
 			}
-			m := *msg
+			m := *p.msg
 			return &m, &r, nil
-		case admitted && ErrorCode(err) == ERATELIMIT:
+		case p.admitted && ErrorCode(err) == ERATELIMIT:
 			tryAdmit = false
 			continue
 		case ErrorCode(err) == ECONFLICT && a.key != "":
@@ -166,14 +171,16 @@ func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) 
 	}
 }
 
-// planAdd builds addMessage's write: the message, its run (RUNNING at once when
-// tryAdmit and a slot is free here: admitted), and what the busy policy does to the runs
-// before it. With switchNow, an edit's or a regeneration's branch becomes current in it.
+// planAddLocked builds addMessage's write: the message, its run (RUNNING at once when
+// tryAdmit and a slot is free here: admitted), and what the busy policy (a.policy) does
+// to the runs before it. With a.switchNow, an edit's or a regeneration's branch becomes
+// current in it.
 // An error means that nothing was planned (the switch could not be read); t is then
 // discarded unwritten.
-func (st *sessionState) planAddLocked(ctx context.Context, sess *TalkSession, u string, a addition, policy BusyPolicy, switchNow bool, tryAdmit bool) (t *txn, msg *Message, run *Run, admitted bool, err error) {
+func (st *sessionState) planAddLocked(ctx context.Context, sess *TalkSession, u string, a addition, tryAdmit bool) (planned, error) {
 	s := st.c
-	t = st.beginLocked()
+	policy, switchNow := a.policy, a.switchNow
+	t := st.beginLocked()
 	// willStart: the new run becomes the active one (nothing else runs, or INTERRUPT ends
 	// what runs).
 	willStart := st.active == nil || policy == BusyInterrupt
@@ -207,12 +214,14 @@ func (st *sessionState) planAddLocked(ctx context.Context, sess *TalkSession, u 
 		case a.regenerated != nil:
 			to = a.regenerated.ParentID
 		}
+		var err error
 		if sw, err = t.switchTo(ctx, to, false); err != nil {
-			return nil, nil, nil, false, err
+			return planned{}, err
 		}
 	}
 
-	run = &Run{ID: newID(), SessionID: sess.ID, UserID: u, Status: RunQueued, Agent: sess.Settings.Agent, Owner: s.peers.id(), CreatedAt: s.now()}
+	var msg *Message
+	run := &Run{ID: newID(), SessionID: sess.ID, UserID: u, Status: RunQueued, Agent: sess.Settings.Agent, Owner: s.peers.id(), CreatedAt: s.now()}
 	if a.regenerated != nil {
 		run.ReplyTo = a.regenerated.ParentID
 		if sw != nil {
@@ -238,13 +247,23 @@ func (st *sessionState) planAddLocked(ctx context.Context, sess *TalkSession, u 
 		t.addUserMessage(sess, msg, a.key, append(then, runEvent(run))...)
 		msg.OffBranch = !switchNow && a.edited != nil
 	}
-	admitted = tryAdmit && willStart && s.sched.tryAcquire(u)
+	admitted := tryAdmit && willStart && s.sched.tryAcquire(u)
 	if admitted {
 		run.setState(t.admit(run))
 		t.onAbort(func() { s.sched.release(u) })
 	}
 	t.onCommit(func() { st.queueLocked(run, admitted, ctx) })
-	return t, msg, run, admitted, nil
+	return planned{t: t, msg: msg, run: run, admitted: admitted}, nil
+}
+
+// planned is an addition as planned: its write, its message (none for a regeneration),
+// its run, and whether the run was admitted RUNNING in the write (holding a worker slot
+// of this process).
+type planned struct {
+	t        *txn
+	msg      *Message
+	run      *Run
+	admitted bool
 }
 
 // newUserMessage makes a message of user u with content, for run runID (the run it
