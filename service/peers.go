@@ -214,7 +214,7 @@ func (st *sessionState) recoverRunLocked(ctx context.Context, run *Run) error {
 			return err
 		}
 		if len(ws) == 0 { // everything was answered before the process died: go on
-			ar.resumeLocked(nil)
+			ar.resumeLocked(context.Background())
 		}
 		return nil
 	}

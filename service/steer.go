@@ -20,11 +20,10 @@ type Steerable interface {
 // steerable reports whether ar's agent takes steers now: it runs (not waiting for a
 // slot, an answer or a decision) and is Steerable.
 func (ar *activeRun) steerable() bool {
-	s := ar.st.c
 	if ar == nil || ar.sealed || ar.parked || ar.run.Status != RunRunning || len(ar.inputs) > 0 {
 		return false
 	}
-	runner, ok := s.agents.Get(ar.run.Agent)
+	runner, ok := ar.st.c.agents.Get(ar.run.Agent)
 	if !ok {
 		return false
 	}

@@ -115,3 +115,16 @@ func TestSteerNotTaken(t *testing.T) {
 }
 
 func last(h []service.HistoryMessage) service.HistoryMessage { return h[len(h)-1] }
+
+// A message sent with STEER while nothing runs starts a run as ENQUEUE would.
+func TestSteerWhileNothingRunsStartsARun(t *testing.T) {
+	p := newPuppet()
+	svc := start(t, steerSetup(p))
+	sess := newSession(t, svc, alice, "puppet", "")
+	_, r := steer(t, svc, sess.ID, "go on")
+	tn := p.next(t)
+	if tn.req.RunID != r.ID || last(tn.req.History).Content != "go on" {
+		t.Fatalf("the run started %s reads %+v, want the steer's run %s", tn.req.RunID, last(tn.req.History), r.ID)
+	}
+	tn.finish(nil)
+}
