@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// compactSoon asks the compactor to fold a finished stream's chunk events (see
+// compactSoonLocked asks the compactor to fold a finished stream's chunk events (see
 // Store.Compact). Compaction only keeps the log small, so a request is dropped, with a
 // note in the log, when too many wait. st.mu must be held: when the session's tail still
 // holds the stream whole, and the store is a SoleWriter, the folding is made from the

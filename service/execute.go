@@ -138,7 +138,7 @@ func modelOf(runner Runner, set Settings) string {
 	return ""
 }
 
-// startRunLocked marks ar RUNNING, unless it was admitted RUNNING when it was created, and
+// prepareLocked marks ar RUNNING, unless it was admitted RUNNING when it was created, and
 // reads what its agent works on.
 func (ar *activeRun) prepareLocked() (RunRequest, error) {
 	s := ar.st.c
@@ -250,7 +250,7 @@ func (s *core) requestOf(sess *TalkSession, run *Run, offered []ToolInfo, hist [
 	return req
 }
 
-// historyFromTail returns the session's history as the store would, derived from the
+// historyFromTailLocked returns the session's history as the store would, derived from the
 // events in memory, when they are the whole log (see sessionLog.whole): a run then starts
 // without reading the store. The caller holds st.mu and knows that no other process wrote
 // to the session since its own last write.

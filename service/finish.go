@@ -32,7 +32,7 @@ func (ar *activeRun) finishLockedRetrying(status RunStatus, msg string) {
 		}
 		if s.closed.Load() || ErrorCode(err) != EUNAVAILABLE && !isNotNext(err) {
 			s.log.Error("recording the end of a run", "session", ar.st.id, "run", ar.run.ID, "err", err)
-			ar.seal()
+			ar.sealLocked()
 			return
 		}
 		ar.st.mu.Unlock()
@@ -45,7 +45,7 @@ func (ar *activeRun) finishLockedRetrying(status RunStatus, msg string) {
 	}
 }
 
-// planFinish adds to t the end of ar with status: the text streamed so far is written and
+// finishLocked adds to t the end of ar with status: the text streamed so far is written and
 // its message completed (INTERRUPTED for a stopped run, FAILED for a failed one), running
 // tool calls end, and the run gets its final status (its unanswered question is withdrawn
 // with it). Once t is durable the agent is stopped and the session's next queued run

@@ -110,7 +110,7 @@ func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) 
 	if policy == "" {
 		policy = sess.Settings.BusyPolicy
 	}
-	if policy == BusySteer && (a.edited != nil || a.regenerated != nil || !st.active.steerable()) {
+	if policy == BusySteer && (a.edited != nil || a.regenerated != nil || !st.active.steerableLocked()) {
 		policy = BusyEnqueue // an edit or a regeneration is not a steer; nor is a message no agent takes
 	}
 	if err := st.checkTreeLimitsLocked(ctx, a, policy == BusySteer); err != nil {

@@ -92,7 +92,7 @@ func (o *output) StartTool(id, name, arguments string, opts ...ToolOption) (Tool
 		}
 	}
 	policy, level := PolicyAllow, levelTool
-	info, ok := ar.toolInfo(name)
+	info, ok := ar.toolInfoLocked(name)
 	if !ok {
 		info = ToolInfo{Name: name} // not listed: the operator's patterns still apply
 	}

@@ -202,7 +202,7 @@ func (s *core) respondToInputs(ctx context.Context, u, sessionID string, answers
 			return nil, inputErr("decisions", i, s.notWaiting(ctx, sessionID, d.ToolCallID, false))
 		}
 		if d.Decision == DecisionApprove && d.Arguments != "" {
-			if err := ar.checkArguments(sess, p.tool.call.Name, d.Arguments); err != nil {
+			if err := ar.checkArgumentsLocked(sess, p.tool.call.Name, d.Arguments); err != nil {
 				return nil, inputErr("decisions", i, err)
 			}
 		}
@@ -219,7 +219,7 @@ func (s *core) respondToInputs(ctx context.Context, u, sessionID string, answers
 			// No agent waits in this process: the asking tool's call (ask_user) has the
 			// answer as its result, which the agent finds in the history when it starts
 			// again.
-			if tool := ar.askingCall(q.q); tool != nil {
+			if tool := ar.askingCallLocked(q.q); tool != nil {
 				t.finishTool(tool, ToolCompleted, &answer, nil)
 			}
 		}
@@ -302,9 +302,9 @@ func checkAnswer(q *Question, answer string) error {
 	return nil
 }
 
-// checkArguments checks arguments a user edited for a call of the tool name: JSON that
+// checkArgumentsLocked checks arguments a user edited for a call of the tool name: JSON that
 // satisfies the tool's input schema, where the agent gives one.
-func (ar *activeRun) checkArguments(sess *TalkSession, name string, arguments string) error {
+func (ar *activeRun) checkArgumentsLocked(sess *TalkSession, name string, arguments string) error {
 	s := ar.st.c
 	if !json.Valid([]byte(arguments)) {
 		return Errorf(EINVALID, "the arguments are not JSON")
@@ -324,10 +324,10 @@ func (ar *activeRun) checkArguments(sess *TalkSession, name string, arguments st
 	return nil
 }
 
-// askingCall returns the tool call of ar that q answers (an ask_user call): the one q
+// askingCallLocked returns the tool call of ar that q answers (an ask_user call): the one q
 // names, or, for a question of an older release that names none, the call that was running
 // when it was asked.
-func (ar *activeRun) askingCall(q *Question) *toolState {
+func (ar *activeRun) askingCallLocked(q *Question) *toolState {
 	if q.ToolCallID != "" {
 		if tool := ar.tools[q.ToolCallID]; tool != nil && tool.call.Status == ToolRunning {
 			return tool

@@ -89,8 +89,8 @@ func newActiveRun(st *sessionState, run *Run, ctx context.Context, cancel contex
 	return ar
 }
 
-// toolInfo returns the tool name as ar's agent offers it.
-func (ar *activeRun) toolInfo(name string) (ToolInfo, bool) {
+// toolInfoLocked returns the tool name as ar's agent offers it.
+func (ar *activeRun) toolInfoLocked(name string) (ToolInfo, bool) {
 	for _, t := range ar.offered {
 		if t.Name == name {
 			return t, true
@@ -102,8 +102,8 @@ func (ar *activeRun) toolInfo(name string) (ToolInfo, bool) {
 // A session's runs change hands only in the functions from here to execute: st.active and
 // st.queue are set by them alone, under st.mu, and once what they describe is durable.
 
-// seal marks ar sealed (see activeRun) and stops its agent.
-func (ar *activeRun) seal() {
+// sealLocked marks ar sealed (see activeRun) and stops its agent.
+func (ar *activeRun) sealLocked() {
 	ar.sealed = true
 	ar.cancel()
 }
@@ -179,7 +179,7 @@ func (st *sessionState) adoptLocked(ar *activeRun, parked bool) {
 // endedLocked seals ar, whose end is durable, and starts the session's next queued run.
 func (ar *activeRun) endedLocked() {
 	st := ar.st
-	ar.seal()
+	ar.sealLocked()
 	if st.active == ar {
 		st.active = nil
 		st.startNextLocked()
@@ -193,7 +193,7 @@ func (ar *activeRun) endedLocked() {
 // Output.StartTool). from is the context of the operation that answered.
 func (ar *activeRun) resumeLocked(from context.Context) {
 	st := ar.st
-	ar.seal()
+	ar.sealLocked()
 	st.active = nil
 	next := st.startLocked(ar.run, true, false, from)
 	next.tools, next.steers, next.replied = ar.tools, ar.steers, true // it asked
@@ -216,7 +216,7 @@ func (st *sessionState) dropActiveLocked() {
 	if ar == nil {
 		return
 	}
-	ar.seal()
+	ar.sealLocked()
 	st.active = nil
 	ar.unparkLocked()
 }

@@ -274,7 +274,7 @@ func (s *Service) Close() {
 				}
 			}
 			if !ar.sealed {
-				ar.seal() // leave it as it is stored
+				ar.sealLocked() // leave it as it is stored
 			}
 			ar.stopTimersLocked() // what waits stays waiting: the next start arms it again
 		}

@@ -187,7 +187,7 @@ func (s *core) storedEnd(ctx context.Context, sessionID string, lastSeq int64) (
 	return end, nil
 }
 
-// begin starts a write to st's log (see sessionLog.begin); st.mu must be held, and stays
+// beginLocked starts a write to st's log (see sessionLog.begin); st.mu must be held, and stays
 // held until the write is committed.
 func (st *sessionState) beginLocked() *txn { return st.log.begin(st) }
 
@@ -214,7 +214,7 @@ func (st *sessionState) loadLeafLocked(ctx context.Context) error {
 	return nil
 }
 
-// noteDurable updates what the service keeps beside the log for events that became
+// noteDurableLocked updates what the service keeps beside the log for events that became
 // durable, written here (ch their changes) or by another process (ch nil): its copy of
 // the session's row, which changes as a store's does (Changes.ApplySession), and the
 // count of streamed chunks.

@@ -17,9 +17,9 @@ type Steerable interface {
 	TakesSteers() bool
 }
 
-// steerable reports whether ar's agent takes steers now: it runs (not waiting for a
+// steerableLocked reports whether ar's agent takes steers now: it runs (not waiting for a
 // slot, an answer or a decision) and is Steerable.
-func (ar *activeRun) steerable() bool {
+func (ar *activeRun) steerableLocked() bool {
 	if ar == nil || ar.sealed || ar.parked || ar.run.Status != RunRunning || len(ar.inputs) > 0 {
 		return false
 	}
@@ -31,7 +31,7 @@ func (ar *activeRun) steerable() bool {
 	return ok && st.TakesSteers()
 }
 
-// planSteer builds the write of a steer to the session's active run: the text its agent
+// planSteerLocked builds the write of a steer to the session's active run: the text its agent
 // wrote so far, then the user's message, which joins the branch after it. Once durable,
 // the message waits for the agent (activeRun.steers).
 func (st *sessionState) planSteerLocked(sess *TalkSession, u string, a addition) (*txn, *Message, *Run) {
@@ -75,7 +75,7 @@ func (o *output) Steers() ([]Message, error) {
 	return out, nil
 }
 
-// planSteersLeft adds to t, which ends ar with status, the next run for the steers its
+// steersLeftLocked adds to t, which ends ar with status, the next run for the steers its
 // agent never took, when the run ended by itself (completed or failed): the steers are
 // on the branch, and the new run reads them. Once t is durable the run is first in the
 // session's queue.

@@ -12,9 +12,6 @@ import (
 	"github.com/talkgraph/talkgraph/service/inmem"
 )
 
-// flakyStore is a Store whose writes fail with EUNAVAILABLE while writesFail is set, and
-// whose event reads fail while readsFail is set, the way a full disk or a lost connection
-// fails them. Every Append it refuses is sent on refused (when there is room).
 // soleWriter is the SoleWriter answer of inner, which a test's store wrapper observes: a
 // wrapper is the same store, seen from the test, and keeps its abilities.
 func soleWriter(inner service.Store) bool {
@@ -30,6 +27,9 @@ func (s *compactionLog) SoleWriter() bool { return soleWriter(s.Store) }
 
 func (s *gatedStore) SoleWriter() bool { return soleWriter(s.Store) }
 
+// flakyStore is a Store whose writes fail with EUNAVAILABLE while writesFail is set, and
+// whose event reads fail while readsFail is set, the way a full disk or a lost connection
+// fails them. Every Append it refuses is sent on refused (when there is room).
 type flakyStore struct {
 	service.Store
 	writesFail atomic.Bool

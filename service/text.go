@@ -84,7 +84,7 @@ func (t *txn) chunk(text *textStream, typ EventType, key string, messageID strin
 	t.onAbort(text.abort)
 }
 
-// announce adds the MessageAdded of ar's current message to t unless it is durable, and
+// announceLocked adds the MessageAdded of ar's current message to t unless it is durable, and
 // returns the message's Seq.
 func (ar *activeRun) announceLocked(t *txn) int64 {
 	if ar.msg == nil {
@@ -103,7 +103,7 @@ func (ar *activeRun) announceLocked(t *txn) int64 {
 	return m.Seq
 }
 
-// writeText adds to t everything ar streamed that is not written yet: its current
+// writeTextLocked adds to t everything ar streamed that is not written yet: its current
 // message's text, announcing the message first if need be, then the output of its
 // running tools.
 func (ar *activeRun) writeTextLocked(t *txn) {
@@ -133,7 +133,7 @@ func (st *sessionState) takeTextLocked() *txn {
 	return t
 }
 
-// completeMessage adds to t the rest of ar's current message and its completion.
+// completeMessageLocked adds to t the rest of ar's current message and its completion.
 func (ar *activeRun) completeMessageLocked(t *txn, status MessageStatus, errMsg string) {
 	m := ar.msg
 	seq := ar.announceLocked(t)

@@ -57,7 +57,7 @@ func (s *core) startRunSpan(ctx context.Context, st *sessionState, run *Run, cau
 	return s.tracer.Start(ctx, "run "+run.Agent, opts...)
 }
 
-// endRunSpan ends the span of ar with how the run stands: its status, usage and error.
+// endSpan ends the span of ar with how the run stands: its status, usage and error.
 func (ar *activeRun) endSpan(cause error) {
 	ar.st.mu.Lock()
 	r := *ar.run

@@ -305,7 +305,7 @@ func (s *core) ownMessage(ctx context.Context, u, id string) (*Message, error) {
 	return m, nil
 }
 
-// checkTreeLimits refuses an addition that would take the session past
+// checkTreeLimitsLocked refuses an addition that would take the session past
 // MaxSessionMessages messages, or a message past MaxBranches versions. The session's
 // messages are counted with those promised: one reply for each run that has not written
 // one yet (the queued runs, the active run until it replies), and what the addition adds

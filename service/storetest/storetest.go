@@ -282,7 +282,7 @@ func sessionIDs(ss []*service.TalkSession) []string {
 	return idsOf(ss, func(s *service.TalkSession) string { return s.ID })
 }
 
-// utc returns the row as a Store gives it back: times in UTC, no monotonic reading.
+// utcSession returns the row as a Store gives it back: times in UTC, no monotonic reading.
 func utcSession(s *service.TalkSession, lastSeq int64) *service.TalkSession {
 	c := *s
 	c.CreatedAt, c.UpdatedAt = c.CreatedAt.UTC(), c.UpdatedAt.UTC()
