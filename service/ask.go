@@ -3,6 +3,8 @@ package service
 import (
 	"context"
 	"strings"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // This file is a run's questions as its agent sees them: posing one (Output.Pose, Ask) and
@@ -126,7 +128,7 @@ func (o *output) stopWaiting(w *waiting) (end inputEnd, ended bool, err error) {
 	}
 	t := st.beginLocked()
 	withdrawn := w.in.withdraw(t, ReasonAgentDone)
-	ar.closeLocked(t, map[string]inputEnd{w.id: withdrawn}, nil)
+	ar.closeLocked(t, map[string]inputEnd{w.id: withdrawn}, trace.SpanContext{})
 	if err := t.commitLocked(ar.ctx); err != nil {
 		return inputEnd{}, false, err
 	}

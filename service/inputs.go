@@ -5,6 +5,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // This file is what a run waits on: its inputs, the questions it asked and the tool calls
@@ -194,7 +196,7 @@ func (ar *activeRun) openLocked(t *txn, ws ...*waiting) {
 // is durable: each is taken off ar's waits and handed to the agent waiting on it. When
 // nothing is left to wait on, t carries the run's move back to RUNNING, and a parked run
 // starts again on its history (from is the context of the operation that answered).
-func (ar *activeRun) closeLocked(t *txn, ends map[string]inputEnd, from context.Context) {
+func (ar *activeRun) closeLocked(t *txn, ends map[string]inputEnd, cause trace.SpanContext) {
 	left := 0
 	for id := range ar.inputs {
 		if _, ok := ends[id]; !ok {
@@ -221,7 +223,7 @@ func (ar *activeRun) closeLocked(t *txn, ends map[string]inputEnd, from context.
 		if snap != nil {
 			ar.run.setState(snap)
 			if ar.parked {
-				ar.resumeLocked(from)
+				ar.resumeLocked(cause)
 			}
 		}
 	})
@@ -245,7 +247,7 @@ func (ar *activeRun) expire(id string) {
 	}
 	t := st.beginLocked()
 	end := w.in.withdraw(t, ReasonExpired)
-	ar.closeLocked(t, map[string]inputEnd{id: end}, nil)
+	ar.closeLocked(t, map[string]inputEnd{id: end}, trace.SpanContext{})
 	if err := t.commitLocked(context.Background()); err != nil {
 		w.timer = time.AfterFunc(time.Second, func() { ar.expire(id) })
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // AddMessage stores a user message in the caller's session and starts a run for it, or
@@ -252,7 +254,7 @@ func (st *sessionState) planAddLocked(ctx context.Context, sess *TalkSession, u 
 		run.setState(t.admit(run))
 		t.onAbort(func() { s.sched.release(u) })
 	}
-	t.onCommit(func() { st.queueLocked(run, admitted, ctx) })
+	t.onCommit(func() { st.queueLocked(run, admitted, trace.SpanContextFromContext(ctx)) })
 	return planned{t: t, msg: msg, run: run, admitted: admitted}, nil
 }
 

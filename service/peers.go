@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"slices"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // peers is everything that differs between a process that has its store to itself and
@@ -133,7 +135,7 @@ func (s *core) recoverRun(ctx context.Context, run *Run) error {
 func (st *sessionState) recoverRunLocked(ctx context.Context, run *Run) error {
 	s := st.c
 	if run.Status == RunQueued {
-		st.queueLocked(run, false, nil)
+		st.queueLocked(run, false, trace.SpanContext{})
 		return nil
 	}
 	msgs, calls, err := s.runWork(ctx, st.id, run.ID)
@@ -214,7 +216,7 @@ func (st *sessionState) recoverRunLocked(ctx context.Context, run *Run) error {
 			return err
 		}
 		if len(ws) == 0 { // everything was answered before the process died: go on
-			ar.resumeLocked(context.Background())
+			ar.resumeLocked(trace.SpanContext{})
 		}
 		return nil
 	}

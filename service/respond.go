@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // This file is how the user answers what a run waits on: RespondToInputs (and
@@ -229,7 +231,7 @@ func (s *core) respondToInputs(ctx context.Context, u, sessionID string, answers
 		ends[call.ID] = end
 		res.ToolCalls = append(res.ToolCalls, call)
 	}
-	ar.closeLocked(t, ends, ctx)
+	ar.closeLocked(t, ends, trace.SpanContextFromContext(ctx))
 	if err := t.commitLocked(ctx); err != nil {
 		return nil, err
 	}

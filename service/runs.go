@@ -110,17 +110,13 @@ func (ar *activeRun) sealLocked() {
 
 // startLocked makes run the session's active run and starts a goroutine that waits for a
 // slot and executes it. resumed runs (after an answer) go first in their user's line; a run
-// admitted already (holding) has its slot. from is the context of the operation that
-// starts the run, if any (for its trace).
-func (st *sessionState) startLocked(run *Run, resumed bool, holding bool, from context.Context) *activeRun {
+// admitted already (holding) has its slot. cause is the span of the operation that starts
+// the run, if any: the run's span links to it.
+func (st *sessionState) startLocked(run *Run, resumed bool, holding bool, cause trace.SpanContext) *activeRun {
 	s := st.c
 	ctx, cancel := context.WithCancel(context.Background())
 	var span trace.Span
 	if s.tracer != nil {
-		var cause trace.SpanContext
-		if from != nil {
-			cause = trace.SpanContextFromContext(from)
-		}
 		ctx, span = s.startRunSpan(ctx, st, run, cause)
 	}
 	ar := newActiveRun(st, run, ctx, cancel)
@@ -140,9 +136,9 @@ func (st *sessionState) startLocked(run *Run, resumed bool, holding bool, from c
 
 // queueLocked starts run when the session has no active run, and queues it behind the
 // active one otherwise. holding and from are startLocked's.
-func (st *sessionState) queueLocked(run *Run, holding bool, from context.Context) {
+func (st *sessionState) queueLocked(run *Run, holding bool, cause trace.SpanContext) {
 	if st.active == nil {
-		st.startLocked(run, false, holding, from)
+		st.startLocked(run, false, holding, cause)
 		return
 	}
 	st.queue = append(st.queue, run)
@@ -161,7 +157,7 @@ func (st *sessionState) startNextLocked() {
 	}
 	next := st.queue[0]
 	st.queue = st.queue[1:]
-	st.startLocked(next, false, false, nil)
+	st.startLocked(next, false, false, trace.SpanContext{})
 }
 
 // adoptLocked makes ar, a run brought back from the store (see recoverRunLocked), the
@@ -190,12 +186,12 @@ func (ar *activeRun) endedLocked() {
 // resumeLocked starts the agent of ar, a parked run with nothing left to wait on, on the
 // history that now holds the answers and decisions: a new activeRun of the same run takes
 // its place, with its tool calls (an approved call is run by the agent that resumes, see
-// Output.StartTool). from is the context of the operation that answered.
-func (ar *activeRun) resumeLocked(from context.Context) {
+// Output.StartTool). cause is the span of the operation that answered.
+func (ar *activeRun) resumeLocked(cause trace.SpanContext) {
 	st := ar.st
 	ar.sealLocked()
 	st.active = nil
-	next := st.startLocked(ar.run, true, false, from)
+	next := st.startLocked(ar.run, true, false, cause)
 	next.tools, next.steers, next.replied = ar.tools, ar.steers, true // it asked
 	ar.unparkLocked()
 }
