@@ -24,6 +24,9 @@ type Config struct {
 	MaxSessionMessages int
 	MaxBranches        int
 	MaxForkMessages    int
+	// MaxShareLinks bounds the share links of one session that are neither revoked nor
+	// expired.
+	MaxShareLinks int
 	// MaxSessionsPerUser and MaxUserBytes bound what one user keeps: sessions, and what
 	// they wrote and set in them (see Derive's Bytes).
 	MaxSessionsPerUser int
@@ -97,6 +100,7 @@ func DefaultConfig() Config {
 		MaxSessionMessages: 10000,
 		MaxBranches:        100,
 		MaxForkMessages:    1000,
+		MaxShareLinks:      100,
 
 		MaxSessionsPerUser: 1000,
 		MaxUserBytes:       100 << 20,
@@ -133,6 +137,7 @@ func (c *Config) fill() {
 	pick(&c.MaxSessionMessages, d.MaxSessionMessages)
 	pick(&c.MaxBranches, d.MaxBranches)
 	pick(&c.MaxForkMessages, d.MaxForkMessages)
+	pick(&c.MaxShareLinks, d.MaxShareLinks)
 	pick(&c.MaxSessionsPerUser, d.MaxSessionsPerUser)
 	if c.MaxUserBytes <= 0 {
 		c.MaxUserBytes = d.MaxUserBytes

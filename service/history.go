@@ -16,6 +16,8 @@ type HistoryMessage struct {
 	// the history was read with them (a message of an event carries none).
 	ToolCalls []*ToolCall
 	Loaded    bool
+	// Shared is set on a message a share link's reader is given (see ShareMask).
+	Shared *ShareMask
 }
 
 // History returns a page of the caller's session history, oldest first, as of the view

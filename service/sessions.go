@@ -23,6 +23,7 @@ type SessionView struct {
 	// StreamCursor is the encoded position of the last event at the time of the read.
 	StreamCursor string
 
+	pos  Cursor // StreamCursor's position
 	asOf snapshot
 }
 
@@ -75,7 +76,7 @@ func (st *sessionState) viewLocked(sess *TalkSession) *SessionView {
 		c.Off = end.Off
 	}
 	v.StreamCursor = EncodeCursor(sess.ID, c)
-	v.asOf.seq = c.Seq
+	v.pos, v.asOf.seq = c, c.Seq
 	if ar := st.active; ar != nil {
 		r := *ar.run
 		v.ActiveRun = &r

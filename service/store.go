@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -97,6 +98,17 @@ type Store interface {
 	// not an error, for a missing session.
 	Events(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]*Event, error)
 
+	// ShareLink returns the share link whose Hash is hash; ENOTFOUND when none (a link
+	// goes with its session's deletion). ShareLinkByID returns one by its ID; ENOTFOUND
+	// when missing. ShareLinks returns a session's links, oldest first (CreatedAt, then
+	// ID); empty for a session with none or missing.
+	ShareLink(ctx context.Context, hash []byte) (*ShareLink, error)
+	ShareLinkByID(ctx context.Context, id string) (*ShareLink, error)
+	ShareLinks(ctx context.Context, sessionID string) ([]*ShareLink, error)
+	// CountShareView adds one to the link's Views; nothing, and no error, for a link
+	// that does not exist. Views change only so: a batch that writes the link keeps them.
+	CountShareView(ctx context.Context, id string) error
+
 	// Idempotency returns the record stored for (userID, key); ENOTFOUND when none.
 	Idempotency(ctx context.Context, userID, key string) (*IdempotencyRecord, error)
 
@@ -135,6 +147,10 @@ type Batch struct {
 	// Idempotency is stored with the events; the batch fails with ECONFLICT when
 	// (UserID, Key) already exists.
 	Idempotency *IdempotencyRecord
+	// ShareLink, when set, is a share link of the session, written whole with the batch
+	// (inserted, or replacing the stored one with its ID, but for its Views); a batch
+	// with one also carries the event that tells of it (see ShareLink).
+	ShareLink *ShareLink
 	// Admit, when set, admits a run that the events make RUNNING only while its user has
 	// fewer than Admit.Limit other RUNNING runs (across every replica sharing the store);
 	// the batch fails with ERATELIMIT, writing nothing, otherwise.
@@ -203,7 +219,7 @@ func (b *Batch) checkFace() error {
 		return fmt.Errorf("batch: batch without a session ID")
 	}
 	if b.Delete {
-		if b.Create != nil || len(b.Events) > 0 || b.Idempotency != nil || b.Admit != nil {
+		if b.Create != nil || len(b.Events) > 0 || b.Idempotency != nil || b.Admit != nil || b.ShareLink != nil {
 			return fmt.Errorf("batch: a batch that deletes session %s must write nothing else", b.SessionID)
 		}
 		return nil
@@ -235,6 +251,14 @@ func (b *Batch) checkFace() error {
 	}
 	if b.Create == nil && len(b.Events) == 0 && b.Idempotency != nil {
 		return fmt.Errorf("batch: an idempotency record without events")
+	}
+	if l := b.ShareLink; l != nil {
+		if l.ID == "" || l.SessionID != b.SessionID || len(l.Hash) != sha256.Size {
+			return fmt.Errorf("batch: a share link needs an ID, the batch's session and a SHA-256 hash")
+		}
+		if len(b.Events) == 0 {
+			return fmt.Errorf("batch: a share link without the event that tells of it")
+		}
 	}
 	if a := b.Admit; a != nil && (a.UserID == "" || a.RunID == "" || a.Limit < 1) {
 		return fmt.Errorf("batch: an admission needs a user, a run and a limit ≥ 1")
@@ -278,7 +302,7 @@ func (b *Batch) checkRows(ch *Changes) error {
 
 // Empty reports whether the batch writes nothing.
 func (b *Batch) Empty() bool {
-	return b.Create == nil && !b.Delete && len(b.Events) == 0 && b.Idempotency == nil && b.Admit == nil
+	return b.Create == nil && !b.Delete && len(b.Events) == 0 && b.Idempotency == nil && b.Admit == nil && b.ShareLink == nil
 }
 
 // PrevSeq is the Seq the batch's events follow (0 for a batch without events).

@@ -18,7 +18,7 @@ var ErrShutdown = Errorf(EUNAVAILABLE, "the server is shutting down")
 // a slow client lags behind and catches up from the log, and never holds up the agent or
 // other subscribers. It has no goroutine of its own; the transport reads when notified.
 type Subscription struct {
-	s      *Service
+	s      *core
 	st     *sessionState
 	notify func()
 
@@ -41,11 +41,23 @@ func (s *Service) Subscribe(ctx context.Context, sessionID, after string, notify
 	if err != nil {
 		return nil, err
 	}
-	var pos Cursor
+	var pos *Cursor
 	if after != "" {
-		if pos, err = DecodeCursor(sessionID, after); err != nil {
+		c, err := DecodeCursor(sessionID, after)
+		if err != nil {
 			return nil, err
 		}
+		pos = &c
+	}
+	return s.subscribe(ctx, sess, pos, notify)
+}
+
+// subscribe opens a subscription to sess, after position after, or at the end of its log
+// when after is nil; whose session it is was checked already.
+func (s *core) subscribe(ctx context.Context, sess *TalkSession, after *Cursor, notify func()) (*Subscription, error) {
+	var pos Cursor
+	if after != nil {
+		pos = *after
 	}
 	if s.subs.Add(1) > int64(s.cfg.MaxSubscriptions) {
 		s.subs.Add(-1)
@@ -64,7 +76,7 @@ func (s *Service) Subscribe(ctx context.Context, sessionID, after string, notify
 		s.subs.Add(-1)
 		return nil, err
 	}
-	if after == "" {
+	if after == nil {
 		pos = st.log.end
 	} else if pos.Seq > st.log.end.Seq {
 		st.mu.Unlock()

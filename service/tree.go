@@ -228,8 +228,15 @@ func (s *core) forkSession(ctx context.Context, u, messageID, title string) (*Se
 	if title == "" {
 		title = src.Title
 	}
+	return s.copySession(ctx, u, title, src.Settings, msgs)
+}
+
+// copySession makes a new session of user u's with title and settings, holding copies
+// of msgs, a branch: new messages with their text and status (a question or an answer
+// becomes plain text, one being written is INTERRUPTED; tool calls are not copied).
+func (s *core) copySession(ctx context.Context, u, title string, settings Settings, msgs []*Message) (*SessionView, error) {
 	now := s.now()
-	sess := &TalkSession{ID: newID(), UserID: u, Title: title, Settings: src.Settings, CreatedAt: now, UpdatedAt: now}
+	sess := &TalkSession{ID: newID(), UserID: u, Title: title, Settings: settings, CreatedAt: now, UpdatedAt: now}
 	b := &Batch{SessionID: sess.ID, Create: sess}
 	parent := ""
 	var bytes int64

@@ -62,6 +62,14 @@ func (s *Store) append(b *service.Batch, ch *service.Changes) error {
 			return service.Errorf(service.ECONFLICT, "idempotency key %q was already used", r.Key)
 		}
 	}
+	if l := b.ShareLink; l != nil {
+		if old := s.shares[l.ID]; old != nil && old.SessionID != b.SessionID {
+			return fmt.Errorf("inmem: share link %s belongs to session %s, not %s", l.ID, old.SessionID, b.SessionID)
+		}
+		if id, ok := s.shareByHash[string(l.Hash)]; ok && id != l.ID {
+			return service.Errorf(service.ECONFLICT, "a share link with that hash exists")
+		}
+	}
 	if a := b.Admit; a != nil {
 		running := 0
 		for _, r := range s.runs {
@@ -85,6 +93,7 @@ func (s *Store) append(b *service.Batch, ch *service.Changes) error {
 			questions: make(map[string]struct{}),
 			toolCalls: make(map[string]struct{}),
 			idem:      make(map[idemKey]struct{}),
+			shares:    make(map[string]struct{}),
 		}
 		s.sessions[b.SessionID] = sd
 	}
@@ -92,6 +101,9 @@ func (s *Store) append(b *service.Batch, ch *service.Changes) error {
 		k := idemKey{r.UserID, r.Key}
 		s.idem[k] = cloneIdempotency(r)
 		sd.idem[k] = struct{}{}
+	}
+	if l := b.ShareLink; l != nil {
+		s.putShareLink(sd, l)
 	}
 	for _, e := range b.Events {
 		c := cloneEvent(e)
@@ -208,6 +220,10 @@ func (s *Store) deleteSession(sd *sessionData) {
 	}
 	for k := range sd.idem {
 		delete(s.idem, k)
+	}
+	for id := range sd.shares {
+		delete(s.shareByHash, string(s.shares[id].Hash))
+		delete(s.shares, id)
 	}
 	delete(s.sessions, sd.session.ID)
 }

@@ -26,6 +26,9 @@ type Store struct {
 	questions map[string]*service.Question
 	toolCalls map[string]*service.ToolCall
 	idem      map[idemKey]*service.IdempotencyRecord
+	// shares are the share links by ID, shareByHash their IDs by hash.
+	shares      map[string]*service.ShareLink
+	shareByHash map[string]string
 }
 
 // sessionData is a session with the IDs of everything that belongs to it, so that Delete
@@ -38,6 +41,7 @@ type sessionData struct {
 	questions map[string]struct{}
 	toolCalls map[string]struct{}
 	idem      map[idemKey]struct{}
+	shares    map[string]struct{}
 	events    []*service.Event // ascending Seq
 	bytes     int64            // the session's weight against its user's quota
 }
@@ -56,6 +60,9 @@ func New() *Store {
 		questions: make(map[string]*service.Question),
 		toolCalls: make(map[string]*service.ToolCall),
 		idem:      make(map[idemKey]*service.IdempotencyRecord),
+
+		shares:      make(map[string]*service.ShareLink),
+		shareByHash: make(map[string]string),
 	}
 }
 

@@ -381,6 +381,7 @@ func queueWrites(wb *pgx.Batch, preps []*prep, idxs []int) {
 	if len(swSess) > 0 {
 		wb.Queue(qSwitchBranch, swSess, swMsg, swOn)
 	}
+	queueShareLinks(wb, preps, idxs)
 	if len(ended[0]) > 0 {
 		wb.Queue(qWithdrawQuestions, ended[0], ended[1])
 	}

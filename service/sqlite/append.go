@@ -105,6 +105,11 @@ func (s *Store) appendTx(todo []int, batches []*service.Batch, chs []service.Cha
 		if err := w.create(b); err != nil {
 			return w.failed(i, batches, errs, err)
 		}
+		if l := b.ShareLink; l != nil {
+			if err := w.putShareLink(l); err != nil {
+				return w.failed(i, batches, errs, err)
+			}
+		}
 		for _, e := range b.Events {
 			args, err := eventArgs(e, b.SessionID)
 			if err != nil {

@@ -398,7 +398,7 @@ var writes = []string{
 	qInsertSession, qUpdateSession, qDeleteSession, qGrowSession,
 	qRewriteEvent, qDropEvents, qInsertIdempotency, qDeleteMessages, qDeleteRuns,
 	qDeleteQuestions, qDeleteToolCalls, qDeleteEvents, qDeleteIdempotency, qWithdrawQuestions,
-	qSwitchBranch,
+	qSwitchBranch, qPutShareLink, qDeleteShareLinks,
 }
 
 func init() {
@@ -418,5 +418,5 @@ func scanChunk(sc scanner) (*service.Event, error) {
 var reads = []string{
 	qSession, qSessions, qSessionsAft, qMessage, qMessagesFirst, qMessagesLast, qRun, qRunsByStatus,
 	qQuestion, qQuestions, qToolCalls, qToolCall, qEvents, qChunks, qCountEvents, qIdempotency, qFootprint,
-	qChildren, qCountMessages, qSessionRuns,
+	qChildren, qCountMessages, qSessionRuns, qShareLink, qShareLinkByID, qShareLinks,
 }
