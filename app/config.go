@@ -305,6 +305,19 @@ func Settings() []Setting {
 		{"anon-rate-burst", "ANON_RATE_BURST", itoa(web.AnonBurst), "requests without a valid token a client address may make at once above the rate", num(1, func(c *Config) *int { return &c.HTTP.AnonBurst })},
 		{"guest-signin-rate", "GUEST_SIGNIN_RATE", strconv.FormatFloat(web.GuestPerMinute, 'f', -1, 64), "guest sign-ins per client address per minute", rate(func(c *Config) *float64 { return &c.HTTP.GuestPerMinute })},
 		{"guest-signin-burst", "GUEST_SIGNIN_BURST", itoa(web.GuestBurst), "guest sign-ins a client address may make at once above the rate", num(1, func(c *Config) *int { return &c.HTTP.GuestBurst })},
+		{"shared-reads-rate", "SHARED_READS_PER_SECOND", strconv.FormatFloat(web.SharedReadsPerSecond, 'f', -1, 64), "operations without a sign-in (shared reads: sharedSession, sharedStream) per client address per second", rate(func(c *Config) *float64 { return &c.HTTP.SharedReadsPerSecond })},
+		{"shared-reads-burst", "SHARED_READS_BURST", itoa(web.SharedReadsBurst), "shared reads a client address may make at once above the rate", num(1, func(c *Config) *int { return &c.HTTP.SharedReadsBurst })},
+		{"public-url", "PUBLIC_URL", "", "where clients reach the server (https://chat.example.com): share links' URLs begin with it; empty: each request's own scheme and host", func(c *Config, v string) error {
+			v = strings.TrimRight(strings.TrimSpace(v), "/")
+			if v != "" {
+				u, err := url.Parse(v)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+					return fmt.Errorf("want an http(s) origin like https://chat.example.com, got %q", v)
+				}
+			}
+			c.HTTP.PublicURL = v
+			return nil
+		}},
 		{"trusted-proxies", "TRUSTED_PROXIES", "", "comma-separated CIDRs of reverse proxies: behind them the client address is the last X-Forwarded-For hop not among them", func(c *Config, v string) error {
 			p, err := httpapi.ParseTrustedProxies(v)
 			if err != nil {
@@ -330,7 +343,8 @@ func Settings() []Setting {
 		{"max-queued-runs", "MAX_QUEUED_RUNS", itoa(svc.MaxQueuedRuns), "messages waiting in one session (busy policy ENQUEUE)", num(1, func(c *Config) *int { return &c.Service.MaxQueuedRuns })},
 		{"max-session-messages", "MAX_SESSION_MESSAGES", itoa(svc.MaxSessionMessages), "messages of one session, on every branch", num(1, func(c *Config) *int { return &c.Service.MaxSessionMessages })},
 		{"max-branches", "MAX_BRANCHES", itoa(svc.MaxBranches), "versions of one message (edits and regenerations)", num(1, func(c *Config) *int { return &c.Service.MaxBranches })},
-		{"max-fork-messages", "MAX_FORK_MESSAGES", itoa(svc.MaxForkMessages), "messages one forkSession copies", num(1, func(c *Config) *int { return &c.Service.MaxForkMessages })},
+		{"max-fork-messages", "MAX_FORK_MESSAGES", itoa(svc.MaxForkMessages), "messages one forkSession copies, and a shared session shows (its last)", num(1, func(c *Config) *int { return &c.Service.MaxForkMessages })},
+		{"max-share-links", "MAX_SHARE_LINKS", itoa(svc.MaxShareLinks), "share links of one session that are neither revoked nor expired", num(1, func(c *Config) *int { return &c.Service.MaxShareLinks })},
 		{"input-expiry", "INPUT_EXPIRY", fmtDur(svc.InputExpiry), "longest a question or a tool call awaiting approval waits; then it is withdrawn and the agent goes on (an agent may ask for less)", dur(time.Second, func(c *Config) *time.Duration { return &c.Service.InputExpiry })},
 		{"tool-policies", "TOOL_POLICIES", fmtPolicies(svc.ToolPolicies), "the operator's tool policies, as tool=POLICY pairs separated by commas (POLICY: ALLOW, ASK or DENY); a name ending in * names every tool it begins (mcp__files__*=ASK: every tool of the MCP server files), the exact name winning over the longest such pattern. Each is a ceiling: a session may make a tool stricter, never looser. A tool not named keeps its own default (the shell ASK, an MCP tool annotated readOnlyHint ALLOW and any other ASK, the rest ALLOW)", func(c *Config, v string) error {
 			ps, err := parsePolicies(v)

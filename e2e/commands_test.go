@@ -31,11 +31,14 @@ var mutationCalls = map[string]struct {
 		func(_, mid string) map[string]any { return map[string]any{"c": mid} }},
 	"respondToInputs": {`mutation($s: ID!, $q: ID!) { respondToInputs(input: {sessionId: $s, answers: [{questionId: $q, answer: "a"}]}) { run { id } } }`,
 		func(sid, mid string) map[string]any { return map[string]any{"s": sid, "q": mid} }},
-	"cancelRun":    {`mutation($s: ID!) { cancelRun(sessionId: $s) { id } }`, sessionVar},
-	"editMessage":  {`mutation($m: ID!) { editMessage(input: {messageId: $m, content: "again"}) { run { id } } }`, messageVar},
-	"regenerate":   {`mutation($m: ID!) { regenerate(input: {messageId: $m}) { run { id } } }`, messageVar},
-	"selectBranch": {`mutation($m: ID!) { selectBranch(input: {messageId: $m}) { id } }`, messageVar},
-	"forkSession":  {`mutation($m: ID!) { forkSession(input: {messageId: $m}) { id } }`, messageVar},
+	"cancelRun":         {`mutation($s: ID!) { cancelRun(sessionId: $s) { id } }`, sessionVar},
+	"editMessage":       {`mutation($m: ID!) { editMessage(input: {messageId: $m, content: "again"}) { run { id } } }`, messageVar},
+	"regenerate":        {`mutation($m: ID!) { regenerate(input: {messageId: $m}) { run { id } } }`, messageVar},
+	"selectBranch":      {`mutation($m: ID!) { selectBranch(input: {messageId: $m}) { id } }`, messageVar},
+	"forkSession":       {`mutation($m: ID!) { forkSession(input: {messageId: $m}) { id } }`, messageVar},
+	"createShareLink":   {`mutation($s: ID!) { createShareLink(input: {sessionId: $s}) { token } }`, sessionVar},
+	"revokeShareLink":   {`mutation($m: ID!) { revokeShareLink(id: $m) { id } }`, messageVar},
+	"forkSharedSession": {`mutation { forkSharedSession(token: "no such token") { id } }`, nil},
 }
 
 func sessionVar(sid, _ string) map[string]any { return map[string]any{"s": sid} }

@@ -8,9 +8,18 @@ import (
 )
 
 // event converts a log event to its GraphQL type; nil for a type the schema does not know
-// (such an event is not shown).
+// (such an event is not shown). A message's question is the one the event carries, and
+// its tool calls are read if asked for.
 func (r *Resolver) event(ctx context.Context, ev *service.Event) model.SessionEvent {
-	cur := service.EncodeCursor(ev.SessionID, service.CursorOf(ev))
+	return r.eventAt(ctx, ev, service.EncodeCursor(ev.SessionID, service.CursorOf(ev)), nil)
+}
+
+// eventAt is event with the cursor cur, for a reader of a share link whose mask messages
+// read through when mask is not nil (ev went through it already).
+func (r *Resolver) eventAt(ctx context.Context, ev *service.Event, cur string, mask *service.ShareMask) model.SessionEvent {
+	historyOf := func(ev *service.Event) *service.HistoryMessage {
+		return &service.HistoryMessage{Message: *ev.Message, Question: ev.Question, Shared: mask}
+	}
 	switch ev.Type {
 	case service.EventMessageAdded:
 		return &model.MessageAdded{Cursor: cur, At: ev.At, Message: historyOf(ev)}
@@ -39,6 +48,9 @@ func (r *Resolver) event(ctx context.Context, ev *service.Event) model.SessionEv
 	case service.EventBranchSelected:
 		return &model.BranchSelected{Cursor: cur, At: ev.At, LeafID: ev.Key}
 	case service.EventSessionUpdated:
+		if mask != nil {
+			return nil // a reader sees no session's row
+		}
 		// The event carries the session's row as it was: a replay shows the title and
 		// settings of then, and the cursor of the event; the state (status, active run,
 		// pending question) is read at delivery.
@@ -54,12 +66,6 @@ func (r *Resolver) event(ctx context.Context, ev *service.Event) model.SessionEv
 		return &model.SessionUpdated{Cursor: cur, At: ev.At, Session: v}
 	}
 	return nil
-}
-
-// historyOf is the message of a MessageAdded or MessageCompleted event, with the question
-// it carries; its tool calls are read if asked for.
-func historyOf(ev *service.Event) *service.HistoryMessage {
-	return &service.HistoryMessage{Message: *ev.Message, Question: ev.Question}
 }
 
 func settingsInput(in *model.SessionSettingsInput) service.SettingsInput {

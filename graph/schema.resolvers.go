@@ -7,6 +7,7 @@ package graph
 
 import (
 	"context"
+	"math"
 
 	"github.com/talkgraph/talkgraph/graph/generated"
 	"github.com/talkgraph/talkgraph/graph/model"
@@ -32,6 +33,9 @@ func (r *messageResolver) ToolCalls(ctx context.Context, obj *service.HistoryMes
 		return append([]*service.ToolCall{}, obj.ToolCalls...), nil
 	}
 	// A message of an event: its calls are read when asked for.
+	if obj.Shared != nil {
+		return obj.Shared.ToolCalls(ctx, r.Service, obj)
+	}
 	return r.Service.ToolCalls(ctx, obj.SessionID, obj.ID)
 }
 
@@ -42,6 +46,9 @@ func (r *messageResolver) ParentID(ctx context.Context, obj *service.HistoryMess
 
 // SiblingIds is the resolver for the siblingIds field.
 func (r *messageResolver) SiblingIds(ctx context.Context, obj *service.HistoryMessage) ([]string, error) {
+	if obj.Shared != nil { // a reader sees one branch
+		return []string{obj.ID}, nil
+	}
 	return r.Service.Siblings(ctx, &obj.Message)
 }
 
@@ -176,6 +183,30 @@ func (r *mutationResolver) ForkSession(ctx context.Context, input model.ForkSess
 	return r.Service.ForkSession(ctx, input.MessageID, title)
 }
 
+// CreateShareLink is the resolver for the createShareLink field.
+func (r *mutationResolver) CreateShareLink(ctx context.Context, input model.CreateShareLinkInput) (*model.CreateShareLinkPayload, error) {
+	l, token, err := r.Service.CreateShareLink(ctx, service.CreateShareLinkInput{SessionID: input.SessionID,
+		Live: input.Live != nil && *input.Live, IncludeTools: input.IncludeTools != nil && *input.IncludeTools, ExpiresAt: input.ExpiresAt})
+	if err != nil {
+		return nil, err
+	}
+	return &model.CreateShareLinkPayload{ShareLink: l, Token: token, URL: ShareURL(ctx, token)}, nil
+}
+
+// RevokeShareLink is the resolver for the revokeShareLink field.
+func (r *mutationResolver) RevokeShareLink(ctx context.Context, id string) (*service.ShareLink, error) {
+	return r.Service.RevokeShareLink(ctx, id)
+}
+
+// ForkSharedSession is the resolver for the forkSharedSession field.
+func (r *mutationResolver) ForkSharedSession(ctx context.Context, token string, title *string) (*service.SessionView, error) {
+	var t string
+	if title != nil {
+		t = *title
+	}
+	return r.Service.ForkSharedSession(ctx, token, t)
+}
+
 // Viewer is the resolver for the viewer field.
 func (r *queryResolver) Viewer(ctx context.Context) (*model.Viewer, error) {
 	u := service.UserFrom(ctx)
@@ -237,6 +268,11 @@ func (r *queryResolver) Agents(ctx context.Context) ([]*service.AgentInfo, error
 	return out, nil
 }
 
+// SharedSession is the resolver for the sharedSession field.
+func (r *queryResolver) SharedSession(ctx context.Context, token string) (*service.SharedView, error) {
+	return r.Service.SharedSession(ctx, token)
+}
+
 // AnswerSchema is the resolver for the answerSchema field.
 func (r *questionResolver) AnswerSchema(ctx context.Context, obj *service.Question) (*string, error) {
 	return optional(obj.AnswerSchema), nil
@@ -265,6 +301,16 @@ func (r *sessionSettingsResolver) ToolPolicies(ctx context.Context, obj *service
 	return out, nil
 }
 
+// Views is the resolver for the views field.
+func (r *shareLinkResolver) Views(ctx context.Context, obj *service.ShareLink) (int, error) {
+	return int(min(obj.Views, math.MaxInt32)), nil
+}
+
+// StreamCursor is the resolver for the streamCursor field.
+func (r *sharedSessionResolver) StreamCursor(ctx context.Context, obj *service.SharedView) (*string, error) {
+	return optional(obj.StreamCursor), nil
+}
+
 // MessageStream is the resolver for the messageStream field.
 func (r *subscriptionResolver) MessageStream(ctx context.Context, sessionID string, after *string) (<-chan model.SessionEvent, error) {
 	// The transport drives the subscription with a Stream (see withStream): the resolver
@@ -280,6 +326,20 @@ func (r *subscriptionResolver) MessageStream(ctx context.Context, sessionID stri
 			cursor = *after
 		}
 		if err := st.open(ctx, r.Resolver, sessionID, cursor); err != nil {
+			return nil, err
+		}
+	}
+	return st.ch, nil
+}
+
+// SharedStream is the resolver for the sharedStream field.
+func (r *subscriptionResolver) SharedStream(ctx context.Context, token string, after *string) (<-chan model.SessionEvent, error) {
+	st := streamOf(ctx) // as messageStream
+	if st == nil {
+		return nil, service.Errorf(service.EINTERNAL, "sharedStream needs a transport that drives a graph.Stream")
+	}
+	if st.sub == nil {
+		if err := st.openShared(ctx, r.Resolver, token, after); err != nil {
 			return nil, err
 		}
 	}
@@ -313,6 +373,11 @@ func (r *talkSessionResolver) Messages(ctx context.Context, obj *service.Session
 // QueuedRuns is the resolver for the queuedRuns field.
 func (r *talkSessionResolver) QueuedRuns(ctx context.Context, obj *service.SessionView) ([]*service.Run, error) {
 	return r.Service.QueuedRuns(ctx, obj)
+}
+
+// ShareLinks is the resolver for the shareLinks field.
+func (r *talkSessionResolver) ShareLinks(ctx context.Context, obj *service.SessionView) ([]*service.ShareLink, error) {
+	return r.Service.ShareLinks(ctx, obj.ID)
 }
 
 // Reason is the resolver for the reason field.
@@ -365,6 +430,12 @@ func (r *Resolver) SessionSettings() generated.SessionSettingsResolver {
 	return &sessionSettingsResolver{r}
 }
 
+// ShareLink returns generated.ShareLinkResolver implementation.
+func (r *Resolver) ShareLink() generated.ShareLinkResolver { return &shareLinkResolver{r} }
+
+// SharedSession returns generated.SharedSessionResolver implementation.
+func (r *Resolver) SharedSession() generated.SharedSessionResolver { return &sharedSessionResolver{r} }
+
 // Subscription returns generated.SubscriptionResolver implementation.
 func (r *Resolver) Subscription() generated.SubscriptionResolver { return &subscriptionResolver{r} }
 
@@ -387,6 +458,8 @@ type (
 	questionResolver        struct{ *Resolver }
 	runResolver             struct{ *Resolver }
 	sessionSettingsResolver struct{ *Resolver }
+	shareLinkResolver       struct{ *Resolver }
+	sharedSessionResolver   struct{ *Resolver }
 	subscriptionResolver    struct{ *Resolver }
 	talkSessionResolver     struct{ *Resolver }
 	toolApprovalResolver    struct{ *Resolver }

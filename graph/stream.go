@@ -35,11 +35,14 @@ import (
 //     with its cursor), or a failure (an internal error).
 type Stream struct {
 	r      *Resolver
-	sub    *service.Subscription // nil until the resolver has opened it (see withStream)
+	sub    reader // nil until the resolver has opened it (see withStream)
 	notify func()
-	exec   graphql.GraphExecutor
-	op     operation
-	log    *slog.Logger
+	// view maps an event of sub to its GraphQL type (nil: not shown): Resolver.event for
+	// messageStream, through the link's mask for sharedStream.
+	view func(ctx context.Context, ev *service.Event) model.SessionEvent
+	exec graphql.GraphExecutor
+	op   operation
+	log  *slog.Logger
 
 	buf []*service.Event        // read from the log, not yet sent
 	ch  chan model.SessionEvent // buffered(1): the event the executor renders next
@@ -60,6 +63,13 @@ type Stream struct {
 	mu     sync.Mutex // guards retry and closed: Close may come while Pump runs
 	retry  *time.Timer
 	closed bool
+}
+
+// reader is what a Stream reads: a session's log (service.Subscription), or a share
+// link's (service.SharedSubscription).
+type reader interface {
+	Read(ctx context.Context, max int) ([]*service.Event, error)
+	Close()
 }
 
 // Output is how a transport sends a subscription's results: Pump calls Send with each.
@@ -94,6 +104,9 @@ const (
 	// StreamFailed: the stream broke (a panic, or the executor answered nothing; it was
 	// logged). End the subscription with an internal error.
 	StreamFailed
+	// StreamGone: a share link's stream whose link no longer opens its session (revoked,
+	// expired, the session deleted). End the subscription with GoneError (NOT_FOUND).
+	StreamGone
 )
 
 // perTurn is how many events one turn of Pump sends at most.
@@ -201,7 +214,7 @@ func (st *Stream) open(ctx context.Context, r *Resolver, sessionID, after string
 	if err != nil {
 		return err
 	}
-	st.r, st.sub = r, sub
+	st.r, st.sub, st.view = r, sub, r.event
 	st.planFrom(ctx)
 	return nil
 }
@@ -228,6 +241,8 @@ func (st *Stream) Pump(ctx context.Context, out Output) (state StreamState) {
 		}
 		m, err := st.next(ctx)
 		switch {
+		case errors.Is(err, service.ErrNoShare):
+			return StreamGone
 		case errors.Is(err, service.ErrSessionDeleted):
 			return StreamDeleted
 		case errors.Is(err, service.ErrShutdown):
@@ -278,7 +293,7 @@ func (st *Stream) next(ctx context.Context) (model.SessionEvent, error) {
 		ev := st.buf[0]
 		st.buf[0] = nil
 		st.buf = st.buf[1:]
-		if m := st.r.event(ctx, ev); m != nil {
+		if m := st.view(ctx, ev); m != nil {
 			return m, nil
 		}
 	}

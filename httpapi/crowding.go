@@ -58,9 +58,12 @@ func (c *crowding) admitUpgrade(w http.ResponseWriter, r *http.Request) (release
 	return func() { c.socketsByAddr.release(addr) }, true
 }
 
-// admitUser takes a socket of the user connection_init authorised.
+// admitUser takes a socket of the user connection_init authorised, if any.
 func (c *crowding) admitUser(ctx context.Context) (release func(), err error) {
 	user := service.UserFrom(ctx)
+	if user == "" {
+		return func() {}, nil // a reader without a sign-in: the socket counts against its address
+	}
 	if !c.socketsByUser.take(user) {
 		return nil, service.Errorf(service.ERATELIMIT, "%s", c.tooManySocketsForUser())
 	}

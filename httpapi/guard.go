@@ -30,6 +30,8 @@ func (c *HandlerConfig) fillLimits(d HandlerConfig) {
 	pickRate(&c.SubscribePerSecond, d.SubscribePerSecond)
 	pickRate(&c.AnonPerSecond, d.AnonPerSecond)
 	pickRate(&c.GuestPerMinute, d.GuestPerMinute)
+	pickRate(&c.SharedReadsPerSecond, d.SharedReadsPerSecond)
+	pick(&c.SharedReadsBurst, d.SharedReadsBurst)
 	if c.DisableIntrospection {
 		c.Introspection = IntrospectionOff
 	}
@@ -60,9 +62,10 @@ func useLimits(gql *handler.Server, cfg HandlerConfig) []*keyedLimiter {
 	ops := operationLimits{
 		rate:      newKeyedLimiter(cfg.OpsPerSecond, cfg.OpsBurst),
 		subscribe: newKeyedLimiter(cfg.SubscribePerSecond, cfg.SubscribeBurst),
+		anonymous: newKeyedLimiter(cfg.SharedReadsPerSecond, cfg.SharedReadsBurst),
 	}
 	gql.Use(ops)
 	gql.Use(queries.Commit()) // last: after every check that can refuse
 	gql.AroundResponses(capErrors(cfg.MaxErrors))
-	return []*keyedLimiter{ops.rate, ops.subscribe}
+	return []*keyedLimiter{ops.rate, ops.subscribe, ops.anonymous}
 }

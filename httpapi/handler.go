@@ -82,6 +82,13 @@ type HandlerConfig struct {
 	SubscriptionsPerUser    int
 	// TrustedProxies are the proxies whose X-Forwarded-For names the client.
 	TrustedProxies []netip.Prefix
+	// PublicURL is where clients reach the server (https://chat.example.com), which share
+	// links' URLs begin with; empty: each request's own scheme and host.
+	PublicURL string
+	// SharedReadsPerSecond and SharedReadsBurst limit, per client address, the operations
+	// made without a sign-in (shared reads: sharedSession, sharedStream); default 2 and 20.
+	SharedReadsPerSecond float64
+	SharedReadsBurst     int
 
 	// Web is the browser app served at /; without it / leads to the playground.
 	Web fs.FS
@@ -117,6 +124,9 @@ func DefaultHandlerConfig() HandlerConfig {
 		AnonBurst:          50,
 		GuestPerMinute:     10,
 		GuestBurst:         20,
+
+		SharedReadsPerSecond: 2,
+		SharedReadsBurst:     20,
 
 		BodyReadTimeout:         30 * time.Second,
 		BodyReadsPerAddress:     100,
@@ -188,7 +198,7 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 
 	addrs := clientAddresses{trusted: cfg.TrustedProxies}
 	crowd := newCrowding(addrs, cfg)
-	sockets.Values = wsValues(addrs)
+	sockets.Values = wsValues(addrs, cfg.PublicURL)
 	sockets.Admit = crowd.admitUpgrade
 	sockets.AdmitUser = crowd.admitUser
 	sockets.AdmitSubscription = crowd.admitSubscription
@@ -225,7 +235,7 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	// read it, for as long as it takes, before answering.
 	body := &bodies{max: cfg.MaxBodyBytes, timeout: cfg.BodyReadTimeout, reading: newSlots(cfg.BodyReadsPerAddress), addrs: addrs}
 	mux := http.NewServeMux()
-	mux.Handle("/query", limitAnonymous(anonymous, addrs, authenticate(cfg.Auth, body.read(gql))))
+	mux.Handle("/query", limitAnonymous(anonymous, addrs, authenticate(cfg.Auth, operationValues(addrs, cfg.PublicURL, body.read(gql)))))
 	mux.Handle("/playground", body.read(playgroundPage(cfg.Web)))
 	mux.Handle("/auth/guest", limitByAddress(guests, addrs, "too many guest sign-ins from your address", body.read(guestHandler(cfg.Auth, cfg.GuestSignIn))))
 	mux.Handle("/healthz", body.read(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -244,6 +254,7 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	mux.Handle("/metrics", body.read(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	if cfg.Web != nil {
 		mux.Handle("/", body.read(spa(cfg.Web)))
+		mux.Handle("/s/", body.read(sharedPage(cfg.Web)))
 	} else {
 		mux.Handle("/", body.read(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path != "/" {

@@ -12,12 +12,14 @@ import (
 )
 
 // operationLimits is a gqlgen extension that enforces each user's operation rate before
-// an operation runs. Subscribing draws on a budget of its own: a client that reconnects
+// an operation runs, and each address's operations made without a sign-in (shared
+// reads). Subscribing draws on a budget of its own: a client that reconnects
 // resubscribes to everything it follows at once, cheaply (with after:), and the sockets'
 // and the server's subscription caps bound what stays open.
 type operationLimits struct {
 	rate      *keyedLimiter // queries and mutations, per user
 	subscribe *keyedLimiter // subscriptions, per user
+	anonymous *keyedLimiter // operations without a user (shared reads), per client address
 }
 
 var (
@@ -30,6 +32,14 @@ func (operationLimits) Validate(graphql.ExecutableSchema) error { return nil }
 func (o operationLimits) MutateOperationContext(ctx context.Context, rc *graphql.OperationContext) *gqlerror.Error {
 	u := service.UserFrom(ctx)
 	if u == "" {
+		// Without a user, only shared reads get anywhere: each counts against its
+		// address (the operations' context carries it, see operationValues and wsValues).
+		addr, _ := ctx.Value(clientAddrKey{}).(string)
+		if o.anonymous != nil {
+			if ok, _ := o.anonymous.allow(addr); !ok {
+				return graph.Error(service.Errorf(service.ERATELIMIT, "too many reads without a sign-in from your address; slow down"))
+			}
+		}
 		return nil
 	}
 	lim, what := o.rate, "operations"

@@ -221,6 +221,9 @@ func (t sse) stream(ctx context.Context, exec graphql.GraphExecutor, rc *graphql
 		case graph.StreamFailed:
 			write(nextEvent(&graphql.Response{Errors: gqlerror.List{graph.Error(service.Errorf(service.EINTERNAL, "internal error"))}}))
 			return
+		case graph.StreamGone:
+			write(nextEvent(&graphql.Response{Errors: graph.GoneError()}))
+			return
 		}
 		select {
 		case <-wake:

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talkgraph/talkgraph/graph"
 	"github.com/talkgraph/talkgraph/jwtauth"
 	"github.com/talkgraph/talkgraph/service"
 )
@@ -39,19 +40,28 @@ func originChecker(allowed []string) func(*http.Request) bool {
 // proved, if any (wsAuthenticate falls back on it), and its client address (which its
 // subscriptions count against, see crowding), and nothing else: the request's own context
 // holds the HTTP server's state for the connection it came on.
-func wsValues(addrs clientAddresses) func(r *http.Request) context.Context {
+func wsValues(addrs clientAddresses, publicURL string) func(r *http.Request) context.Context {
 	return func(r *http.Request) context.Context {
 		ctx := context.WithValue(context.Background(), clientAddrKey{}, addrs.of(r))
+		ctx = graph.WithPublicURL(ctx, publicBase(r, publicURL))
 		if id, ok := r.Context().Value(identityKey{}).(jwtauth.Identity); ok {
 			ctx = context.WithValue(ctx, identityKey{}, id)
+		} else if r.Header.Get("Authorization") != "" {
+			ctx = context.WithValue(ctx, refusedHeaderKey{}, true)
 		}
 		return ctx
 	}
 }
 
+// refusedHeaderKey marks a websocket whose upgrade carried an Authorization header that
+// was refused: connection_init must then carry a good token.
+type refusedHeaderKey struct{}
+
 // wsAuthenticate authorises a websocket with the token of connection_init's payload
 // (Authorization, key matched without regard to case, "Bearer <token>" or the bare token),
-// or else the upgrade request's Authorization header. The socket's authorisation ends at
+// or else the upgrade request's Authorization header; with neither, the connection has no
+// user, and serves only what needs none (shared reads). A token that is refused, in the
+// payload or the header, closes it. The socket's authorisation ends at
 // the token's expiry. A token past its expiry is refused here even within the clock skew
 // that Verify tolerates for single requests: a socket would be acknowledged only to be
 // closed at once.
@@ -74,10 +84,14 @@ func wsAuthenticate(auth *jwtauth.Auth) func(ctx context.Context, payload map[st
 			if id, err = auth.Verify(tok); err != nil {
 				return nil, time.Time{}, err
 			}
+		case ctx.Value(refusedHeaderKey{}) != nil:
+			return nil, time.Time{}, service.Errorf(service.EUNAUTHORIZED, `connection_init needs {"Authorization": "Bearer <token>"}`)
 		default:
 			var ok bool
 			if id, ok = ctx.Value(identityKey{}).(jwtauth.Identity); !ok {
-				return nil, time.Time{}, service.Errorf(service.EUNAUTHORIZED, `connection_init needs {"Authorization": "Bearer <token>"}`)
+				// No token at all: a connection for shared reads (sharedStream), on which
+				// every other operation answers UNAUTHENTICATED.
+				return ctx, time.Time{}, nil
 			}
 		}
 		if !id.Expires.IsZero() && !time.Now().Before(id.Expires) {

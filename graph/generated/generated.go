@@ -37,6 +37,8 @@ type ResolverRoot interface {
 	Question() QuestionResolver
 	Run() RunResolver
 	SessionSettings() SessionSettingsResolver
+	ShareLink() ShareLinkResolver
+	SharedSession() SharedSessionResolver
 	Subscription() SubscriptionResolver
 	TalkSession() TalkSessionResolver
 	ToolApproval() ToolApprovalResolver
@@ -63,6 +65,12 @@ type ComplexityRoot struct {
 		At     func(childComplexity int) int
 		Cursor func(childComplexity int) int
 		LeafID func(childComplexity int) int
+	}
+
+	CreateShareLinkPayload struct {
+		ShareLink func(childComplexity int) int
+		Token     func(childComplexity int) int
+		URL       func(childComplexity int) int
 	}
 
 	DecideToolCallPayload struct {
@@ -119,15 +127,18 @@ type ComplexityRoot struct {
 	Mutation struct {
 		AddMessage                func(childComplexity int, input model.AddMessageInput) int
 		CancelRun                 func(childComplexity int, sessionID string, runID *string) int
+		CreateShareLink           func(childComplexity int, input model.CreateShareLinkInput) int
 		CreateTalkSession         func(childComplexity int, input *model.CreateTalkSessionInput) int
 		DecideToolCall            func(childComplexity int, input model.DecideToolCallInput) int
 		DeleteTalkSession         func(childComplexity int, id string) int
 		EditMessage               func(childComplexity int, input model.EditMessageInput) int
 		ForkSession               func(childComplexity int, input model.ForkSessionInput) int
+		ForkSharedSession         func(childComplexity int, token string, title *string) int
 		Regenerate                func(childComplexity int, input model.RegenerateInput) int
 		RenameTalkSession         func(childComplexity int, input model.RenameTalkSessionInput) int
 		RespondToInputs           func(childComplexity int, input model.RespondToInputsInput) int
 		RespondToQuestion         func(childComplexity int, input model.RespondToQuestionInput) int
+		RevokeShareLink           func(childComplexity int, id string) int
 		SelectBranch              func(childComplexity int, input model.SelectBranchInput) int
 		UpdateTalkSessionSettings func(childComplexity int, input model.UpdateTalkSessionSettingsInput) int
 	}
@@ -140,11 +151,12 @@ type ComplexityRoot struct {
 	}
 
 	Query struct {
-		Agents   func(childComplexity int) int
-		Run      func(childComplexity int, id string) int
-		Session  func(childComplexity int, id string) int
-		Sessions func(childComplexity int, first *int, after *string) int
-		Viewer   func(childComplexity int) int
+		Agents        func(childComplexity int) int
+		Run           func(childComplexity int, id string) int
+		Session       func(childComplexity int, id string) int
+		Sessions      func(childComplexity int, first *int, after *string) int
+		SharedSession func(childComplexity int, token string) int
+		Viewer        func(childComplexity int) int
 	}
 
 	Question struct {
@@ -229,8 +241,27 @@ type ComplexityRoot struct {
 		Session func(childComplexity int) int
 	}
 
+	ShareLink struct {
+		CreatedAt    func(childComplexity int) int
+		ExpiresAt    func(childComplexity int) int
+		ID           func(childComplexity int) int
+		IncludeTools func(childComplexity int) int
+		Live         func(childComplexity int) int
+		RevokedAt    func(childComplexity int) int
+		SessionID    func(childComplexity int) int
+		Views        func(childComplexity int) int
+	}
+
+	SharedSession struct {
+		Live         func(childComplexity int) int
+		Messages     func(childComplexity int) int
+		StreamCursor func(childComplexity int) int
+		Title        func(childComplexity int) int
+	}
+
 	Subscription struct {
 		MessageStream func(childComplexity int, sessionID string, after *string) int
+		SharedStream  func(childComplexity int, token string, after *string) int
 	}
 
 	TalkSession struct {
@@ -243,6 +274,7 @@ type ComplexityRoot struct {
 		PendingQuestions func(childComplexity int) int
 		QueuedRuns       func(childComplexity int) int
 		Settings         func(childComplexity int) int
+		ShareLinks       func(childComplexity int) int
 		Status           func(childComplexity int) int
 		StreamCursor     func(childComplexity int) int
 		Title            func(childComplexity int) int
@@ -367,6 +399,9 @@ type MutationResolver interface {
 	Regenerate(ctx context.Context, input model.RegenerateInput) (*model.RegeneratePayload, error)
 	SelectBranch(ctx context.Context, input model.SelectBranchInput) (*service.SessionView, error)
 	ForkSession(ctx context.Context, input model.ForkSessionInput) (*service.SessionView, error)
+	CreateShareLink(ctx context.Context, input model.CreateShareLinkInput) (*model.CreateShareLinkPayload, error)
+	RevokeShareLink(ctx context.Context, id string) (*service.ShareLink, error)
+	ForkSharedSession(ctx context.Context, token string, title *string) (*service.SessionView, error)
 }
 type QueryResolver interface {
 	Viewer(ctx context.Context) (*model.Viewer, error)
@@ -374,6 +409,7 @@ type QueryResolver interface {
 	Session(ctx context.Context, id string) (*service.SessionView, error)
 	Run(ctx context.Context, id string) (*service.Run, error)
 	Agents(ctx context.Context) ([]*service.AgentInfo, error)
+	SharedSession(ctx context.Context, token string) (*service.SharedView, error)
 }
 type QuestionResolver interface {
 	AnswerSchema(ctx context.Context, obj *service.Question) (*string, error)
@@ -386,13 +422,21 @@ type RunResolver interface {
 type SessionSettingsResolver interface {
 	ToolPolicies(ctx context.Context, obj *service.Settings) ([]*service.ToolPolicyEntry, error)
 }
+type ShareLinkResolver interface {
+	Views(ctx context.Context, obj *service.ShareLink) (int, error)
+}
+type SharedSessionResolver interface {
+	StreamCursor(ctx context.Context, obj *service.SharedView) (*string, error)
+}
 type SubscriptionResolver interface {
 	MessageStream(ctx context.Context, sessionID string, after *string) (<-chan model.SessionEvent, error)
+	SharedStream(ctx context.Context, token string, after *string) (<-chan model.SessionEvent, error)
 }
 type TalkSessionResolver interface {
 	Messages(ctx context.Context, obj *service.SessionView, first *int, after *string, last *int, before *string) (*model.MessageConnection, error)
 
 	QueuedRuns(ctx context.Context, obj *service.SessionView) ([]*service.Run, error)
+	ShareLinks(ctx context.Context, obj *service.SessionView) ([]*service.ShareLink, error)
 }
 type ToolApprovalResolver interface {
 	Reason(ctx context.Context, obj *service.ToolApproval) (*string, error)
@@ -473,6 +517,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.BranchSelected.LeafID(childComplexity), true
+
+	case "CreateShareLinkPayload.shareLink":
+		if e.ComplexityRoot.CreateShareLinkPayload.ShareLink == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreateShareLinkPayload.ShareLink(childComplexity), true
+	case "CreateShareLinkPayload.token":
+		if e.ComplexityRoot.CreateShareLinkPayload.Token == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreateShareLinkPayload.Token(childComplexity), true
+	case "CreateShareLinkPayload.url":
+		if e.ComplexityRoot.CreateShareLinkPayload.URL == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreateShareLinkPayload.URL(childComplexity), true
 
 	case "DecideToolCallPayload.run":
 		if e.ComplexityRoot.DecideToolCallPayload.Run == nil {
@@ -683,6 +746,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CancelRun(childComplexity, args["sessionId"].(string), args["runId"].(*string)), true
+	case "Mutation.createShareLink":
+		if e.ComplexityRoot.Mutation.CreateShareLink == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createShareLink_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateShareLink(childComplexity, args["input"].(model.CreateShareLinkInput)), true
 	case "Mutation.createTalkSession":
 		if e.ComplexityRoot.Mutation.CreateTalkSession == nil {
 			break
@@ -738,6 +812,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ForkSession(childComplexity, args["input"].(model.ForkSessionInput)), true
+	case "Mutation.forkSharedSession":
+		if e.ComplexityRoot.Mutation.ForkSharedSession == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_forkSharedSession_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ForkSharedSession(childComplexity, args["token"].(string), args["title"].(*string)), true
 	case "Mutation.regenerate":
 		if e.ComplexityRoot.Mutation.Regenerate == nil {
 			break
@@ -782,6 +867,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RespondToQuestion(childComplexity, args["input"].(model.RespondToQuestionInput)), true
+	case "Mutation.revokeShareLink":
+		if e.ComplexityRoot.Mutation.RevokeShareLink == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_revokeShareLink_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RevokeShareLink(childComplexity, args["id"].(string)), true
 	case "Mutation.selectBranch":
 		if e.ComplexityRoot.Mutation.SelectBranch == nil {
 			break
@@ -870,6 +966,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Sessions(childComplexity, args["first"].(*int), args["after"].(*string)), true
+	case "Query.sharedSession":
+		if e.ComplexityRoot.Query.SharedSession == nil {
+			break
+		}
+
+		args, err := ec.field_Query_sharedSession_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.SharedSession(childComplexity, args["token"].(string)), true
 	case "Query.viewer":
 		if e.ComplexityRoot.Query.Viewer == nil {
 			break
@@ -1182,6 +1289,80 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.SessionUpdated.Session(childComplexity), true
 
+	case "ShareLink.createdAt":
+		if e.ComplexityRoot.ShareLink.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ShareLink.CreatedAt(childComplexity), true
+	case "ShareLink.expiresAt":
+		if e.ComplexityRoot.ShareLink.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ShareLink.ExpiresAt(childComplexity), true
+	case "ShareLink.id":
+		if e.ComplexityRoot.ShareLink.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ShareLink.ID(childComplexity), true
+	case "ShareLink.includeTools":
+		if e.ComplexityRoot.ShareLink.IncludeTools == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ShareLink.IncludeTools(childComplexity), true
+	case "ShareLink.live":
+		if e.ComplexityRoot.ShareLink.Live == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ShareLink.Live(childComplexity), true
+	case "ShareLink.revokedAt":
+		if e.ComplexityRoot.ShareLink.RevokedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ShareLink.RevokedAt(childComplexity), true
+	case "ShareLink.sessionId":
+		if e.ComplexityRoot.ShareLink.SessionID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ShareLink.SessionID(childComplexity), true
+	case "ShareLink.views":
+		if e.ComplexityRoot.ShareLink.Views == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ShareLink.Views(childComplexity), true
+
+	case "SharedSession.live":
+		if e.ComplexityRoot.SharedSession.Live == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SharedSession.Live(childComplexity), true
+	case "SharedSession.messages":
+		if e.ComplexityRoot.SharedSession.Messages == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SharedSession.Messages(childComplexity), true
+	case "SharedSession.streamCursor":
+		if e.ComplexityRoot.SharedSession.StreamCursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SharedSession.StreamCursor(childComplexity), true
+	case "SharedSession.title":
+		if e.ComplexityRoot.SharedSession.Title == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SharedSession.Title(childComplexity), true
+
 	case "Subscription.messageStream":
 		if e.ComplexityRoot.Subscription.MessageStream == nil {
 			break
@@ -1193,6 +1374,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscription.MessageStream(childComplexity, args["sessionId"].(string), args["after"].(*string)), true
+	case "Subscription.sharedStream":
+		if e.ComplexityRoot.Subscription.SharedStream == nil {
+			break
+		}
+
+		args, err := ec.field_Subscription_sharedStream_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Subscription.SharedStream(childComplexity, args["token"].(string), args["after"].(*string)), true
 
 	case "TalkSession.activeRun":
 		if e.ComplexityRoot.TalkSession.ActiveRun == nil {
@@ -1253,6 +1445,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TalkSession.Settings(childComplexity), true
+	case "TalkSession.shareLinks":
+		if e.ComplexityRoot.TalkSession.ShareLinks == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TalkSession.ShareLinks(childComplexity), true
 	case "TalkSession.status":
 		if e.ComplexityRoot.TalkSession.Status == nil {
 			break
@@ -1606,6 +1804,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	ec := newExecutionContext(opCtx, e, make(chan graphql.DeferredResult))
 	inputUnmarshalMap := graphql.BuildUnmarshalerMap(
 		ec.unmarshalInputAddMessageInput,
+		ec.unmarshalInputCreateShareLinkInput,
 		ec.unmarshalInputCreateTalkSessionInput,
 		ec.unmarshalInputDecideToolCallInput,
 		ec.unmarshalInputEditMessageInput,
@@ -1729,9 +1928,9 @@ An RFC 3339 timestamp with nanoseconds, in UTC, such as 2026-11-23T15:17:14.2751
 scalar Time
 
 """
-What you can read. Every field needs a token: without one it answers UNAUTHENTICATED
-(sign in first). A field that reads the storage answers UNAVAILABLE when it cannot be
-read.
+What you can read. Every field but sharedSession needs a token: without one it answers
+UNAUTHENTICATED (sign in first). A field that reads the storage answers UNAVAILABLE when
+it cannot be read.
 """
 type Query {
   "The authenticated user."
@@ -1780,6 +1979,18 @@ type Query {
   for it; programs that embed talkgraph may register more.
   """
   agents: [AgentInfo!]!
+  """
+  What a share link shows, read without signing in (no token needed): the session's title
+  and one branch of it, never anything of its owner. Null, with no error, when the token
+  is unknown or malformed, or its link was revoked or has expired, or its session was
+  deleted: all look the same. Each read counts as one of the link's views. Reads made
+  without a sign-in are limited per client address (SHARED_READS_PER_SECOND). See
+  docs/API.md, Sharing a conversation.
+  """
+  sharedSession(
+    "The token of a share link: the last part of its url."
+    token: String!
+  ): SharedSession
 }
 
 """
@@ -1981,11 +2192,52 @@ type Mutation {
     "The message to fork at, and the new session's title."
     input: ForkSessionInput!
   ): TalkSession!
+  """
+  Makes a share link to one of your sessions: whoever holds its token reads the session's
+  current branch without signing in, at url. A snapshot (live false) shows the branch as it
+  is now, for good; a live link follows the branch as it goes, its replies streamed by
+  sharedStream. The token is shown only in this answer. Written as an event of the
+  session's log that no messageStream shows. BAD_USER_INPUT for a malformed sessionId or
+  an expiresAt not in the future (expiresAt must be in the future); NOT_FOUND when the
+  session does not exist or is not yours; RATE_LIMITED when the session has
+  MAX_SHARE_LINKS links (default 100) neither revoked nor expired.
+  """
+  createShareLink(
+    "The session, and what the link shows."
+    input: CreateShareLinkInput!
+  ): CreateShareLinkPayload!
+  """
+  Revokes one of your share links at once, on every replica: sharedSession answers null
+  for its token and its live streams end with NOT_FOUND. Answers the link, revokedAt set;
+  revoking a revoked link answers it as it is. BAD_USER_INPUT for a malformed id;
+  NOT_FOUND when the link does not exist, or its session was deleted or is not yours (share
+  link not found).
+  """
+  revokeShareLink(
+    "The link's ID (ShareLink.id, not its token)."
+    id: ID!
+  ): ShareLink!
+  """
+  A new session of yours holding what a share link shows, as forkSession copies a branch:
+  new messages with their text, status and error (a reply still being written becomes
+  INTERRUPTED; tool calls are not copied), the server's default settings (none of the
+  owner's), and the shared title unless you give one. The original is untouched and stays
+  the owner's. Needs a sign-in (UNAUTHENTICATED without one). NOT_FOUND for a token that
+  opens nothing (shared conversation not found); BAD_USER_INPUT for a bad title;
+  RATE_LIMITED as createTalkSession.
+  """
+  forkSharedSession(
+    "The token of the share link."
+    token: String!
+    "The new session's title; the shared title when null."
+    title: String
+  ): TalkSession!
 }
 
 """
 Live events. A subscription needs a websocket or server-sent events: sent as a plain POST
 or GET it is refused with BAD_USER_INPUT (see docs/API.md, Transports and endpoints).
+sharedStream needs no token; messageStream does.
 """
 type Subscription {
   """
@@ -2012,6 +2264,94 @@ type Subscription {
     """
     after: String
   ): SessionEvent!
+  """
+  A live share link's stream, without signing in: the events of the branch the link shows,
+  after after, then live ones, as messageStream delivers them, read-only and filtered: its
+  MessageAdded, MessageChunk, MessageCompleted, RunStatusChanged, BranchSelected (read
+  sharedSession again: the branch changed), ToolCallStarted, ToolCallFinished and
+  ToolApprovalDecided, and ToolCallOutput only when the link includes tools. Nothing the
+  session waits on, nothing of its owner; sessionId fields read empty, a tool call's
+  details too unless the link includes tools. When the link is revoked or expires, or its
+  session is deleted, the stream ends at once with NOT_FOUND (an error message, over
+  server-sent events an error, then the end). Refused at the start with NOT_FOUND for a
+  token that opens nothing or a snapshot link's (shared conversation not found),
+  BAD_USER_INPUT for a malformed after, RATE_LIMITED over a limit. Each start counts as one
+  of the link's views.
+  """
+  sharedStream(
+    "The token of a live share link."
+    token: String!
+    """
+    A shared cursor: the SharedSession's streamCursor, or the cursor of an event of this
+    stream (it names no session; a messageStream cursor is refused as invalid cursor).
+    Without it the stream starts now.
+    """
+    after: String
+  ): SessionEvent!
+}
+
+"""
+A link that lets whoever holds its token read one branch of a session, without signing
+in. Only its owner sees it (TalkSession.shareLinks); its token is never shown again after
+createShareLink.
+"""
+type ShareLink {
+  "The link's ID: pass it to revokeShareLink."
+  id: ID!
+  "The session it shows."
+  sessionId: ID!
+  "Whether it follows the branch as it goes (with sharedStream), rather than show it as it was when made."
+  live: Boolean!
+  "Whether readers see tool calls' arguments, output and results, not only their names and statuses."
+  includeTools: Boolean!
+  "When it stops opening the session; null for never."
+  expiresAt: Time
+  "When it was revoked; null while it opens the session."
+  revokedAt: Time
+  "When it was made."
+  createdAt: Time!
+  "How many times it was read (sharedSession) or its stream started (sharedStream)."
+  views: Int!
+}
+
+"What createShareLink made."
+type CreateShareLinkPayload {
+  "The new link."
+  shareLink: ShareLink!
+  """
+  The link's token, at least 128 random bits: a capability to read the session. Shown only
+  here: the server keeps its hash alone.
+  """
+  token: String!
+  """
+  Where the chat app shows the shared conversation: <PUBLIC_URL>/s/<token>, or, without
+  PUBLIC_URL, the request's own scheme and host.
+  """
+  url: String!
+}
+
+"""
+A conversation as a share link shows it: one branch, read-only, with nothing of its owner
+(no user, no settings, no other branches, nothing the session waits on).
+"""
+type SharedSession {
+  "The session's title."
+  title: String!
+  "Whether the link is live: then streamCursor follows on with sharedStream."
+  live: Boolean!
+  """
+  The branch, oldest first (at most its last MAX_FORK_MESSAGES messages): a live link's as
+  it is now, a snapshot's as it was when the link was made (a reply then being written
+  with its text then, STREAMING). Their sessionId reads empty, siblingIds only the message
+  itself, question null; tool calls show their name and status, and their arguments,
+  output, result and error only when the link includes tools; approval is null.
+  """
+  messages: [Message!]!
+  """
+  A live link's position after messages: subscribe with sharedStream(token, after:
+  streamCursor) to follow on with no gap and no duplicate. Null for a snapshot.
+  """
+  streamCursor: String
 }
 
 "The user a request is made by."
@@ -2314,6 +2654,18 @@ input CreateTalkSessionInput {
   settings: SessionSettingsInput
 }
 
+"What createShareLink makes."
+input CreateShareLinkInput {
+  "The session to share: one of yours."
+  sessionId: ID!
+  "True: the link follows the branch as it goes; false: it shows the branch as it is now."
+  live: Boolean = false
+  "True: readers see tool calls' arguments, output and results; false: names and statuses only."
+  includeTools: Boolean = false
+  "When the link stops opening the session; it must be in the future. Null: never."
+  expiresAt: Time
+}
+
 "A session's new title."
 input RenameTalkSessionInput {
   "The session."
@@ -2541,6 +2893,8 @@ type TalkSession {
   an edit that waits); cancelRun(sessionId, runId) cancels one before it starts.
   """
   queuedRuns: [Run!]!
+  "Your share links to this session, oldest first, revoked and expired ones included."
+  shareLinks: [ShareLink!]!
 }
 
 """
@@ -3041,6 +3395,18 @@ func (ec *executionContext) childFields_AgentInfo(ctx context.Context, field gra
 	return nil, fmt.Errorf("no field named %q was found under type AgentInfo", field.Name)
 }
 
+func (ec *executionContext) childFields_CreateShareLinkPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "shareLink":
+		return ec.fieldContext_CreateShareLinkPayload_shareLink(ctx, field)
+	case "token":
+		return ec.fieldContext_CreateShareLinkPayload_token(ctx, field)
+	case "url":
+		return ec.fieldContext_CreateShareLinkPayload_url(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type CreateShareLinkPayload", field.Name)
+}
+
 func (ec *executionContext) childFields_DecideToolCallPayload(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "toolCall":
@@ -3221,6 +3587,42 @@ func (ec *executionContext) childFields_SessionSettings(ctx context.Context, fie
 	return nil, fmt.Errorf("no field named %q was found under type SessionSettings", field.Name)
 }
 
+func (ec *executionContext) childFields_ShareLink(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_ShareLink_id(ctx, field)
+	case "sessionId":
+		return ec.fieldContext_ShareLink_sessionId(ctx, field)
+	case "live":
+		return ec.fieldContext_ShareLink_live(ctx, field)
+	case "includeTools":
+		return ec.fieldContext_ShareLink_includeTools(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_ShareLink_expiresAt(ctx, field)
+	case "revokedAt":
+		return ec.fieldContext_ShareLink_revokedAt(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_ShareLink_createdAt(ctx, field)
+	case "views":
+		return ec.fieldContext_ShareLink_views(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ShareLink", field.Name)
+}
+
+func (ec *executionContext) childFields_SharedSession(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "title":
+		return ec.fieldContext_SharedSession_title(ctx, field)
+	case "live":
+		return ec.fieldContext_SharedSession_live(ctx, field)
+	case "messages":
+		return ec.fieldContext_SharedSession_messages(ctx, field)
+	case "streamCursor":
+		return ec.fieldContext_SharedSession_streamCursor(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SharedSession", field.Name)
+}
+
 func (ec *executionContext) childFields_TalkSession(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -3249,6 +3651,8 @@ func (ec *executionContext) childFields_TalkSession(ctx context.Context, field g
 		return ec.fieldContext_TalkSession_streamCursor(ctx, field)
 	case "queuedRuns":
 		return ec.fieldContext_TalkSession_queuedRuns(ctx, field)
+	case "shareLinks":
+		return ec.fieldContext_TalkSession_shareLinks(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type TalkSession", field.Name)
 }
@@ -3519,6 +3923,20 @@ func (ec *executionContext) field_Mutation_cancelRun_args(ctx context.Context, r
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_createShareLink_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.CreateShareLinkInput, error) {
+			return ec.unmarshalNCreateShareLinkInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐCreateShareLinkInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_createTalkSession_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -3589,6 +4007,28 @@ func (ec *executionContext) field_Mutation_forkSession_args(ctx context.Context,
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_forkSharedSession_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "token",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["token"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "title",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["title"] = arg1
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_regenerate_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -3642,6 +4082,20 @@ func (ec *executionContext) field_Mutation_respondToQuestion_args(ctx context.Co
 		return nil, err
 	}
 	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_revokeShareLink_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
 	return args, nil
 }
 
@@ -3737,6 +4191,20 @@ func (ec *executionContext) field_Query_sessions_args(ctx context.Context, rawAr
 	return args, nil
 }
 
+func (ec *executionContext) field_Query_sharedSession_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "token",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["token"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Subscription_messageStream_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -3748,6 +4216,28 @@ func (ec *executionContext) field_Subscription_messageStream_args(ctx context.Co
 		return nil, err
 	}
 	args["sessionId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Subscription_sharedStream_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "token",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["token"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "after",
 		func(ctx context.Context, v any) (*string, error) {
 			return ec.unmarshalOString2ᚖstring(ctx, v)
@@ -4066,6 +4556,84 @@ func (ec *executionContext) _BranchSelected_leafId(ctx context.Context, field gr
 }
 func (ec *executionContext) fieldContext_BranchSelected_leafId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("BranchSelected", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _CreateShareLinkPayload_shareLink(ctx context.Context, field graphql.CollectedField, obj *model.CreateShareLinkPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CreateShareLinkPayload_shareLink(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ShareLink, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.ShareLink) graphql.Marshaler {
+			return ec.marshalNShareLink2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐShareLink(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CreateShareLinkPayload_shareLink(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "CreateShareLinkPayload",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ShareLink(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _CreateShareLinkPayload_token(ctx context.Context, field graphql.CollectedField, obj *model.CreateShareLinkPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CreateShareLinkPayload_token(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Token, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CreateShareLinkPayload_token(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CreateShareLinkPayload", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _CreateShareLinkPayload_url(ctx context.Context, field graphql.CollectedField, obj *model.CreateShareLinkPayload) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CreateShareLinkPayload_url(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.URL, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CreateShareLinkPayload_url(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CreateShareLinkPayload", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) _DecideToolCallPayload_toolCall(ctx context.Context, field graphql.CollectedField, obj *model.DecideToolCallPayload) (ret graphql.Marshaler) {
@@ -5411,6 +5979,138 @@ func (ec *executionContext) fieldContext_Mutation_forkSession(ctx context.Contex
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_createShareLink(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createShareLink(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateShareLink(ctx, fc.Args["input"].(model.CreateShareLinkInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.CreateShareLinkPayload) graphql.Marshaler {
+			return ec.marshalNCreateShareLinkPayload2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐCreateShareLinkPayload(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createShareLink(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_CreateShareLinkPayload(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createShareLink_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_revokeShareLink(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_revokeShareLink(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RevokeShareLink(ctx, fc.Args["id"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.ShareLink) graphql.Marshaler {
+			return ec.marshalNShareLink2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐShareLink(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_revokeShareLink(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ShareLink(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_revokeShareLink_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_forkSharedSession(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_forkSharedSession(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ForkSharedSession(ctx, fc.Args["token"].(string), fc.Args["title"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.SessionView) graphql.Marshaler {
+			return ec.marshalNTalkSession2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐSessionView(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_forkSharedSession(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_TalkSession(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_forkSharedSession_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _PageInfo_hasNextPage(ctx context.Context, field graphql.CollectedField, obj *model.PageInfo) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5695,6 +6395,50 @@ func (ec *executionContext) fieldContext_Query_agents(_ context.Context, field g
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_AgentInfo(ctx, field)
 		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_sharedSession(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_sharedSession(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().SharedSession(ctx, fc.Args["token"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.SharedView) graphql.Marshaler {
+			return ec.marshalOSharedSession2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐSharedView(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Query_sharedSession(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_SharedSession(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_sharedSession_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
 	}
 	return fc, nil
 }
@@ -7019,6 +7763,291 @@ func (ec *executionContext) fieldContext_SessionUpdated_session(_ context.Contex
 	return fc, nil
 }
 
+func (ec *executionContext) _ShareLink_id(ctx context.Context, field graphql.CollectedField, obj *service.ShareLink) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ShareLink_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ShareLink_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ShareLink", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _ShareLink_sessionId(ctx context.Context, field graphql.CollectedField, obj *service.ShareLink) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ShareLink_sessionId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SessionID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ShareLink_sessionId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ShareLink", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _ShareLink_live(ctx context.Context, field graphql.CollectedField, obj *service.ShareLink) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ShareLink_live(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Live, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ShareLink_live(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ShareLink", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _ShareLink_includeTools(ctx context.Context, field graphql.CollectedField, obj *service.ShareLink) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ShareLink_includeTools(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.IncludeTools, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ShareLink_includeTools(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ShareLink", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _ShareLink_expiresAt(ctx context.Context, field graphql.CollectedField, obj *service.ShareLink) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ShareLink_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ShareLink_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ShareLink", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _ShareLink_revokedAt(ctx context.Context, field graphql.CollectedField, obj *service.ShareLink) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ShareLink_revokedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RevokedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ShareLink_revokedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ShareLink", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _ShareLink_createdAt(ctx context.Context, field graphql.CollectedField, obj *service.ShareLink) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ShareLink_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ShareLink_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ShareLink", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _ShareLink_views(ctx context.Context, field graphql.CollectedField, obj *service.ShareLink) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ShareLink_views(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.ShareLink().Views(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ShareLink_views(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ShareLink", field, true, true, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SharedSession_title(ctx context.Context, field graphql.CollectedField, obj *service.SharedView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SharedSession_title(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Title, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SharedSession_title(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SharedSession", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _SharedSession_live(ctx context.Context, field graphql.CollectedField, obj *service.SharedView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SharedSession_live(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Live, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SharedSession_live(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SharedSession", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _SharedSession_messages(ctx context.Context, field graphql.CollectedField, obj *service.SharedView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SharedSession_messages(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Messages, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*service.HistoryMessage) graphql.Marshaler {
+			return ec.marshalNMessage2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐHistoryMessageᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SharedSession_messages(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "SharedSession",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Message(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _SharedSession_streamCursor(ctx context.Context, field graphql.CollectedField, obj *service.SharedView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SharedSession_streamCursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.SharedSession().StreamCursor(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SharedSession_streamCursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SharedSession", field, true, true, errors.New("field of type String does not have child fields"))
+}
+
 func (ec *executionContext) _Subscription_messageStream(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
 	return graphql.ResolveFieldStream(
 		ctx,
@@ -7057,6 +8086,50 @@ func (ec *executionContext) fieldContext_Subscription_messageStream(ctx context.
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Subscription_messageStream_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Subscription_sharedStream(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_sharedStream(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Subscription().SharedStream(ctx, fc.Args["token"].(string), fc.Args["after"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.SessionEvent) graphql.Marshaler {
+			return ec.marshalNSessionEvent2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐSessionEvent(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_sharedStream(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return nil, errors.New("FieldContext.Child cannot be called on type INTERFACE")
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Subscription_sharedStream_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -7432,6 +8505,38 @@ func (ec *executionContext) fieldContext_TalkSession_queuedRuns(_ context.Contex
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Run(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _TalkSession_shareLinks(ctx context.Context, field graphql.CollectedField, obj *service.SessionView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TalkSession_shareLinks(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.TalkSession().ShareLinks(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*service.ShareLink) graphql.Marshaler {
+			return ec.marshalNShareLink2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐShareLinkᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TalkSession_shareLinks(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "TalkSession",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ShareLink(ctx, field)
 		},
 	}
 	return fc, nil
@@ -9792,6 +10897,64 @@ func (ec *executionContext) unmarshalInputAddMessageInput(ctx context.Context, o
 	return it, nil
 }
 
+func (ec *executionContext) unmarshalInputCreateShareLinkInput(ctx context.Context, obj any) (model.CreateShareLinkInput, error) {
+	var it model.CreateShareLinkInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	if _, present := asMap["live"]; !present {
+		asMap["live"] = false
+	}
+	if _, present := asMap["includeTools"]; !present {
+		asMap["includeTools"] = false
+	}
+
+	fieldsInOrder := [...]string{"sessionId", "live", "includeTools", "expiresAt"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "sessionId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sessionId"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SessionID = data
+		case "live":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("live"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Live = data
+		case "includeTools":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("includeTools"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IncludeTools = data
+		case "expiresAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("expiresAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ExpiresAt = data
+		}
+	}
+	return it, nil
+}
+
 func (ec *executionContext) unmarshalInputCreateTalkSessionInput(ctx context.Context, obj any) (model.CreateTalkSessionInput, error) {
 	var it model.CreateTalkSessionInput
 	if obj == nil {
@@ -10529,6 +11692,54 @@ func (ec *executionContext) _BranchSelected(ctx context.Context, sel ast.Selecti
 	return out
 }
 
+var createShareLinkPayloadImplementors = []string{"CreateShareLinkPayload"}
+
+func (ec *executionContext) _CreateShareLinkPayload(ctx context.Context, sel ast.SelectionSet, obj *model.CreateShareLinkPayload) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, createShareLinkPayloadImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("CreateShareLinkPayload")
+		case "shareLink":
+			out.Values[i] = ec._CreateShareLinkPayload_shareLink(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "token":
+			out.Values[i] = ec._CreateShareLinkPayload_token(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "url":
+			out.Values[i] = ec._CreateShareLinkPayload_url(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
 var decideToolCallPayloadImplementors = []string{"DecideToolCallPayload"}
 
 func (ec *executionContext) _DecideToolCallPayload(ctx context.Context, sel ast.SelectionSet, obj *model.DecideToolCallPayload) graphql.Marshaler {
@@ -11186,6 +12397,27 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "createShareLink":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createShareLink(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "revokeShareLink":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_revokeShareLink(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "forkSharedSession":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_forkSharedSession(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -11379,6 +12611,28 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				}()
 				res = ec._Query_agents(ctx, field)
 				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "sharedSession":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_sharedSession(ctx, field)
+				if res == graphql.RequiredNull {
 					atomic.AddUint32(&fs.Invalids, 1)
 				}
 				return res
@@ -12165,6 +13419,198 @@ func (ec *executionContext) _SessionUpdated(ctx context.Context, sel ast.Selecti
 	return out
 }
 
+var shareLinkImplementors = []string{"ShareLink"}
+
+func (ec *executionContext) _ShareLink(ctx context.Context, sel ast.SelectionSet, obj *service.ShareLink) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, shareLinkImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ShareLink")
+		case "id":
+			out.Values[i] = ec._ShareLink_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "sessionId":
+			out.Values[i] = ec._ShareLink_sessionId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "live":
+			out.Values[i] = ec._ShareLink_live(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "includeTools":
+			out.Values[i] = ec._ShareLink_includeTools(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "expiresAt":
+			out.Values[i] = ec._ShareLink_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "revokedAt":
+			out.Values[i] = ec._ShareLink_revokedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "createdAt":
+			out.Values[i] = ec._ShareLink_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "views":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._ShareLink_views(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var sharedSessionImplementors = []string{"SharedSession"}
+
+func (ec *executionContext) _SharedSession(ctx context.Context, sel ast.SelectionSet, obj *service.SharedView) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, sharedSessionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("SharedSession")
+		case "title":
+			out.Values[i] = ec._SharedSession_title(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "live":
+			out.Values[i] = ec._SharedSession_live(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "messages":
+			out.Values[i] = ec._SharedSession_messages(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "streamCursor":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._SharedSession_streamCursor(ctx, field, obj)
+				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
 var subscriptionImplementors = []string{"Subscription"}
 
 func (ec *executionContext) _Subscription(ctx context.Context, sel ast.SelectionSet) func(ctx context.Context) graphql.Marshaler {
@@ -12180,6 +13626,8 @@ func (ec *executionContext) _Subscription(ctx context.Context, sel ast.Selection
 	switch fields[0].Name {
 	case "messageStream":
 		return ec._Subscription_messageStream(ctx, fields[0])
+	case "sharedStream":
+		return ec._Subscription_sharedStream(ctx, fields[0])
 	default:
 		panic("unknown field " + strconv.Quote(fields[0].Name))
 	}
@@ -12300,6 +13748,44 @@ func (ec *executionContext) _TalkSession(ctx context.Context, sel ast.SelectionS
 					}
 				}()
 				res = ec._TalkSession_queuedRuns(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "shareLinks":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._TalkSession_shareLinks(ctx, field, obj)
 				if res == graphql.Null {
 					atomic.AddUint32(&fs.Invalids, 1)
 				}
@@ -13631,6 +15117,21 @@ func (ec *executionContext) marshalNBusyPolicy2githubᚗcomᚋtalkgraphᚋtalkgr
 	return res
 }
 
+func (ec *executionContext) unmarshalNCreateShareLinkInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐCreateShareLinkInput(ctx context.Context, v any) (model.CreateShareLinkInput, error) {
+	res, err := ec.unmarshalInputCreateShareLinkInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNCreateShareLinkPayload2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐCreateShareLinkPayload(ctx context.Context, sel ast.SelectionSet, v *model.CreateShareLinkPayload) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._CreateShareLinkPayload(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNDecideToolCallInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐDecideToolCallInput(ctx context.Context, v any) (model.DecideToolCallInput, error) {
 	res, err := ec.unmarshalInputDecideToolCallInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -13720,6 +15221,22 @@ func (ec *executionContext) marshalNInt2int(ctx context.Context, sel ast.Selecti
 		}
 	}
 	return res
+}
+
+func (ec *executionContext) marshalNMessage2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐHistoryMessageᚄ(ctx context.Context, sel ast.SelectionSet, v []*service.HistoryMessage) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNMessage2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐHistoryMessage(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
 }
 
 func (ec *executionContext) marshalNMessage2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐHistoryMessage(ctx context.Context, sel ast.SelectionSet, v *service.HistoryMessage) graphql.Marshaler {
@@ -13992,6 +15509,32 @@ func (ec *executionContext) marshalNSessionStatus2githubᚗcomᚋtalkgraphᚋtal
 		}
 	}
 	return res
+}
+
+func (ec *executionContext) marshalNShareLink2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐShareLinkᚄ(ctx context.Context, sel ast.SelectionSet, v []*service.ShareLink) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNShareLink2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐShareLink(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNShareLink2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐShareLink(ctx context.Context, sel ast.SelectionSet, v *service.ShareLink) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._ShareLink(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNString2string(ctx context.Context, v any) (string, error) {
@@ -14519,6 +16062,13 @@ func (ec *executionContext) unmarshalOSessionSettingsInput2ᚖgithubᚗcomᚋtal
 	}
 	res, err := ec.unmarshalInputSessionSettingsInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOSharedSession2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐSharedView(ctx context.Context, sel ast.SelectionSet, v *service.SharedView) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._SharedSession(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalOString2ᚕstringᚄ(ctx context.Context, v any) ([]string, error) {

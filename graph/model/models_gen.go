@@ -69,6 +69,30 @@ func (this BranchSelected) GetCursor() string { return this.Cursor }
 // When the event was written.
 func (this BranchSelected) GetAt() time.Time { return this.At }
 
+// What createShareLink makes.
+type CreateShareLinkInput struct {
+	// The session to share: one of yours.
+	SessionID string `json:"sessionId"`
+	// True: the link follows the branch as it goes; false: it shows the branch as it is now.
+	Live *bool `json:"live,omitempty"`
+	// True: readers see tool calls' arguments, output and results; false: names and statuses only.
+	IncludeTools *bool `json:"includeTools,omitempty"`
+	// When the link stops opening the session; it must be in the future. Null: never.
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+}
+
+// What createShareLink made.
+type CreateShareLinkPayload struct {
+	// The new link.
+	ShareLink *service.ShareLink `json:"shareLink"`
+	// The link's token, at least 128 random bits: a capability to read the session. Shown only
+	// here: the server keeps its hash alone.
+	Token string `json:"token"`
+	// Where the chat app shows the shared conversation: <PUBLIC_URL>/s/<token>, or, without
+	// PUBLIC_URL, the request's own scheme and host.
+	URL string `json:"url"`
+}
+
 // A new session's title and settings.
 type CreateTalkSessionInput struct {
 	// Trimmed; at most 200 characters (code points), valid UTF-8 (title is too long: N
@@ -229,9 +253,9 @@ type PageInfo struct {
 	EndCursor *string `json:"endCursor,omitempty"`
 }
 
-// What you can read. Every field needs a token: without one it answers UNAUTHENTICATED
-// (sign in first). A field that reads the storage answers UNAVAILABLE when it cannot be
-// read.
+// What you can read. Every field but sharedSession needs a token: without one it answers
+// UNAUTHENTICATED (sign in first). A field that reads the storage answers UNAVAILABLE when
+// it cannot be read.
 type Query struct {
 }
 
@@ -421,6 +445,7 @@ func (this SessionUpdated) GetAt() time.Time { return this.At }
 
 // Live events. A subscription needs a websocket or server-sent events: sent as a plain POST
 // or GET it is refused with BAD_USER_INPUT (see docs/API.md, Transports and endpoints).
+// sharedStream needs no token; messageStream does.
 type Subscription struct {
 }
 

@@ -64,6 +64,8 @@ func (c *conn) pump(s *sub) {
 		c.finish(s, nil) // closes the connection with 1001 once it has no subscription left
 	case graph.StreamFailed:
 		c.fail(s, internalError())
+	case graph.StreamGone:
+		c.fail(s, graph.GoneError())
 	}
 }
 
