@@ -38,7 +38,8 @@ func appConfig(t testing.TB, store string, change func(*app.Config)) app.Config 
 		// Every test client comes from 127.0.0.1: lift the per-address limits (abuse_test.go
 		// and crowding_test.go set their own).
 		"ANON_RATE_LIMIT": "1000", "ANON_RATE_BURST": "1000", "GUEST_SIGNIN_RATE": "60000", "GUEST_SIGNIN_BURST": "1000",
-		"MAX_SOCKETS_PER_ADDRESS": "100000", "MAX_SUBSCRIPTIONS_PER_ADDRESS": "100000", "MAX_BODY_READS_PER_ADDRESS": "100000"}
+		"MAX_SOCKETS_PER_ADDRESS": "100000", "MAX_SUBSCRIPTIONS_PER_ADDRESS": "100000", "MAX_BODY_READS_PER_ADDRESS": "100000",
+		"SHARED_READS_PER_SECOND": "1000", "SHARED_READS_BURST": "1000"}
 	cfg, err := app.LoadConfig(nil, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)

@@ -89,7 +89,9 @@ func (c *Client) Try(query string, vars map[string]any) (*Response, error) {
 	req, _ := http.NewRequest("POST", c.Base+"/query", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
+		if c.Token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.Token)
+		}
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
@@ -275,10 +277,15 @@ func Dial(t testing.TB, base, protocol string, initPayload map[string]any) (*Soc
 	return s, nil
 }
 
-// Connect dials with the client's token and waits for connection_ack.
+// Connect dials with the client's token (none for a client without one: connection_init
+// then carries no Authorization) and waits for connection_ack.
 func (c *Client) Connect(protocol string) *Socket {
 	c.T.Helper()
-	s, err := Dial(c.T, c.Base, protocol, map[string]any{"Authorization": "Bearer " + c.Token})
+	payload := map[string]any{}
+	if c.Token != "" {
+		payload["Authorization"] = "Bearer " + c.Token
+	}
+	s, err := Dial(c.T, c.Base, protocol, payload)
 	if err != nil {
 		c.T.Fatalf("dial websocket: %v", err)
 	}
@@ -427,6 +434,10 @@ type Events struct {
 	Done   bool
 }
 
+// NewEvents reads the frames of a subscription whose root field is messageStream, or is
+// aliased so (messageStream: sharedStream(…)).
+func NewEvents(t testing.TB, frames <-chan Frame) *Events { return &Events{t: t, frames: frames} }
+
 // Next returns the next event, failing the test after Wait.
 func (e *Events) Next() Event {
 	e.t.Helper()
@@ -524,7 +535,9 @@ func (c *Client) SSE(ctx context.Context, query string, vars map[string]any) (<-
 	req, _ := http.NewRequestWithContext(ctx, "POST", c.Base+"/query", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
@@ -597,7 +610,9 @@ func (c *Client) SSEResume(ctx context.Context, query string, vars map[string]an
 	req, _ := http.NewRequestWithContext(ctx, "POST", c.Base+"/query", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
 	if lastEventID != "" {
 		req.Header.Set("Last-Event-ID", lastEventID)
 	}
