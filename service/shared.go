@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"encoding/base64"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -242,7 +243,7 @@ func (m *ShareMask) toolCall(c *ToolCall) *ToolCall {
 // run returns a copy of r as a reader may see it.
 func (m *ShareMask) run(r *Run) *Run {
 	cp := *r
-	cp.SessionID, cp.UserID, cp.Owner, cp.ReplyTo = "", "", "", ""
+	cp.SessionID, cp.UserID, cp.Owner, cp.ReplyTo, cp.Agent = "", "", "", "", ""
 	return &cp
 }
 
@@ -262,9 +263,32 @@ func (m *ShareMask) ToolCalls(ctx context.Context, s *Service, h *HistoryMessage
 	return out, nil
 }
 
+// sharedEvents are the types of the events a live link's reader sees (through the mask):
+// the branch's messages and their text, its runs' statuses, switches of branch and tool
+// calls (their output with includeTools). Not: what the session waits on (questions,
+// approvals asked), its row (SessionUpdated), links.
+var sharedEvents = map[EventType]bool{
+	EventMessageAdded: true, EventMessageChunk: true, EventMessageCompleted: true, EventRunStatusChanged: true,
+	EventBranchSelected: true, EventToolCallStarted: true, EventToolCallOutput: true, EventToolCallFinished: true,
+	EventToolApprovalDecided: true,
+}
+
+// SharedEventTypes lists the types of the events a live link's reader may see, sorted.
+func SharedEventTypes() []EventType {
+	out := make([]EventType, 0, len(sharedEvents))
+	for t := range sharedEvents {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // event returns what a reader may see of ev, a copy; nil for an event a reader does not
-// see: what the session waits on, its settings, other branches.
+// see (see sharedEvents).
 func (m *ShareMask) event(ev *Event) *Event {
+	if !sharedEvents[ev.Type] {
+		return nil
+	}
 	cp := *ev
 	cp.Question, cp.Session, cp.Branch = nil, nil, nil
 	switch ev.Type {

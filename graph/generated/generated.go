@@ -2270,8 +2270,8 @@ type Subscription {
   MessageAdded, MessageChunk, MessageCompleted, RunStatusChanged, BranchSelected (read
   sharedSession again: the branch changed), ToolCallStarted, ToolCallFinished and
   ToolApprovalDecided, and ToolCallOutput only when the link includes tools. Nothing the
-  session waits on, nothing of its owner; sessionId fields read empty, a tool call's
-  details too unless the link includes tools. When the link is revoked or expires, or its
+  session waits on, nothing of its owner; sessionId fields and a run's agent read empty,
+  a tool call's details too unless the link includes tools. When the link is revoked or expires, or its
   session is deleted, the stream ends at once with NOT_FOUND (an error message, over
   server-sent events an error, then the end). Refused at the start with NOT_FOUND for a
   token that opens nothing or a snapshot link's (shared conversation not found),
