@@ -1,18 +1,37 @@
 import { ApolloProvider } from '@apollo/client/react';
 import { useEffect, useState } from 'react';
+import { SharedPage } from './components/SharedPage';
 import { Shell } from './components/Shell';
 import { createApi, type Api } from './lib/apollo';
 import { ensureToken, onTokenChange } from './lib/auth';
 import { describeError } from './lib/errors';
+import { sharedToken } from './lib/shared';
+
+/** A page at /s/<token>: a shared conversation, read without signing in. */
+function SharedApp({ token }: { token: string }) {
+  // The page's one client, for as long as the page lives: it has no token to change.
+  const [api] = useState(createApi);
+  return (
+    <ApolloProvider client={api.client}>
+      <SharedPage token={token} />
+    </ApolloProvider>
+  );
+}
 
 type Boot = { kind: 'signing-in' } | { kind: 'failed'; message: string } | { kind: 'ready'; api: Api };
 
 /**
- * Signs in (as a guest on the first visit) and then renders the app. When the token
+ * The app: a shared conversation at /s/<token>, which needs no sign-in; anywhere else the
+ * chat app, which signs in (as a guest on the first visit) and then renders. When the token
  * changes (renewed after a refusal, or by another tab), the websocket reconnects with it
  * and every query on screen is fetched again as the new identity.
  */
 export function App() {
+  const token = sharedToken(location.pathname);
+  return token ? <SharedApp token={token} /> : <SignedInApp />;
+}
+
+function SignedInApp() {
   const [boot, setBoot] = useState<Boot>({ kind: 'signing-in' });
   const [attempt, setAttempt] = useState(0);
 

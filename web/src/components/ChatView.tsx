@@ -12,6 +12,7 @@ import { MessageList } from './MessageList';
 import { PendingInputs } from './inputs/PendingInputs';
 import { QueuedRuns } from './QueuedRuns';
 import { SettingsDialog } from './SettingsDialog';
+import { ShareDialog } from './ShareDialog';
 import type { TopBarProps } from './Shell';
 import { TopBar } from './TopBar';
 
@@ -48,6 +49,7 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
     [agents.data, agentName],
   );
   const [settingsOpen, setSettingsOpen] = useState(false);
+  const [shareOpen, setShareOpen] = useState(false);
   const [stopError, setStopError] = useState<string | null>(null);
   const [stopping, setStopping] = useState(false);
 
@@ -152,6 +154,15 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
         </span>
         <button
           type="button"
+          className="btn small share-btn"
+          aria-haspopup="dialog"
+          title="Share a link to this chat"
+          onClick={() => setShareOpen(true)}
+        >
+          Share
+        </button>
+        <button
+          type="button"
           className="icon-btn"
           aria-label="Chat settings"
           aria-haspopup="dialog"
@@ -216,6 +227,7 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
         />
         <Composer onSend={chat.send} autoFocus busy={session.status !== 'IDLE'} defaultPolicy={session.settings.busyPolicy} />
       </div>
+      {shareOpen && <ShareDialog sessionId={sessionId} onClose={() => setShareOpen(false)} />}
       {settingsOpen && (
         <SettingsDialog sessionId={sessionId} settings={session.settings} onClose={() => setSettingsOpen(false)} />
       )}

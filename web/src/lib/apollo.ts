@@ -32,7 +32,11 @@ export function createApi(): Api {
   let pongTimer: ReturnType<typeof setTimeout> | undefined;
   const ws: Client = createClient({
     url: wsUrl(),
-    connectionParams: () => ({ Authorization: `Bearer ${getToken() ?? ''}` }),
+    // Without a token (a reader of a shared conversation) connection_init carries none.
+    connectionParams: () => {
+      const token = getToken();
+      return token ? { Authorization: `Bearer ${token}` } : {};
+    },
     lazy: true,
     keepAlive: 20_000,
     retryAttempts: Infinity,
