@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -317,5 +318,18 @@ func TestSharedPageIsNotIndexed(t *testing.T) {
 	}
 	if !bytes.Contains(body, []byte(`<meta name="robots" content="noindex, nofollow">`)) || !bytes.Contains(body, []byte(`<div id="root">`)) {
 		t.Errorf("the page:\n%s", body)
+	}
+	// The page names its scripts relative to itself: /s/assets/… are the app's.
+	script := regexp.MustCompile(`src="\./(assets/[^"]+\.js)"`).FindSubmatch(body)
+	if script == nil {
+		t.Fatalf("no script in the page:\n%s", body)
+	}
+	resp, err = http.Get(a.URL + "/s/" + string(script[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Content-Type"), "javascript") {
+		t.Errorf("/s/%s: status %d, type %q", script[1], resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 }

@@ -48,11 +48,21 @@ func publicBase(r *http.Request, publicURL string) string {
 var robotsMeta = []byte(`<meta name="robots" content="noindex, nofollow">`)
 
 // sharedPage serves the web app's page for /s/<token> (its index.html, whose router
-// shows the shared conversation) with X-Robots-Tag and the robots meta, and passes the
-// app's assets under /s/ to spa as they are.
+// shows the shared conversation) with X-Robots-Tag and the robots meta, and the app's
+// files the page names relative to itself (/s/assets/…) as spa serves them.
 func sharedPage(files fs.FS) http.Handler {
 	app := spa(files)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The page names its assets relative to itself (./assets/…): /s/assets/… is
+		// the app's /assets/….
+		if rest := strings.TrimPrefix(r.URL.Path, "/s/"); rest != "" {
+			if st, err := fs.Stat(files, rest); err == nil && !st.IsDir() {
+				r2 := r.Clone(r.Context())
+				r2.URL.Path = "/" + rest
+				app.ServeHTTP(w, r2)
+				return
+			}
+		}
 		w.Header().Set("X-Robots-Tag", noindex)
 		w.Header().Set("Referrer-Policy", "no-referrer") // the token is in the path
 		index, err := fs.ReadFile(files, "index.html")

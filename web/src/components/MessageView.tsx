@@ -5,7 +5,7 @@ import { siblingPosition } from '../lib/branch';
 import { describeError } from '../lib/errors';
 import { ChevronIcon, ChevronLeftIcon, ForkIcon, PencilIcon, RegenerateIcon } from './icons';
 import { Markdown } from './markdown/Markdown';
-import { MessageActionsContext, type MessageActions } from './messageActions';
+import { MessageActionsContext, SharedReadingContext, type MessageActions } from './messageActions';
 import { ToolCallView } from './ToolCallView';
 
 type Message = MessageFieldsFragment;
@@ -22,10 +22,11 @@ function chosen(q: NonNullable<Message['question']>, choice: string): boolean {
   }
 }
 
-function roleLabel(m: Message): string {
+function roleLabel(m: Message, shared: boolean): string {
   if (m.kind === 'QUESTION') return 'Agent asks';
-  if (m.kind === 'ANSWER') return 'Your answer';
-  return m.role === 'USER' ? 'You' : 'Agent';
+  if (m.kind === 'ANSWER') return shared ? 'Answer' : 'Your answer';
+  if (m.role === 'USER') return shared ? 'User' : 'You';
+  return 'Agent';
 }
 
 /**
@@ -293,6 +294,7 @@ function MessageToolbar({ message: m, actions, onEdit }: { message: Message; act
 
 export const MessageView = memo(function MessageView({ message: m, lastOfRun = true }: { message: Message; lastOfRun?: boolean }) {
   const actions = useContext(MessageActionsContext);
+  const shared = useContext(SharedReadingContext);
   const [editing, setEditing] = useState(false);
   const editButtonFocus = useRef(false);
   const streaming = m.status === 'STREAMING';
@@ -328,7 +330,7 @@ export const MessageView = memo(function MessageView({ message: m, lastOfRun = t
       aria-busy={streaming || undefined}
     >
       <header className="msg-head">
-        <span className="msg-author">{roleLabel(m)}</span>
+        <span className="msg-author">{roleLabel(m, shared)}</span>
         {m.status === 'INTERRUPTED' && <span className="badge warn">interrupted</span>}
         {m.status === 'FAILED' && <span className="badge error">failed</span>}
         {streaming && <span className="visually-hidden">(writing)</span>}

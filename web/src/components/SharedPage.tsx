@@ -6,6 +6,7 @@ import { describeError, errorCode } from '../lib/errors';
 import { chatHref } from '../lib/route';
 import { applySharedEvent } from '../lib/shared';
 import { MessageList } from './MessageList';
+import { SharedReadingContext } from './messageActions';
 
 /**
  * A conversation someone shared, read-only, at /s/<token>: no sign-in needed to read it. A
@@ -116,7 +117,9 @@ export function SharedPage({ token }: { token: string }) {
         )}
         {body ?? (
           <>
-            <MessageList messages={shared!.messages} hasEarlier={false} pendingCount={0} onLoadEarlier={async () => {}} emptyHint="Nothing was said yet." />
+            <SharedReadingContext.Provider value={true}>
+              <MessageList messages={shared!.messages} hasEarlier={false} pendingCount={0} onLoadEarlier={async () => {}} emptyHint="Nothing was said yet." />
+            </SharedReadingContext.Provider>
             <p className={`status-text shared-status${working ? ' active' : ''}`} role="status" aria-live="polite">
               {working && <span className="pulse" aria-hidden="true" />}
               {working ? 'The agent is working…' : ''}

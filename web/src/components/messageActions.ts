@@ -13,3 +13,6 @@ export interface MessageActions {
 }
 
 export const MessageActionsContext = createContext<MessageActions | null>(null);
+
+/** True where the conversation is someone else's, read through a share link. */
+export const SharedReadingContext = createContext(false);
