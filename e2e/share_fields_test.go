@@ -27,7 +27,7 @@ var readerFields = map[string]string{
 	"Message.id": "a message of the branch", "Message.sessionId": "read empty by a reader",
 	"Message.role": "the conversation", "Message.kind": "the conversation", "Message.content": "the conversation",
 	"Message.status": "the conversation", "Message.error": "the conversation", "Message.runId": "a run of the branch",
-	"Message.question": "null for a reader: what the session waits on and how to answer it",
+	"Message.question":  "null for a reader: what the session waits on and how to answer it",
 	"Message.toolCalls": "masked calls", "Message.createdAt": "the conversation", "Message.parentId": "the message before it on the branch",
 	"Message.siblingIds": "the message itself alone for a reader: no other branch",
 

@@ -177,12 +177,6 @@ func follow(t *testing.T, svc *service.Service, ctx context.Context, sessionID, 
 	return feedOf(t, sub, wake)
 }
 
-// eventReader is a Subscription, or a SharedSubscription.
-type eventReader interface {
-	Read(ctx context.Context, max int) ([]*service.Event, error)
-	Close()
-}
-
 // feedOf reads sub, woken by wake, until the test ends.
 func feedOf(t *testing.T, sub eventReader, wake chan struct{}) *feed {
 	rctx, cancel := context.WithCancel(context.Background())

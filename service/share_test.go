@@ -9,6 +9,12 @@ import (
 	"github.com/talkgraph/talkgraph/service"
 )
 
+// eventReader is a Subscription, or a SharedSubscription (see feedOf).
+type eventReader interface {
+	Read(ctx context.Context, max int) ([]*service.Event, error)
+	Close()
+}
+
 // share makes a link to a session of alice's and returns it with its token.
 func share(t *testing.T, svc *service.Service, ctx context.Context, in service.CreateShareLinkInput) (*service.ShareLink, string) {
 	t.Helper()
