@@ -305,7 +305,7 @@ func Settings() []Setting {
 		{"anon-rate-burst", "ANON_RATE_BURST", itoa(web.AnonBurst), "requests without a valid token a client address may make at once above the rate", num(1, func(c *Config) *int { return &c.HTTP.AnonBurst })},
 		{"guest-signin-rate", "GUEST_SIGNIN_RATE", strconv.FormatFloat(web.GuestPerMinute, 'f', -1, 64), "guest sign-ins per client address per minute", rate(func(c *Config) *float64 { return &c.HTTP.GuestPerMinute })},
 		{"guest-signin-burst", "GUEST_SIGNIN_BURST", itoa(web.GuestBurst), "guest sign-ins a client address may make at once above the rate", num(1, func(c *Config) *int { return &c.HTTP.GuestBurst })},
-		{"shared-reads-rate", "SHARED_READS_PER_SECOND", strconv.FormatFloat(web.SharedReadsPerSecond, 'f', -1, 64), "operations without a sign-in (shared reads: sharedSession, sharedStream) per client address per second", rate(func(c *Config) *float64 { return &c.HTTP.SharedReadsPerSecond })},
+		{"shared-reads-rate", "SHARED_READS_PER_SECOND", strconv.FormatFloat(web.SharedReadsPerSecond, 'f', -1, 64), "shared reads (sharedSession, sharedStream) made without a sign-in, per client address per second", rate(func(c *Config) *float64 { return &c.HTTP.SharedReadsPerSecond })},
 		{"shared-reads-burst", "SHARED_READS_BURST", itoa(web.SharedReadsBurst), "shared reads a client address may make at once above the rate", num(1, func(c *Config) *int { return &c.HTTP.SharedReadsBurst })},
 		{"public-url", "PUBLIC_URL", "", "where clients reach the server (https://chat.example.com): share links' URLs begin with it; empty: each request's own scheme and host", func(c *Config, v string) error {
 			v = strings.TrimRight(strings.TrimSpace(v), "/")

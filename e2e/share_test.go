@@ -257,8 +257,11 @@ func TestAnonymousSharedReadsAreLimitedPerAddress(t *testing.T) {
 			t.Fatalf("read %d: %+v", i, r.Errors)
 		}
 	}
-	if r := reader.Do(sharedQuery, map[string]any{"t": token}); r.Code() != "RATE_LIMITED" {
-		t.Errorf("the 4th read without a sign-in: %s %+v, want RATE_LIMITED", r.Code(), r.Errors)
+	if r := reader.Do(`query($t: String!){ ... on Query { sharedSession(token: $t){ title } } }`, map[string]any{"t": token}); r.Code() != "RATE_LIMITED" {
+		t.Errorf("the 4th read without a sign-in (in a fragment): %s %+v, want RATE_LIMITED", r.Code(), r.Errors)
+	}
+	if r := reader.Do(`{ __typename }`, nil); len(r.Errors) > 0 {
+		t.Errorf("an operation without a sign-in that reads nothing shared: %+v", r.Errors)
 	}
 	_, frames := reader.Connect("graphql-transport-ws").Subscribe(sharedStreamQuery, map[string]any{"t": token})
 	if f := <-frames; len(f.Errors) == 0 || f.Errors[0].Code() != "RATE_LIMITED" {

@@ -85,8 +85,8 @@ type HandlerConfig struct {
 	// PublicURL is where clients reach the server (https://chat.example.com), which share
 	// links' URLs begin with; empty: each request's own scheme and host.
 	PublicURL string
-	// SharedReadsPerSecond and SharedReadsBurst limit, per client address, the operations
-	// made without a sign-in (shared reads: sharedSession, sharedStream); default 2 and 20.
+	// SharedReadsPerSecond and SharedReadsBurst limit, per client address, the shared reads
+	// (sharedSession, sharedStream) made without a sign-in; default 2 and 20.
 	SharedReadsPerSecond float64
 	SharedReadsBurst     int
 

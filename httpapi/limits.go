@@ -32,10 +32,10 @@ func (operationLimits) Validate(graphql.ExecutableSchema) error { return nil }
 func (o operationLimits) MutateOperationContext(ctx context.Context, rc *graphql.OperationContext) *gqlerror.Error {
 	u := service.UserFrom(ctx)
 	if u == "" {
-		// Without a user, only shared reads get anywhere: each counts against its
-		// address (the operations' context carries it, see operationValues and wsValues).
+		// A shared read without a user counts against its address (the operations'
+		// context carries it, see operationValues and wsValues).
 		addr, _ := ctx.Value(clientAddrKey{}).(string)
-		if o.anonymous != nil {
+		if o.anonymous != nil && readsShared(rc) {
 			if ok, _ := o.anonymous.allow(addr); !ok {
 				return graph.Error(service.Errorf(service.ERATELIMIT, "too many reads without a sign-in from your address; slow down"))
 			}
@@ -52,4 +52,19 @@ func (o operationLimits) MutateOperationContext(ctx context.Context, rc *graphql
 		}
 	}
 	return nil
+}
+
+// readsShared reports whether the operation selects a shared read (sharedSession,
+// sharedStream) at its root, directly or in a fragment.
+func readsShared(rc *graphql.OperationContext) bool {
+	if rc.Operation == nil {
+		return false
+	}
+	// Collected as the executor does: a read inside a fragment counts too.
+	for _, f := range graphql.CollectFields(rc, rc.Operation.SelectionSet, []string{"Query", "Subscription"}) {
+		if f.Name == "sharedSession" || f.Name == "sharedStream" {
+			return true
+		}
+	}
+	return false
 }
