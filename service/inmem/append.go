@@ -209,5 +209,9 @@ func (s *Store) deleteSession(sd *sessionData) {
 	for k := range sd.idem {
 		delete(s.idem, k)
 	}
+	for _, k := range s.bindings[sd.session.ID] {
+		delete(s.threads, k)
+	}
+	delete(s.bindings, sd.session.ID)
 	delete(s.sessions, sd.session.ID)
 }

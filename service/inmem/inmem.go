@@ -26,7 +26,11 @@ type Store struct {
 	questions map[string]*service.Question
 	toolCalls map[string]*service.ToolCall
 	idem      map[idemKey]*service.IdempotencyRecord
+	threads   map[threadKey]string   // AG-UI threads: the session each is bound to
+	bindings  map[string][]threadKey // the threads bound to each session, for its deletion
 }
+
+type threadKey struct{ userID, threadID string }
 
 // sessionData is a session with the IDs of everything that belongs to it, so that Delete
 // can find it all.
@@ -56,6 +60,8 @@ func New() *Store {
 		questions: make(map[string]*service.Question),
 		toolCalls: make(map[string]*service.ToolCall),
 		idem:      make(map[idemKey]*service.IdempotencyRecord),
+		threads:   make(map[threadKey]string),
+		bindings:  make(map[string][]threadKey),
 	}
 }
 
