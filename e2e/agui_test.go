@@ -228,7 +228,9 @@ func TestAGUIClient(t *testing.T) {
 			t.Errorf("alice's session holds %+v", msgs)
 		}
 		var bobs struct {
-			Sessions struct{ Edges []struct{ Node struct{ ID string } } }
+			Sessions struct {
+				Edges []struct{ Node struct{ ID string } }
+			}
 		}
 		bob.Must(`{ sessions { edges { node { id } } } }`, nil, &bobs)
 		if n := len(bobs.Sessions.Edges); n != 2 {
@@ -279,7 +281,9 @@ func checkResumed(t *testing.T, c *tgtest.Client, s []aguiStep) {
 func onlySession(t *testing.T, c *tgtest.Client) string {
 	t.Helper()
 	var out struct {
-		Sessions struct{ Edges []struct{ Node struct{ ID string } } }
+		Sessions struct {
+			Edges []struct{ Node struct{ ID string } }
+		}
 	}
 	c.Must(`{ sessions { edges { node { id } } } }`, nil, &out)
 	if len(out.Sessions.Edges) != 1 {
