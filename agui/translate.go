@@ -48,12 +48,12 @@ type Translator struct {
 	calls                      map[string]bool   // tool calls whose start went out
 }
 
-// New returns a Translator of the run runID of session sessionID, for the client's thread
-// threadID. status is the run's status where the stream begins; active the session's
-// running run there ("" for none).
-func New(threadID, sessionID, runID string, status service.RunStatus, active string) *Translator {
+// New returns a Translator of run (as it stands where the stream begins: its ID, status
+// and error) of session sessionID, for the client's thread threadID. active is the
+// session's running run there ("" for none).
+func New(threadID, sessionID string, run *service.Run, active string) *Translator {
 	return &Translator{
-		threadID: threadID, sessionID: sessionID, runID: runID, status: status, active: active,
+		threadID: threadID, sessionID: sessionID, runID: run.ID, status: run.Status, runErr: run.Error, active: active,
 		runOf: map[string]string{}, open: map[string]bool{}, sent: map[string]int{}, calls: map[string]bool{},
 	}
 }
@@ -65,7 +65,9 @@ func (t *Translator) RunID() string { return t.runID }
 func (t *Translator) Status() service.RunStatus { return t.status }
 
 // Start returns what a response begins with: RUN_STARTED, and, for a stream that resumes
-// inside a message (inside: its ID, the text sent of it so far), that message's start.
+// inside a message's text (inside: its ID, the text sent of it so far, see
+// service.StreamPoint), that message's start. No stream resumes inside a tool call: a
+// call goes out whole, under one cursor.
 func (t *Translator) Start(inside string, sent int) []Frame {
 	fs := []Frame{{Event: events.NewRunStartedEvent(t.threadID, t.runID)}}
 	if inside != "" {
@@ -120,7 +122,9 @@ func (t *Translator) Event(ev *service.Event) ([]Frame, Ending) {
 			delete(t.open, m.ID)
 			fs = append(fs, Frame{Event: stamp(events.NewTextMessageEndEvent(m.ID), ev.At)})
 		}
-	case service.EventToolCallStarted, service.EventToolApprovalRequested:
+	case service.EventToolCallStarted:
+		// Every call starts so, one awaiting approval too (its ToolApprovalRequested, which
+		// follows, adds nothing): a call goes out once, whole, under the one cursor.
 		if c := ev.ToolCall; c != nil && c.RunID == t.runID && !t.calls[c.ID] {
 			t.calls[c.ID] = true
 			fs = append(fs, Frame{Event: stamp(events.NewToolCallStartEvent(c.ID, c.Name, events.WithParentMessageID(c.MessageID)), ev.At)})
@@ -134,7 +138,7 @@ func (t *Translator) Event(ev *service.Event) ([]Frame, Ending) {
 		if c == nil || c.RunID != t.runID || (ev.Type == service.EventToolApprovalDecided && c.Status != service.ToolRejected) {
 			break
 		}
-		fs = append(fs, Frame{Event: stamp(events.NewToolCallResultEvent(c.ID+"-result", c.ID, resultOf(c)), ev.At)})
+		fs = append(fs, t.result(c, ev.At))
 	case service.EventRunStatusChanged:
 		r := ev.Run
 		if r == nil {
@@ -163,6 +167,11 @@ func (t *Translator) Event(ev *service.Event) ([]Frame, Ending) {
 // Cursor is the SSE id of the frames of ev: its cursor.
 func (t *Translator) Cursor(ev *service.Event) string {
 	return service.EncodeCursor(t.sessionID, service.CursorOf(ev))
+}
+
+// result returns the frame of a call's result.
+func (t *Translator) result(c *service.ToolCall, at time.Time) Frame {
+	return Frame{Event: stamp(events.NewToolCallResultEvent(c.ID+"-result", c.ID, resultOf(c)), at)}
 }
 
 // text returns the frames of a message's text: its start first, when it is not open.

@@ -147,7 +147,7 @@ func (h *aguiHandler) start(ctx context.Context, in *agui.Input, notify func()) 
 	if v.ActiveRun != nil && v.ActiveRun.Status != service.RunQueued {
 		active = v.ActiveRun.ID
 	}
-	tr := agui.New(in.ThreadID, v.ID, run.ID, run.Status, active)
+	tr := agui.New(in.ThreadID, v.ID, run, active)
 	return &aguiStream{sessionID: v.ID, sub: sub, tr: tr, first: tr.Start("", 0)}, nil
 }
 
@@ -181,41 +181,33 @@ func (h *aguiHandler) commands(ctx context.Context, in *agui.Input, v *service.S
 }
 
 // resume opens the stream of a request with Last-Event-ID: after that cursor, in the run
-// of its event, inside the message it was in.
+// of its event, inside the message whose text it was in.
 func (h *aguiHandler) resume(ctx context.Context, in *agui.Input, last string, notify func()) (*aguiStream, error) {
 	v, err := h.svc.Thread(ctx, in.ThreadID)
 	if err != nil {
 		return nil, err
 	}
-	ev, run, err := h.svc.EventAt(ctx, v.ID, last)
+	at, err := h.svc.StreamAt(ctx, v.ID, last)
 	if err != nil {
 		return nil, err
 	}
-	if run == "" {
+	if at.RunID == "" {
 		return nil, service.Errorf(service.EINVALID, "Last-Event-ID is not an id this thread's AG-UI stream sent")
 	}
 	sub, err := h.svc.Subscribe(ctx, v.ID, last, notify)
 	if err != nil {
 		return nil, err
 	}
-	status, inside, sent := service.RunRunning, "", -1
-	switch {
-	case ev.Type == service.EventRunStatusChanged:
-		status = ev.Run.Status
-	case ev.Type == service.EventMessageChunk:
-		inside = ev.MessageID
-		if c, err := service.DecodeCursor(v.ID, last); err == nil {
-			sent = c.Off
-		}
-	case ev.ToolCall != nil && ev.ToolCall.Status != service.ToolRejected && ev.Type != service.EventToolCallFinished:
-		inside = ev.ToolCall.MessageID // a call of the message that is being written
+	run := &service.Run{ID: at.RunID, Status: service.RunRunning}
+	if ev := at.Event; ev.Type == service.EventRunStatusChanged {
+		run = ev.Run
 	}
-	tr := agui.New(in.ThreadID, v.ID, run, status, run)
-	st := &aguiStream{sessionID: v.ID, sub: sub, tr: tr, first: tr.Start(inside, sent)}
+	tr := agui.New(in.ThreadID, v.ID, run, at.RunID)
+	st := &aguiStream{sessionID: v.ID, sub: sub, tr: tr, first: tr.Start(at.Open, at.Sent)}
 	// A client that resumes after the run's end (or wait) gets that end again.
-	if ev.Type == service.EventRunStatusChanged {
+	if at.Event.Type == service.EventRunStatusChanged {
 		ending := agui.Ended
-		switch status {
+		switch run.Status {
 		case service.RunWaitingForInput:
 			ending = agui.Waits
 		case service.RunQueued, service.RunRunning:

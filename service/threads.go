@@ -10,7 +10,7 @@ import (
 // This file is the service's side of AG-UI (package agui, httpapi's /agui): a client
 // names its conversations with thread IDs of its own, which are bound, per user, to
 // sessions (Store.BindThread); and a stream that resumes from a cursor learns where it
-// stands (EventAt).
+// stands (StreamAt).
 
 // OpenThread returns the caller's session that threadID names: the session of that ID
 // when it is one of theirs; otherwise the session bound to the caller's thread threadID,
@@ -109,44 +109,106 @@ func (s *core) openThread(ctx context.Context, u string, guest bool, threadID st
 	return v, err
 }
 
-// EventAt returns the event of the caller's session that cursor follows (the chunk event
-// that holds it, where chunks were folded) and the ID of the run it belongs to ("" for
-// an event of no run): where a stream resumed after cursor stands. ENOTFOUND when the
-// session is missing or not the caller's; EINVALID for a malformed cursor, one of another
-// session or one that no event of the log holds.
-func (s *Service) EventAt(ctx context.Context, sessionID, cursor string) (*Event, string, error) {
+// StreamPoint is where a stream that resumes after a cursor stands.
+type StreamPoint struct {
+	// Event is the event the cursor follows (the chunk event that holds it, where chunks
+	// were folded), and RunID the run it belongs to ("" for an event of no run).
+	Event *Event
+	RunID string
+	// Open is the assistant message whose text had begun there and was not complete ("" for
+	// none), and Sent how much of its text came before the cursor, in code points. A run's
+	// end or wait (a RunStatusChanged) closes its text.
+	Open string
+	Sent int
+}
+
+// StreamAt returns where a stream of the caller's session resumed after cursor stands.
+// ENOTFOUND when the session is missing or not the caller's; EINVALID for a malformed
+// cursor, one of another session or one that no event of the log holds.
+func (s *Service) StreamAt(ctx context.Context, sessionID, cursor string) (*StreamPoint, error) {
 	if _, err := s.session(ctx, sessionID); err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	c, err := DecodeCursor(sessionID, cursor)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	ev, err := s.eventHolding(ctx, sessionID, c.Seq)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	if ev == nil || !offsetWithin(ev, c) {
-		return nil, "", Errorf(EINVALID, "no event of the session is at this cursor")
+		return nil, Errorf(EINVALID, "no event of the session is at this cursor")
 	}
-	var run string
+	p := &StreamPoint{Event: ev}
+	var message string // the message ev is part of
 	switch {
 	case ev.Run != nil:
-		run = ev.Run.ID
+		p.RunID = ev.Run.ID
 	case ev.Message != nil:
-		run = ev.Message.RunID
+		p.RunID, message = ev.Message.RunID, ev.Message.ID
 	case ev.ToolCall != nil:
-		run = ev.ToolCall.RunID
+		p.RunID, message = ev.ToolCall.RunID, ev.ToolCall.MessageID
 	case ev.Question != nil:
-		run = ev.Question.RunID
+		p.RunID = ev.Question.RunID
 	case ev.Type == EventToolCallOutput:
 		if tc, err := s.store.ToolCall(ctx, ev.Key); err == nil {
-			run = tc.RunID
+			p.RunID, message = tc.RunID, tc.MessageID
 		}
 	case ev.MessageID != "":
 		if m, err := s.store.Message(ctx, ev.MessageID); err == nil {
-			run = m.RunID
+			p.RunID = m.RunID
+		}
+		if ev.Type == EventMessageChunk {
+			p.Open, p.Sent = ev.MessageID, c.Off
+			return p, nil
 		}
 	}
-	return ev, run, nil
+	if message == "" || ev.Type == EventMessageCompleted {
+		return p, nil
+	}
+	p.Open, p.Sent, err = s.textAt(ctx, sessionID, message, c.Seq)
+	if p.Sent == 0 {
+		p.Open = "" // its text had not begun
+	}
+	return p, err
+}
+
+// textAt returns the assistant message id with how much of its text the log holds up to
+// seq, unless it was complete there; "" when it was, or is not an assistant's text.
+func (s *Service) textAt(ctx context.Context, sessionID, id string, seq int64) (string, int, error) {
+	m, err := s.store.Message(ctx, id)
+	if ErrorCode(err) == ENOTFOUND {
+		return "", 0, nil
+	} else if err != nil {
+		return "", 0, err
+	}
+	if m.SessionID != sessionID || m.Role != RoleAssistant || m.Kind != KindText {
+		return "", 0, nil
+	}
+	sent := 0
+	for after := m.Seq - 1; after < seq; {
+		evs, err := s.store.Events(ctx, sessionID, after, 256)
+		if err != nil {
+			return "", 0, err
+		}
+		if len(evs) == 0 {
+			break
+		}
+		for _, ev := range evs {
+			if ev.Seq > seq {
+				return id, sent, nil
+			}
+			switch {
+			case ev.Type == EventMessageAdded && ev.Message != nil && ev.Message.ID == id:
+				sent = utf8.RuneCountInString(ev.Message.Content)
+			case ev.Type == EventMessageChunk && ev.MessageID == id:
+				sent = CursorOf(ev).Off
+			case ev.Type == EventMessageCompleted && ev.Message != nil && ev.Message.ID == id:
+				return "", 0, nil
+			}
+			after = ev.Seq
+		}
+	}
+	return id, sent, nil
 }
