@@ -34,7 +34,8 @@ const (
 // Translator renders the log of one session as the AG-UI events of one of its runs: the
 // run's text messages (started by their first text, so that a message holding only tool
 // calls is none), its tool calls (start, arguments and end at once, the arguments being
-// whole when a call starts; the result when it ends), and its end. Events of other runs,
+// whole when a call starts; the result when it ends, or with its start for a call
+// refused as it starts), and its end. Events of other runs,
 // the user's messages (the client has its own) and the agent's questions (they are
 // interrupts) are left out. A Translator is used by one goroutine.
 type Translator struct {
@@ -132,6 +133,10 @@ func (t *Translator) Event(ev *service.Event) ([]Frame, Ending) {
 				fs = append(fs, Frame{Event: stamp(events.NewToolCallArgsEvent(c.ID, c.Arguments), ev.At)})
 			}
 			fs = append(fs, Frame{Event: stamp(events.NewToolCallEndEvent(c.ID), ev.At)})
+			if c.Status != service.ToolRunning && c.Status != service.ToolAwaitingApproval {
+				// Refused as it started (its tool's policy is DENY): no other event ends it.
+				fs = append(fs, t.result(c, ev.At))
+			}
 		}
 	case service.EventToolCallFinished, service.EventToolApprovalDecided:
 		c := ev.ToolCall

@@ -529,13 +529,31 @@ func onlySession(t *testing.T, c *tgtest.Client) string {
 	return out.Sessions.Edges[0].Node.ID
 }
 
-// TestAGUIPolicies: a session's busy policy applies to /agui as to /query.
+// TestAGUIPolicies: a session's busy policy and tool policies apply to /agui as to /query.
 func TestAGUIPolicies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Node")
 	}
 	node := installNodePackages(t, aguiDir, "@ag-ui/client", "the AG-UI client tests")
 	a := startApp(t, "sqlite", nil)
+
+	t.Run("a DENY tool is refused: its call ends with a result saying why, and never runs", func(t *testing.T) {
+		t.Parallel()
+		c := guest(t, a)
+		sid := c.CreateSession(map[string]any{"toolPolicies": []any{map[string]any{"tool": "echo", "policy": "DENY"}}})
+		s := runAGUI(t, node, aguiCfg(a.URL, c, sid, map[string]any{"message": "/tool hi"}))[0]
+		calls := aguiCallsOf(c, sid)
+		if len(calls) != 1 || calls[0].Status != "REJECTED" || calls[0].Output != "" || calls[0].Error == nil {
+			t.Fatalf("the session's calls: %+v", calls)
+		}
+		start, result := s.only(t, "TOOL_CALL_START"), s.only(t, "TOOL_CALL_RESULT")
+		if start.ToolCallID != calls[0].ID || result.ToolCallID != calls[0].ID || result.Content != *calls[0].Error {
+			t.Errorf("the call %+v, its result %+v; the session's %+v", start, result, calls[0])
+		}
+		if !strings.Contains(s.assistant(), "The echo tool did not run") {
+			t.Errorf("the assistant says %q", s.assistant())
+		}
+	})
 
 	t.Run("under REJECT a message while the agent works is refused with 409 and not stored", func(t *testing.T) {
 		t.Parallel()
