@@ -10,6 +10,7 @@ package agui
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -127,8 +128,8 @@ func textOf(content any) (string, error) {
 // string, told to the agent). An entry naming nothing pending is taken for a call when
 // isCall says so and for a question otherwise; the service then says why it waits no
 // more. The error says which entry is wrong.
-func Responses(entries []ResumeEntry, v *service.SessionView, isCall func(id string) bool) (service.RespondArgs, error) {
-	var r service.RespondArgs
+func Responses(entries []ResumeEntry, v *service.SessionView, isCall func(id string) bool) (*Resume, error) {
+	r := &Resume{entry: map[string][]int{}}
 	questions := map[string]*service.Question{}
 	for _, q := range v.PendingQuestions {
 		questions[q.ID] = q
@@ -152,20 +153,21 @@ func Responses(entries []ResumeEntry, v *service.SessionView, isCall func(id str
 					Arguments json.RawMessage `json:"arguments"`
 				}
 				if err := json.Unmarshal(payload, &p); err != nil {
-					return r, fmt.Errorf("resume[%d]: the payload of an approval is an object, {} or {\"arguments\": {…}}", i)
+					return nil, fmt.Errorf("resume[%d]: the payload of an approval is an object, {} or {\"arguments\": {…}}", i)
 				}
 				if args := bytes.TrimSpace(p.Arguments); len(args) > 0 {
 					if args[0] != '{' {
-						return r, fmt.Errorf("resume[%d]: payload.arguments must be a JSON object", i)
+						return nil, fmt.Errorf("resume[%d]: payload.arguments must be a JSON object", i)
 					}
 					var b bytes.Buffer
 					if err := json.Compact(&b, args); err != nil {
-						return r, fmt.Errorf("resume[%d]: payload.arguments: %v", i, err)
+						return nil, fmt.Errorf("resume[%d]: payload.arguments: %v", i, err)
 					}
 					d.Arguments = b.String()
 				}
 			}
 			r.Decisions = append(r.Decisions, d)
+			r.entry["decisions"] = append(r.entry["decisions"], i)
 		case call:
 			d := service.Decision{ToolCallID: e.InterruptID, Decision: service.DecisionReject}
 			var p struct {
@@ -175,22 +177,44 @@ func Responses(entries []ResumeEntry, v *service.SessionView, isCall func(id str
 				d.Reason, _ = p.Reason.(string)
 			}
 			r.Decisions = append(r.Decisions, d)
+			r.entry["decisions"] = append(r.entry["decisions"], i)
 		case e.Status == types.ResumeStatusCancelled:
 			r.Cancelled = append(r.Cancelled, e.InterruptID)
+			r.entry["cancelled"] = append(r.entry["cancelled"], i)
 		default:
 			if len(payload) == 0 {
-				return r, fmt.Errorf("resume[%d]: a resolved question needs its answer as payload", i)
+				return nil, fmt.Errorf("resume[%d]: a resolved question needs its answer as payload", i)
 			}
 			var answer string
 			if json.Unmarshal(payload, &answer) != nil || (q != nil && q.AnswerSchema != "") {
 				var b bytes.Buffer
 				if err := json.Compact(&b, payload); err != nil {
-					return r, fmt.Errorf("resume[%d]: payload: %v", i, err)
+					return nil, fmt.Errorf("resume[%d]: payload: %v", i, err)
 				}
 				answer = b.String()
 			}
 			r.Answers = append(r.Answers, service.Answer{QuestionID: e.InterruptID, Answer: answer})
+			r.entry["answers"] = append(r.entry["answers"], i)
 		}
 	}
 	return r, nil
+}
+
+// Resume is what service.Resume takes for a RunAgentInput's resume entries.
+type Resume struct {
+	service.RespondArgs
+	entry map[string][]int // the entry each item of a list of RespondArgs comes from, by the list's name
+}
+
+// Named returns err, an error of service.Resume for r, with a message that names the
+// resume entry it is about (resume[i], not the service's answers[j]) where it is about one.
+func (r *Resume) Named(err error) error {
+	var ie *service.InputError
+	if !errors.As(err, &ie) {
+		return err
+	}
+	if from := r.entry[ie.List]; ie.Index >= 0 && ie.Index < len(from) {
+		return service.Errorf(service.ErrorCode(ie.Err), "resume[%d]: %s", from[ie.Index], service.ErrorMessage(ie.Err))
+	}
+	return err
 }

@@ -632,6 +632,7 @@ func TestAGUIRefusesBadRequests(t *testing.T) {
 		{"a message without an id", "POST", "", `{"threadId":"t","runId":"r","messages":[{"role":"user","content":"hi"}]}`, "", 400, "BAD_USER_INPUT", "id"},
 		{"a thread ID over 200 bytes", "POST", "", `{"threadId":"` + strings.Repeat("x", 201) + `","runId":"r","messages":[{"id":"m2","role":"user","content":"hi"}]}`, "", 400, "BAD_USER_INPUT", "thread ID is too long"},
 		{"a bad resume", "POST", "", `{"threadId":"t","runId":"r","messages":[],"resume":[{"interruptId":"x","status":"maybe"}]}`, "", 400, "BAD_USER_INPUT", "resolved or cancelled"},
+		{"a resume naming nothing pending", "POST", "", `{"threadId":"t","runId":"r","messages":[],"resume":[{"interruptId":"x","status":"resolved","payload":"a"}]}`, "", 400, "BAD_USER_INPUT", "resume[0]"},
 		{"content without text", "POST", "", `{"threadId":"t","runId":"r","messages":[{"id":"m","role":"user","content":[{"type":"image","source":{"type":"url","value":"http://x"}}]}]}`, "", 400, "BAD_USER_INPUT", "text"},
 		{"nothing to run", "POST", "", `{"threadId":"t2","runId":"r","messages":[]}`, "", 400, "BAD_USER_INPUT", "nothing to run"},
 		{"a bad Last-Event-ID", "POST", "", good, "garbage", 400, "BAD_USER_INPUT", "cursor"},

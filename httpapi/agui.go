@@ -161,9 +161,9 @@ func (h *aguiHandler) commands(ctx context.Context, in *agui.Input, v *service.S
 		if err != nil {
 			return nil, service.Errorf(service.EINVALID, "%s", err.Error())
 		}
-		res, err := h.svc.Resume(ctx, v.ID, args)
+		res, err := h.svc.Resume(ctx, v.ID, args.RespondArgs)
 		if err != nil {
-			return nil, err
+			return nil, args.Named(err)
 		}
 		run = res.Run
 	}
