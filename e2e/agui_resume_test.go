@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -419,5 +420,61 @@ func TestAGUIResumeStaysInTheUsersThread(t *testing.T) {
 	check("x", http.StatusBadRequest) // a cursor of another session
 	if msgs := alice.Messages(aliceSession); len(msgs) != 2 {
 		t.Errorf("alice's session holds %+v", msgs)
+	}
+}
+
+// TestAGUIMessageIDIsItsKey: a RunAgentInput sent again adds its message once: its ID is
+// its idempotency key.
+func TestAGUIMessageIDIsItsKey(t *testing.T) {
+	t.Parallel()
+	a := startApp(t, "memory", nil)
+	c := guest(t, a)
+	for range 2 {
+		if status, _, body := postAGUI(t, a.URL, c, aguiInput("t", "m-1", "hello"), ""); status != 200 {
+			t.Fatalf("%d %s", status, body)
+		}
+	}
+	if msgs := c.Messages(onlySession(t, c)); len(msgs) != 2 || msgs[0].Content != "hello" {
+		t.Errorf("the session holds %+v", msgs)
+	}
+}
+
+// TestAGUIRefusesBadResumes: resume entries that cannot be taken are refused with 400,
+// naming the entry, and nothing of the request is taken: what waited still waits.
+func TestAGUIRefusesBadResumes(t *testing.T) {
+	t.Parallel()
+	a := startApp(t, "memory", nil)
+	c := guest(t, a)
+	postAGUI(t, a.URL, c, aguiInput("t", "m-1", "/approve hi"), "")
+	sid := onlySession(t, c)
+	_, calls := aguiPendingOf(c, sid)
+	if len(calls) != 1 {
+		t.Fatalf("waiting on %+v", calls)
+	}
+	id := calls[0].ID
+	for _, tc := range []struct {
+		name   string
+		resume []map[string]any
+		says   string
+	}{
+		{"arguments that are not an object", []map[string]any{{"interruptId": id, "status": "resolved", "payload": map[string]any{"arguments": "hi"}}},
+			"resume[0]: payload.arguments must be a JSON object"},
+		{"arguments the tool's schema refuses", []map[string]any{{"interruptId": id, "status": "resolved", "payload": map[string]any{"arguments": map[string]any{"text": 5}}}},
+			"resume[0]: the arguments do not fit the tool's input schema"},
+		{"a payload that is not an object", []map[string]any{{"interruptId": id, "status": "resolved", "payload": "yes"}},
+			"resume[0]: the payload of an approval is an object"},
+		{"the call twice", []map[string]any{{"interruptId": id, "status": "resolved"}, {"interruptId": id, "status": "cancelled"}},
+			"resume[1]: the call is decided twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, _, body := postAGUI(t, a.URL, c, aguiInput("t", "", "", tc.resume...), "")
+			var r struct{ Errors []tgtest.GQLError }
+			if err := json.Unmarshal(body, &r); err != nil || status != http.StatusBadRequest || len(r.Errors) != 1 || !strings.HasPrefix(r.Errors[0].Message, tc.says) {
+				t.Errorf("%d %s; want 400 saying %q", status, body, tc.says)
+			}
+		})
+	}
+	if _, calls := aguiPendingOf(c, sid); len(calls) != 1 || calls[0].Arguments != `{"text":"hi"}` {
+		t.Errorf("after the refusals the session waits on %+v", calls)
 	}
 }

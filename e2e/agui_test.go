@@ -470,6 +470,19 @@ func TestAGUIClient(t *testing.T) {
 		}
 	})
 
+	t.Run("a deleted session ends the stream with RUN_ERROR NOT_FOUND", func(t *testing.T) {
+		t.Parallel()
+		c := guest(t, a)
+		sid := c.CreateSession(nil)
+		_, evs := c.Connect("graphql-transport-ws").Stream(sid, c.Cursor(sid))
+		wait := startAGUI(t, node, aguiCfg(a.URL, c, sid, map[string]any{"message": "/slow 50"}), 0)
+		evs.Until("the first chunk", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" })
+		c.Must(`mutation($s: ID!){ deleteTalkSession(id: $s) }`, map[string]any{"s": sid}, nil)
+		if e := wait()[0].last(); e.Type != "RUN_ERROR" || e.Code != "NOT_FOUND" {
+			t.Errorf("the stream ended with %+v", e)
+		}
+	})
+
 	t.Run("another user's thread of the same ID, or named by the first user's session ID, is another session", func(t *testing.T) {
 		t.Parallel()
 		alice, bob := guest(t, a), guest(t, a)
