@@ -590,13 +590,20 @@ func TestAGUIPolicies(t *testing.T) {
 		t.Parallel()
 		c := guest(t, a)
 		sid := c.CreateSession(map[string]any{"busyPolicy": "ENQUEUE"})
-		_, first := c.Send(sid, "/slow 5")
+		_, evs := c.Connect("graphql-transport-ws").Stream(sid, c.Cursor(sid))
+		_, first := c.Send(sid, "/slow 30")
+		evs.Until("the first run's first chunk", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" })
 		s := runAGUI(t, node, aguiCfg(a.URL, c, sid, map[string]any{"message": "queued"}))[0]
 		if got := s.assistant(); got != "You said: queued" {
 			t.Errorf("the queued run's stream reads %q", got)
 		}
-		if got := s.Events[0].RunID; got == first {
-			t.Errorf("the stream follows the first run %s", first)
+		var runs struct{ First, Queued struct{ CreatedAt, StartedAt, FinishedAt string } }
+		c.Must(`query($a: ID!, $b: ID!){ first: run(id: $a){ createdAt startedAt finishedAt } queued: run(id: $b){ createdAt startedAt finishedAt } }`,
+			map[string]any{"a": first, "b": s.Events[0].RunID}, &runs)
+		created, _ := time.Parse(time.RFC3339Nano, runs.Queued.CreatedAt)
+		finished, _ := time.Parse(time.RFC3339Nano, runs.First.FinishedAt)
+		if s.Events[0].RunID == first || !created.Before(finished) {
+			t.Errorf("the stream's run %s was not queued behind %s: %+v", s.Events[0].RunID, first, runs)
 		}
 	})
 
