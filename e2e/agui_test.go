@@ -597,7 +597,9 @@ func TestAGUIPolicies(t *testing.T) {
 		if got := s.assistant(); got != "You said: queued" {
 			t.Errorf("the queued run's stream reads %q", got)
 		}
-		var runs struct{ First, Queued struct{ CreatedAt, StartedAt, FinishedAt string } }
+		var runs struct {
+			First, Queued struct{ CreatedAt, StartedAt, FinishedAt string }
+		}
 		c.Must(`query($a: ID!, $b: ID!){ first: run(id: $a){ createdAt startedAt finishedAt } queued: run(id: $b){ createdAt startedAt finishedAt } }`,
 			map[string]any{"a": first, "b": s.Events[0].RunID}, &runs)
 		created, _ := time.Parse(time.RFC3339Nano, runs.Queued.CreatedAt)
