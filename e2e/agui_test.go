@@ -591,7 +591,7 @@ func TestAGUIPolicies(t *testing.T) {
 		c := guest(t, a)
 		sid := c.CreateSession(map[string]any{"busyPolicy": "ENQUEUE"})
 		_, evs := c.Connect("graphql-transport-ws").Stream(sid, c.Cursor(sid))
-		_, first := c.Send(sid, "/slow 30")
+		_, first := c.Send(sid, "/slow 50")
 		evs.Until("the first run's first chunk", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" })
 		s := runAGUI(t, node, aguiCfg(a.URL, c, sid, map[string]any{"message": "queued"}))[0]
 		if got := s.assistant(); got != "You said: queued" {
