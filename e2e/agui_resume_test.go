@@ -424,15 +424,24 @@ func TestAGUIResumeStaysInTheUsersThread(t *testing.T) {
 }
 
 // TestAGUIMessageIDIsItsKey: a RunAgentInput sent again adds its message once: its ID is
-// its idempotency key.
+// its idempotency key; the answer takes its run up where it is (here, at its end).
 func TestAGUIMessageIDIsItsKey(t *testing.T) {
 	t.Parallel()
 	a := startApp(t, "memory", nil)
 	c := guest(t, a)
+	var types []string
 	for range 2 {
-		if status, _, body := postAGUI(t, a.URL, c, aguiInput("t", "m-1", "hello"), ""); status != 200 {
+		status, frames, body := postAGUI(t, a.URL, c, aguiInput("t", "m-1", "hello"), "")
+		if status != 200 {
 			t.Fatalf("%d %s", status, body)
 		}
+		types = nil
+		for _, f := range frames {
+			types = append(types, f.Type)
+		}
+	}
+	if !slices.Equal(types, []string{"RUN_STARTED", "RUN_FINISHED"}) {
+		t.Errorf("the retry's answer: %v", types)
 	}
 	if msgs := c.Messages(onlySession(t, c)); len(msgs) != 2 || msgs[0].Content != "hello" {
 		t.Errorf("the session holds %+v", msgs)
