@@ -65,41 +65,47 @@ func TestGraphQLOverHTTPAuditPasses(t *testing.T) {
 	}
 }
 
-// installAudit returns the path of node, once the audit's packages are installed (npm ci
-// when they are missing or not the locked version). Without node or npm it skips the
-// test, or fails it under CI=true.
+// installAudit returns the path of node, once the audit's packages are installed.
 func installAudit(t *testing.T) (node string) {
+	t.Helper()
+	return installNodePackages(t, auditDir, "graphql-http", "the GraphQL-over-HTTP audit")
+}
+
+// installNodePackages returns the path of node, once the packages of dir's
+// package-lock.json are installed (npm ci when pkg is missing or not the locked version).
+// Without node or npm it skips the test (what names it), or fails it under CI=true.
+func installNodePackages(t *testing.T, dir, pkg, what string) (node string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
-		testsvc.Unavailable(t, "the GraphQL-over-HTTP audit needs Node.js (node) on PATH")
+		testsvc.Unavailable(t, what+" needs Node.js (node) on PATH")
 	}
 	var lock struct {
 		Packages map[string]struct{ Version string } `json:"packages"`
 	}
-	b, err := os.ReadFile(filepath.Join(auditDir, "package-lock.json"))
+	b, err := os.ReadFile(filepath.Join(dir, "package-lock.json"))
 	if err == nil {
 		err = json.Unmarshal(b, &lock)
 	}
 	if err != nil {
-		t.Fatalf("%s/package-lock.json: %v", auditDir, err)
+		t.Fatalf("%s/package-lock.json: %v", dir, err)
 	}
-	want := lock.Packages["node_modules/graphql-http"].Version
+	want := lock.Packages["node_modules/"+pkg].Version
 	var installed struct{ Version string }
-	b, err = os.ReadFile(filepath.Join(auditDir, "node_modules", "graphql-http", "package.json"))
+	b, err = os.ReadFile(filepath.Join(dir, "node_modules", filepath.FromSlash(pkg), "package.json"))
 	if err == nil && json.Unmarshal(b, &installed) == nil && installed.Version == want {
 		return node
 	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		testsvc.Unavailable(t, "the GraphQL-over-HTTP audit needs npm on PATH to install graphql-http "+want)
+		testsvc.Unavailable(t, what+" needs npm on PATH to install "+pkg+" "+want)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund", "--loglevel=error")
-	cmd.Dir = auditDir
+	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci in %s: %v\n%s", auditDir, err, out)
+		t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
 	}
 	return node
 }

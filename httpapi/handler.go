@@ -236,6 +236,8 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 	body := &bodies{max: cfg.MaxBodyBytes, timeout: cfg.BodyReadTimeout, reading: newSlots(cfg.BodyReadsPerAddress), addrs: addrs}
 	mux := http.NewServeMux()
 	mux.Handle("/query", limitAnonymous(anonymous, addrs, authenticate(cfg.Auth, operationValues(addrs, cfg.PublicURL, body.read(gql)))))
+	agui := &aguiHandler{svc: svc, keepAlive: cfg.KeepAlive, log: log, rate: limiters[0], admit: crowd.admitStream}
+	mux.Handle("/agui", limitAnonymous(anonymous, addrs, authenticate(cfg.Auth, body.read(agui))))
 	mux.Handle("/playground", body.read(playgroundPage(cfg.Web)))
 	mux.Handle("/auth/guest", limitByAddress(guests, addrs, "too many guest sign-ins from your address", body.read(guestHandler(cfg.Auth, cfg.GuestSignIn))))
 	mux.Handle("/healthz", body.read(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -145,6 +145,7 @@ func (a ToolApproval) UTC() *ToolApproval {
 // ToolApproval.Reason of a withdrawn call).
 const (
 	ReasonExpired     = "expired"
+	ReasonCancelled   = "cancelled"
 	ReasonStopped     = "stopped"
 	ReasonInterrupted = "interrupted"
 	ReasonFailed      = "the run failed"

@@ -48,7 +48,7 @@ func init() {
 			return q.SessionID, nil
 		},
 		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
-			res, err := s.respondToInputs(ctx, cmd.UserID, cmd.SessionID, []Answer{*cmd.Args.(*Answer)}, nil)
+			res, err := s.respondToInputs(ctx, cmd.UserID, cmd.SessionID, &RespondArgs{Answers: []Answer{*cmd.Args.(*Answer)}})
 			if err != nil {
 				return nil, oneInput(err)
 			}
@@ -72,7 +72,7 @@ func init() {
 			return tc.SessionID, nil
 		},
 		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
-			res, err := s.respondToInputs(ctx, cmd.UserID, cmd.SessionID, nil, []Decision{*cmd.Args.(*Decision)})
+			res, err := s.respondToInputs(ctx, cmd.UserID, cmd.SessionID, &RespondArgs{Decisions: []Decision{*cmd.Args.(*Decision)}})
 			if err != nil {
 				return nil, oneInput(err)
 			}

@@ -53,7 +53,14 @@ const maxInputsAtOnce = 100
 // arguments that are not JSON or do not satisfy the tool's input schema; EUNAVAILABLE
 // when it cannot be written, and then everything stays waiting.
 func (s *Service) RespondToInputs(ctx context.Context, sessionID string, answers []Answer, decisions []Decision) (*Responded, error) {
-	r, err := s.exec(ctx, &Command{Op: "respondToInputs", SessionID: sessionID, Args: &RespondArgs{Answers: answers, Decisions: decisions}})
+	return s.Resume(ctx, sessionID, RespondArgs{Answers: answers, Decisions: decisions})
+}
+
+// Resume is RespondToInputs with questions the user declines to answer besides
+// (in.Cancelled, question IDs): each is withdrawn with the reason "cancelled", in the same
+// write, and the agent goes on without its answer (as when a question expires).
+func (s *Service) Resume(ctx context.Context, sessionID string, in RespondArgs) (*Responded, error) {
+	r, err := s.exec(ctx, &Command{Op: "respondToInputs", SessionID: sessionID, Args: &in})
 	if err != nil {
 		return nil, err
 	}
@@ -64,6 +71,8 @@ func (s *Service) RespondToInputs(ctx context.Context, sessionID string, answers
 type RespondArgs struct {
 	Answers   []Answer   `json:"answers,omitempty"`
 	Decisions []Decision `json:"decisions,omitempty"`
+	// Cancelled are questions withdrawn unanswered (see Resume).
+	Cancelled []string `json:"cancelled,omitempty"`
 }
 
 // InputError is the error of one answer or decision of a request to RespondToInputs:
@@ -105,11 +114,11 @@ func init() {
 		args: func() any { return new(RespondArgs) },
 		check: func(c *core, args any) error {
 			a := args.(*RespondArgs)
-			return c.checkInputs(a.Answers, a.Decisions)
+			return c.checkInputs(a.Answers, a.Decisions, a.Cancelled)
 		},
 		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
 			a := cmd.Args.(*RespondArgs)
-			res, err := s.respondToInputs(ctx, cmd.UserID, cmd.SessionID, a.Answers, a.Decisions)
+			res, err := s.respondToInputs(ctx, cmd.UserID, cmd.SessionID, a)
 			if err != nil {
 				return nil, err
 			}
@@ -119,11 +128,11 @@ func init() {
 }
 
 // checkInputs checks what a request to RespondToInputs says on its face.
-func (s *core) checkInputs(answers []Answer, decisions []Decision) error {
-	if len(answers)+len(decisions) == 0 {
+func (s *core) checkInputs(answers []Answer, decisions []Decision, cancelled []string) error {
+	if len(answers)+len(decisions)+len(cancelled) == 0 {
 		return Errorf(EINVALID, "give at least one answer or decision")
 	}
-	if len(answers)+len(decisions) > maxInputsAtOnce {
+	if len(answers)+len(decisions)+len(cancelled) > maxInputsAtOnce {
 		return Errorf(EINVALID, "at most %d answers and decisions at once", maxInputsAtOnce)
 	}
 	seen := map[string]bool{}
@@ -150,6 +159,15 @@ func (s *core) checkInputs(answers []Answer, decisions []Decision) error {
 			return inputErr("decisions", i, Errorf(EINVALID, "the call is decided twice"))
 		}
 		seen[d.ToolCallID] = true
+	}
+	for i, id := range cancelled {
+		if err := checkID("question ID", id); err != nil {
+			return inputErr("cancelled", i, err)
+		}
+		if seen[id] {
+			return inputErr("cancelled", i, Errorf(EINVALID, "the question is answered twice"))
+		}
+		seen[id] = true
 	}
 	return nil
 }
@@ -178,7 +196,8 @@ func (s *core) checkDecision(d Decision) error {
 }
 
 // respondToInputs is RespondToInputs where the session's agent runs.
-func (s *core) respondToInputs(ctx context.Context, u, sessionID string, answers []Answer, decisions []Decision) (*Responded, error) {
+func (s *core) respondToInputs(ctx context.Context, u, sessionID string, in *RespondArgs) (*Responded, error) {
+	answers, decisions := in.Answers, in.Decisions
 	sess, st, unlock, err := s.lockSession(ctx, sessionID)
 	if err != nil {
 		return nil, err
@@ -210,6 +229,14 @@ func (s *core) respondToInputs(ctx context.Context, u, sessionID string, answers
 		}
 		ps[i] = p
 	}
+	cs := make([]*askedQuestion, len(in.Cancelled))
+	for i, id := range in.Cancelled {
+		_, q, ok := waitingOn[*askedQuestion](ar, id)
+		if !ok {
+			return nil, inputErr("cancelled", i, s.notWaiting(ctx, sessionID, id, true))
+		}
+		cs[i] = q
+	}
 
 	t := st.beginLocked()
 	ends := map[string]inputEnd{}
@@ -231,11 +258,14 @@ func (s *core) respondToInputs(ctx context.Context, u, sessionID string, answers
 		ends[call.ID] = end
 		res.ToolCalls = append(res.ToolCalls, call)
 	}
+	for _, q := range cs {
+		ends[q.q.ID] = q.withdraw(t, ReasonCancelled)
+	}
 	ar.closeLocked(t, ends, trace.SpanContextFromContext(ctx))
 	if err := t.commitLocked(ctx); err != nil {
 		return nil, err
 	}
-	for _, q := range qs {
+	for _, q := range append(qs, cs...) {
 		cp := *q.q // answered now
 		res.Questions = append(res.Questions, &cp)
 	}

@@ -174,12 +174,18 @@ func init() {
 
 // createSession makes a session of user u's (a guest's when guest).
 func (s *core) createSession(ctx context.Context, u string, guest bool, title string, settings SettingsInput) (*SessionView, error) {
+	return s.createSessionAs(ctx, newID(), u, guest, title, settings)
+}
+
+// createSessionAs is createSession for a session whose ID is given: ECONFLICT when it
+// exists.
+func (s *core) createSessionAs(ctx context.Context, id, u string, guest bool, title string, settings SettingsInput) (*SessionView, error) {
 	set := Settings{Agent: "demo", BusyPolicy: BusyInterrupt, Guest: guest}
 	if err := s.applySettings(&set, settings); err != nil {
 		return nil, err
 	}
 	now := s.now()
-	sess := &TalkSession{ID: newID(), UserID: u, Title: title, Settings: set, CreatedAt: now, UpdatedAt: now}
+	sess := &TalkSession{ID: id, UserID: u, Title: title, Settings: set, CreatedAt: now, UpdatedAt: now}
 	if err := s.checkQuota(ctx, u, 1, sess.Size()); err != nil {
 		return nil, err
 	}

@@ -112,6 +112,15 @@ type Store interface {
 	// Idempotency returns the record stored for (userID, key); ENOTFOUND when none.
 	Idempotency(ctx context.Context, userID, key string) (*IdempotencyRecord, error)
 
+	// Thread returns the session userID's AG-UI thread threadID is bound to (see
+	// BindThread); ENOTFOUND when it is bound to none.
+	Thread(ctx context.Context, userID, threadID string) (string, error)
+	// BindThread binds userID's AG-UI thread threadID to sessionID unless it is bound
+	// already, and returns the session it is bound to: sessionID, or the one an earlier
+	// call bound (whichever of two concurrent calls came first). The session need not
+	// exist yet. A batch that deletes a session removes every binding to it.
+	BindThread(ctx context.Context, userID, threadID, sessionID string) (string, error)
+
 	// Footprint returns how many sessions userID has and how many bytes they weigh: the
 	// sum of their creations' Size and of the Bytes that Derive counted for their events.
 	Footprint(ctx context.Context, userID string) (sessions int, bytes int64, err error)

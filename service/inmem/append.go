@@ -225,5 +225,9 @@ func (s *Store) deleteSession(sd *sessionData) {
 		delete(s.shareByHash, string(s.shares[id].Hash))
 		delete(s.shares, id)
 	}
+	for _, k := range s.bindings[sd.session.ID] {
+		delete(s.threads, k)
+	}
+	delete(s.bindings, sd.session.ID)
 	delete(s.sessions, sd.session.ID)
 }

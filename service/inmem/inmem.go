@@ -29,7 +29,11 @@ type Store struct {
 	// shares are the share links by ID, shareByHash their IDs by hash.
 	shares      map[string]*service.ShareLink
 	shareByHash map[string]string
+	threads     map[threadKey]string   // AG-UI threads: the session each is bound to
+	bindings    map[string][]threadKey // the threads bound to each session, for its deletion
 }
+
+type threadKey struct{ userID, threadID string }
 
 // sessionData is a session with the IDs of everything that belongs to it, so that Delete
 // can find it all.
@@ -63,6 +67,8 @@ func New() *Store {
 
 		shares:      make(map[string]*service.ShareLink),
 		shareByHash: make(map[string]string),
+		threads:     make(map[threadKey]string),
+		bindings:    make(map[string][]threadKey),
 	}
 }
 

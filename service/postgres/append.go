@@ -320,6 +320,7 @@ func queueWrites(wb *pgx.Batch, preps []*prep, idxs []int) {
 	}
 	if len(deletes) > 0 {
 		wb.Queue(qDeleteSessions, deletes)
+		wb.Queue(qDeleteThreads, deletes)
 	}
 	if len(creates.id) > 0 {
 		wb.Queue(qInsertSessions, creates.args()...)

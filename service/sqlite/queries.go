@@ -390,6 +390,13 @@ const (
 	qDeleteToolCalls   = `DELETE FROM tool_calls WHERE session_id = ?`
 	qDeleteEvents      = `DELETE FROM events WHERE session_id = ?`
 	qDeleteIdempotency = `DELETE FROM idempotency WHERE session_id = ?`
+	qDeleteThreads     = `DELETE FROM agui_threads WHERE session_id = ?`
+)
+
+// AG-UI threads (Store.Thread, Store.BindThread).
+const (
+	qThread     = `SELECT session_id FROM agui_threads WHERE user_id = ? AND thread_id = ?`
+	qBindThread = `INSERT INTO agui_threads (user_id, thread_id, session_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING`
 )
 
 // writes are the statements Append and Compact run, prepared once on the writer
@@ -398,7 +405,7 @@ var writes = []string{
 	qInsertSession, qUpdateSession, qDeleteSession, qGrowSession,
 	qRewriteEvent, qDropEvents, qInsertIdempotency, qDeleteMessages, qDeleteRuns,
 	qDeleteQuestions, qDeleteToolCalls, qDeleteEvents, qDeleteIdempotency, qWithdrawQuestions,
-	qSwitchBranch, qPutShareLink, qDeleteShareLinks,
+	qSwitchBranch, qPutShareLink, qDeleteShareLinks, qDeleteThreads,
 }
 
 func init() {
@@ -418,5 +425,5 @@ func scanChunk(sc scanner) (*service.Event, error) {
 var reads = []string{
 	qSession, qSessions, qSessionsAft, qMessage, qMessagesFirst, qMessagesLast, qRun, qRunsByStatus,
 	qQuestion, qQuestions, qToolCalls, qToolCall, qEvents, qChunks, qCountEvents, qIdempotency, qFootprint,
-	qChildren, qCountMessages, qSessionRuns, qShareLink, qShareLinkByID, qShareLinks,
+	qChildren, qCountMessages, qSessionRuns, qShareLink, qShareLinkByID, qShareLinks, qThread,
 }

@@ -66,6 +66,7 @@ func Run(t *testing.T, open func(t *testing.T) service.Store) {
 	}
 	tests = append(tests, treeTests...)
 	tests = append(tests, shareTests...)
+	tests = append(tests, threadTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
 	}
