@@ -166,6 +166,8 @@ type Reply struct {
 	Session   *TalkSession `json:"session,omitempty"`
 	Questions []*Question  `json:"questions,omitempty"`
 	ToolCalls []*ToolCall  `json:"toolCalls,omitempty"`
+	Schedule  *Schedule     `json:"schedule,omitempty"`
+	Fire      *ScheduleFire `json:"fire,omitempty"`
 
 	// view is the session as the command left it, when it was done here (a reply from
 	// another replica has none: the view is read again).

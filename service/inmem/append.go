@@ -138,6 +138,9 @@ func (s *Store) append(b *service.Batch, ch *service.Changes) error {
 			}
 		}
 	}
+	if sp := b.Spend; sp != nil {
+		s.spend(b.SessionID, sp)
+	}
 	return nil
 }
 
@@ -208,6 +211,12 @@ func (s *Store) deleteSession(sd *sessionData) {
 	}
 	for k := range sd.idem {
 		delete(s.idem, k)
+	}
+	delete(s.usage, sd.session.ID)
+	for id, h := range s.holds {
+		if h.SessionID == sd.session.ID {
+			delete(s.holds, id)
+		}
 	}
 	delete(s.sessions, sd.session.ID)
 }

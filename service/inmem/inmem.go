@@ -26,6 +26,14 @@ type Store struct {
 	questions map[string]*service.Question
 	toolCalls map[string]*service.ToolCall
 	idem      map[idemKey]*service.IdempotencyRecord
+
+	usage     map[string]service.Usage     // by session
+	userUsage map[userPeriod]service.Usage // by user and period
+	holds     map[string]*service.Reservation
+
+	schedules map[string]*service.Schedule
+	fires     map[string]*service.ScheduleFire
+	slots     map[slotKey]string // fire IDs by schedule and slot
 }
 
 // sessionData is a session with the IDs of everything that belongs to it, so that Delete
@@ -56,6 +64,12 @@ func New() *Store {
 		questions: make(map[string]*service.Question),
 		toolCalls: make(map[string]*service.ToolCall),
 		idem:      make(map[idemKey]*service.IdempotencyRecord),
+		usage:     make(map[string]service.Usage),
+		userUsage: make(map[userPeriod]service.Usage),
+		holds:     make(map[string]*service.Reservation),
+		schedules: make(map[string]*service.Schedule),
+		fires:     make(map[string]*service.ScheduleFire),
+		slots:     make(map[slotKey]string),
 	}
 }
 
