@@ -183,7 +183,7 @@ func (ar *activeRun) armBudgetLocked(w *waiting, b *budgetWait) {
 	if b.scope != BudgetUser {
 		return // the session's cap lifts when it is raised
 	}
-	w.timer = time.AfterFunc(time.Until(b.resets), func() { ar.budgetLifted(BudgetUser) })
+	w.timer = time.AfterFunc(b.resets.Sub(ar.st.c.now()), func() { ar.budgetLifted(BudgetUser) })
 }
 
 // budgetLifted closes ar's wait for scope's cap, which was raised or whose period turned:
@@ -210,11 +210,10 @@ func (ar *activeRun) liftBudgetLocked(t *txn, scope BudgetScope, cause trace.Spa
 	if ar.sealed || ar.st.active != ar {
 		return false
 	}
-	w, b, ok := waitingOn[*budgetWait](ar, budgetKey)
+	_, b, ok := waitingOn[*budgetWait](ar, budgetKey)
 	if !ok || b.scope != scope {
 		return false
 	}
-	_ = w
 	ar.closeLocked(t, map[string]inputEnd{budgetKey: {}}, cause)
 	return true
 }
