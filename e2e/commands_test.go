@@ -36,6 +36,11 @@ var mutationCalls = map[string]struct {
 	"regenerate":   {`mutation($m: ID!) { regenerate(input: {messageId: $m}) { run { id } } }`, messageVar},
 	"selectBranch": {`mutation($m: ID!) { selectBranch(input: {messageId: $m}) { id } }`, messageVar},
 	"forkSession":  {`mutation($m: ID!) { forkSession(input: {messageId: $m}) { id } }`, messageVar},
+	"createSchedule": {`mutation($s: ID!) { createSchedule(input: {content: "hi", sessionId: $s, cron: "0 9 * * *"}) { id } }`,
+		sessionVar},
+	"updateSchedule": {`mutation($m: ID!) { updateSchedule(input: {id: $m, enabled: false}) { id } }`, messageVar},
+	"deleteSchedule": {`mutation($m: ID!) { deleteSchedule(id: $m) }`, messageVar},
+	"runScheduleNow": {`mutation($m: ID!) { runScheduleNow(id: $m) { id } }`, messageVar},
 }
 
 func sessionVar(sid, _ string) map[string]any { return map[string]any{"s": sid} }

@@ -176,13 +176,37 @@ func (r *mutationResolver) ForkSession(ctx context.Context, input model.ForkSess
 	return r.Service.ForkSession(ctx, input.MessageID, title)
 }
 
+// CreateSchedule is the resolver for the createSchedule field.
+func (r *mutationResolver) CreateSchedule(ctx context.Context, input model.CreateScheduleInput) (*model.Schedule, error) {
+	return schedule(r.Service)(r.Service.CreateSchedule(ctx, scheduleInput(input)))
+}
+
+// UpdateSchedule is the resolver for the updateSchedule field.
+func (r *mutationResolver) UpdateSchedule(ctx context.Context, input model.UpdateScheduleInput) (*model.Schedule, error) {
+	return schedule(r.Service)(r.Service.UpdateSchedule(ctx, input.ID, scheduleUpdate(input)))
+}
+
+// DeleteSchedule is the resolver for the deleteSchedule field.
+func (r *mutationResolver) DeleteSchedule(ctx context.Context, id string) (bool, error) {
+	return true, r.Service.DeleteSchedule(ctx, id)
+}
+
+// RunScheduleNow is the resolver for the runScheduleNow field.
+func (r *mutationResolver) RunScheduleNow(ctx context.Context, id string) (*model.ScheduleFire, error) {
+	f, err := r.Service.RunScheduleNow(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &model.ScheduleFire{ScheduleFire: f, Svc: r.Service}, nil
+}
+
 // Viewer is the resolver for the viewer field.
 func (r *queryResolver) Viewer(ctx context.Context) (*model.Viewer, error) {
 	u := service.UserFrom(ctx)
 	if u == "" {
 		return nil, service.Errorf(service.EUNAUTHORIZED, "sign in first")
 	}
-	return &model.Viewer{ID: u}, nil
+	return &model.Viewer{ID: u, Svc: r.Service}, nil
 }
 
 // Sessions is the resolver for the sessions field.
@@ -237,6 +261,12 @@ func (r *queryResolver) Agents(ctx context.Context) ([]*service.AgentInfo, error
 	return out, nil
 }
 
+// Schedules is the resolver for the schedules field.
+func (r *queryResolver) Schedules(ctx context.Context) ([]*model.Schedule, error) {
+	scs, err := r.Service.Schedules(ctx)
+	return model.NewSchedules(r.Service, scs), err
+}
+
 // AnswerSchema is the resolver for the answerSchema field.
 func (r *questionResolver) AnswerSchema(ctx context.Context, obj *service.Question) (*string, error) {
 	return optional(obj.AnswerSchema), nil
@@ -253,6 +283,14 @@ func (r *runResolver) Error(ctx context.Context, obj *service.Run) (*string, err
 		return nil, nil
 	}
 	return &obj.Error, nil
+}
+
+// WaitsForBudget is the resolver for the waitsForBudget field.
+func (r *runResolver) WaitsForBudget(ctx context.Context, obj *service.Run) (*service.BudgetScope, error) {
+	if obj.Budget == "" || obj.Status != service.RunWaitingForInput {
+		return nil, nil
+	}
+	return &obj.Budget, nil
 }
 
 // ToolPolicies is the resolver for the toolPolicies field.
@@ -313,6 +351,17 @@ func (r *talkSessionResolver) Messages(ctx context.Context, obj *service.Session
 // QueuedRuns is the resolver for the queuedRuns field.
 func (r *talkSessionResolver) QueuedRuns(ctx context.Context, obj *service.SessionView) ([]*service.Run, error) {
 	return r.Service.QueuedRuns(ctx, obj)
+}
+
+// Usage is the resolver for the usage field.
+func (r *talkSessionResolver) Usage(ctx context.Context, obj *service.SessionView) (*service.Usage, error) {
+	u, err := r.Service.SessionUsage(ctx, obj)
+	return &u, err
+}
+
+// BudgetReached is the resolver for the budgetReached field.
+func (r *talkSessionResolver) BudgetReached(ctx context.Context, obj *service.SessionView) (bool, error) {
+	return r.Service.BudgetReached(ctx, obj)
 }
 
 // Reason is the resolver for the reason field.

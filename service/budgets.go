@@ -21,8 +21,8 @@ import (
 type BudgetScope string
 
 const (
-	BudgetSession BudgetScope = "session"
-	BudgetUser    BudgetScope = "user"
+	BudgetSession BudgetScope = "SESSION"
+	BudgetUser    BudgetScope = "USER"
 )
 
 // UsageStore is the part of a Store that counts what models spend and arbitrates the
@@ -186,7 +186,7 @@ func (s *Service) BudgetReached(ctx context.Context, v *SessionView) (bool, erro
 	if err != nil {
 		return false, err
 	}
-	return used.Tokens() >= *limit, nil
+	return used.Tokens() >= int64(*limit), nil
 }
 
 // Weigh is how a store decides one cap of a reservation (UsageStore.Reserve): nil when

@@ -61,7 +61,7 @@ func waitsFor(scope service.BudgetScope) func(*service.Event) bool {
 func TestSessionBudgetPausesBeforeTheNextCallAndRaisingItResumesTheRun(t *testing.T) {
 	sp := &spender{}
 	svc := start(t, setup{agents: map[string]service.Runner{"spender": sp}})
-	v, err := svc.CreateTalkSession(alice, "", service.SettingsInput{Agent: ptr("spender"), TokenBudget: ptr(int64(25))})
+	v, err := svc.CreateTalkSession(alice, "", service.SettingsInput{Agent: ptr("spender"), TokenBudget: ptr((25))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,13 +83,13 @@ func TestSessionBudgetPausesBeforeTheNextCallAndRaisingItResumesTheRun(t *testin
 		t.Errorf("the reply so far: %q %s, want it complete", reply.Content, reply.Status)
 	}
 	// A cap still under the usage changes nothing; one above it lets the same run go on.
-	if _, err := svc.UpdateSettings(alice, v.ID, service.SettingsInput{TokenBudget: ptr(int64(30))}); err != nil {
+	if _, err := svc.UpdateSettings(alice, v.ID, service.SettingsInput{TokenBudget: ptr((30))}); err != nil {
 		t.Fatal(err)
 	}
 	if got := view(t, svc, alice, v.ID); got.Status != service.SessionWaitingForInput || sp.calls.Load() != 3 {
 		t.Errorf("a cap of 30 over 30 used: %s after %d calls; want still waiting after 3", got.Status, sp.calls.Load())
 	}
-	if _, err := svc.UpdateSettings(alice, v.ID, service.SettingsInput{TokenBudget: ptr(int64(0))}); err != nil {
+	if _, err := svc.UpdateSettings(alice, v.ID, service.SettingsInput{TokenBudget: ptr((0))}); err != nil {
 		t.Fatal(err)
 	}
 	evs = f.until(runEnds(run.ID))
@@ -106,7 +106,7 @@ func TestSessionBudgetPausesBeforeTheNextCallAndRaisingItResumesTheRun(t *testin
 
 func TestBudgetWaitEndsWithStop(t *testing.T) {
 	svc := start(t, setup{agents: map[string]service.Runner{"spender": &spender{}}})
-	v, err := svc.CreateTalkSession(alice, "", service.SettingsInput{Agent: ptr("spender"), TokenBudget: ptr(int64(10))})
+	v, err := svc.CreateTalkSession(alice, "", service.SettingsInput{Agent: ptr("spender"), TokenBudget: ptr((10))})
 	if err != nil {
 		t.Fatal(err)
 	}

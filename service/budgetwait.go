@@ -118,7 +118,7 @@ func (ar *activeRun) capsLocked() (session, user int64) {
 		set = sess.Settings // the session's settings as they are now: a cap raised meanwhile holds
 	}
 	if set.TokenBudget != nil {
-		session = *set.TokenBudget
+		session = int64(*set.TokenBudget)
 	}
 	return session, ar.st.c.cfg.UserTokenBudget
 }
@@ -231,7 +231,7 @@ func (st *sessionState) raisedLocked(ctx context.Context, t *txn, set Settings) 
 		if err != nil {
 			return err
 		}
-		if used.Tokens() >= *set.TokenBudget {
+		if used.Tokens() >= int64(*set.TokenBudget) {
 			return nil
 		}
 	}

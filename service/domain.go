@@ -163,7 +163,7 @@ type Settings struct {
 	ToolPolicies map[string]ToolPolicy `json:"toolPolicies,omitempty"`
 	// TokenBudget is the session's own cap on what its runs spend, in tokens (input and
 	// output together); nil for none (see budgets.go).
-	TokenBudget *int64 `json:"tokenBudget,omitempty"`
+	TokenBudget *int `json:"tokenBudget,omitempty"`
 	// Guest records that the session's owner had signed in as a guest when it was
 	// created: the tools that act on the server's machine (ToolInfo.Host) are not offered
 	// to it unless Config.GuestHostTools says so. Not a setting a user changes (no

@@ -228,7 +228,7 @@ type SettingsInput struct {
 	// ToolPolicies change the policies of the tools they name; the others stay.
 	ToolPolicies map[string]ToolPolicy
 	// TokenBudget sets the session's cap in tokens; 0 removes it.
-	TokenBudget *int64
+	TokenBudget *int
 }
 
 func (s *core) applySettings(set *Settings, in SettingsInput) error {

@@ -69,7 +69,7 @@ func utcFire(f *service.ScheduleFire) *service.ScheduleFire {
 func testScheduleRoundTrip(t *testing.T, s service.Store) {
 	full := newSchedule("a", "u1", 0)
 	full.Guest, full.SessionID, full.Title = true, "s1", "morning ✓"
-	full.Settings = &service.SettingsInput{Agent: ptr("demo"), Temperature: ptr(0.5), TokenBudget: ptr(int64(1000)),
+	full.Settings = &service.SettingsInput{Agent: ptr("demo"), Temperature: ptr(0.5), TokenBudget: ptr((1000)),
 		ToolPolicies: map[string]service.ToolPolicy{"echo": service.PolicyAsk}}
 	full.EndAt, full.MaxFires, full.DisabledReason, full.Fires = ptr(at(time.Hour)), ptr(7), "why", 3
 	one := newSchedule("b", "u1", time.Second)
