@@ -200,7 +200,10 @@ func (c *Config) fill() {
 	if c.UserBudgetPeriod != "day" {
 		c.UserBudgetPeriod = d.UserBudgetPeriod
 	}
-	for _, p := range []struct{ v *time.Duration; def time.Duration }{
+	for _, p := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{
 		{&c.BudgetHold, d.BudgetHold}, {&c.ScheduleMinInterval, d.ScheduleMinInterval},
 		{&c.ScheduleTick, d.ScheduleTick}, {&c.ScheduleGrace, d.ScheduleGrace},
 	} {

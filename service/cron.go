@@ -190,7 +190,10 @@ func minGap(spec *cron.SpecSchedule, loc *time.Location, limit time.Duration) ti
 	}
 	if len(times) > 0 && gap > time.Duration(24*60-times[len(times)-1]+times[0])*time.Minute {
 		day := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
-		fires := func(d time.Time) bool { n := spec.Next(d.Add(-time.Second)); return !n.IsZero() && n.Before(d.AddDate(0, 0, 1)) }
+		fires := func(d time.Time) bool {
+			n := spec.Next(d.Add(-time.Second))
+			return !n.IsZero() && n.Before(d.AddDate(0, 0, 1))
+		}
 		for range 4*366 + 1 { // every day of the week in every month, and a 29th of February
 			if fires(day) && fires(day.AddDate(0, 0, 1)) {
 				gap = min(gap, time.Duration(24*60-times[len(times)-1]+times[0])*time.Minute)

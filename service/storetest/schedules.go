@@ -166,7 +166,9 @@ func testDueSchedules(t *testing.T, s service.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := func(l []*service.Schedule) []string { return idsOf(l, func(sc *service.Schedule) string { return sc.ID }) }
+	ids := func(l []*service.Schedule) []string {
+		return idsOf(l, func(sc *service.Schedule) string { return sc.ID })
+	}
 	wantEqual(t, "due at t0+2s", ids(due), []string{"a", "b", "late"})
 	due, _ = s.DueSchedules(t.Context(), at(2*time.Second), 2)
 	wantEqual(t, "due at t0+2s, two at most", ids(due), []string{"a", "b"})
@@ -274,7 +276,9 @@ func testFires(t *testing.T, s service.Store) {
 	if ok, err := s.ClaimFires(t.Context(), &next, 1, fires); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	ids := func(l []*service.ScheduleFire) []string { return idsOf(l, func(f *service.ScheduleFire) string { return f.ID }) }
+	ids := func(l []*service.ScheduleFire) []string {
+		return idsOf(l, func(f *service.ScheduleFire) string { return f.ID })
+	}
 	all, _ := s.Fires(t.Context(), "a", nil, 0)
 	wantEqual(t, "newest first, then by ID descending", ids(all), []string{"f3", "f2", "f1"})
 	page, _ := s.Fires(t.Context(), "a", &service.FirePosition{ScheduledAt: at(time.Minute), ID: "f3"}, 1)
