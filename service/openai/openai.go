@@ -300,14 +300,19 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 	}
 }
 
+// outputAllowance is what a reply may write as far as the budgets are concerned: a
+// request holds that much besides what it reads until it reports what it cost, so that
+// near a cap requests are made one at a time and overshoot it by one reply at most.
+const outputAllowance = 4096
+
 // estimate is what a request may cost, for the budgets: about a token per four bytes of
-// what it sends (the service reserves at least what the run's costliest request cost).
+// what it sends, and outputAllowance.
 func estimate(params oai.ChatCompletionNewParams) int {
 	b, err := json.Marshal(params.Messages)
 	if err != nil {
-		return 0
+		return outputAllowance
 	}
-	return (len(b) + 3) / 4
+	return (len(b)+3)/4 + outputAllowance
 }
 
 // TakesSteers implements service.Steerable: messages sent with STEER reach the model
