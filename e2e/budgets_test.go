@@ -21,7 +21,11 @@ type budgetState struct {
 		WaitsForBudget *string
 	}
 	Usage    struct{ InputTokens, OutputTokens int }
-	Messages struct{ Edges []struct{ Node struct{ Role, Content string } } }
+	Messages struct {
+		Edges []struct {
+			Node struct{ Role, Content string }
+		}
+	}
 }
 
 func budgetOf(c *tgtest.Client, sid string) budgetState {

@@ -82,7 +82,9 @@ func TestReplicasNeverOvershootAUsersBudget(t *testing.T) {
 				if resp.Code() == "BUDGET_EXCEEDED" {
 					return
 				}
-				var added struct{ AddMessage struct{ Run struct{ ID string } } }
+				var added struct {
+					AddMessage struct{ Run struct{ ID string } }
+				}
 				if err := json.Unmarshal(resp.Data, &added); err != nil || len(resp.Errors) > 0 {
 					t.Errorf("addMessage: %v %+v", err, resp.Errors)
 					return
@@ -100,7 +102,9 @@ func TestReplicasNeverOvershootAUsersBudget(t *testing.T) {
 	}
 	wg.Wait()
 	var v struct {
-		Viewer struct{ Usage struct{ InputTokens, OutputTokens int } }
+		Viewer struct {
+			Usage struct{ InputTokens, OutputTokens int }
+		}
 	}
 	c.Must(`{ viewer { usage { inputTokens outputTokens } } }`, nil, &v)
 	used := v.Viewer.Usage.InputTokens + v.Viewer.Usage.OutputTokens
