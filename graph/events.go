@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"time"
 
 	"github.com/talkgraph/talkgraph/graph/model"
 	"github.com/talkgraph/talkgraph/service"
@@ -128,4 +129,22 @@ func settingsOf(in *model.SessionSettingsInput) *service.SettingsInput {
 	}
 	set := settingsInput(in)
 	return &set
+}
+
+// deref is *p, or the zero value for nil.
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}
+
+// timesOf is a list of times as gqlgen writes [Time!]!.
+func timesOf(ts []time.Time, err error) ([]*time.Time, error) {
+	out := make([]*time.Time, len(ts))
+	for i := range ts {
+		out[i] = &ts[i]
+	}
+	return out, err
 }

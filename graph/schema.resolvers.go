@@ -7,6 +7,7 @@ package graph
 
 import (
 	"context"
+	"time"
 
 	"github.com/talkgraph/talkgraph/graph/generated"
 	"github.com/talkgraph/talkgraph/graph/model"
@@ -265,6 +266,11 @@ func (r *queryResolver) Agents(ctx context.Context) ([]*service.AgentInfo, error
 func (r *queryResolver) Schedules(ctx context.Context) ([]*model.Schedule, error) {
 	scs, err := r.Service.Schedules(ctx)
 	return model.NewSchedules(r.Service, scs), err
+}
+
+// CronPreview is the resolver for the cronPreview field.
+func (r *queryResolver) CronPreview(ctx context.Context, cron string, timezone *string, count *int) ([]*time.Time, error) {
+	return timesOf(r.Service.CronPreview(ctx, cron, deref(timezone), deref(count)))
 }
 
 // AnswerSchema is the resolver for the answerSchema field.

@@ -310,6 +310,25 @@ func (s *Service) Upcoming(sc *Schedule, count int) ([]time.Time, error) {
 	return s.upcoming(sc, min(count, maxUpcoming), s.now()), nil
 }
 
+// CronPreview returns up to count (at most 100) of the next instants cron fires at in
+// zone, as a schedule of it would (see Upcoming), checked as CreateSchedule checks a cron.
+func (s *Service) CronPreview(ctx context.Context, cron, zone string, count int) ([]time.Time, error) {
+	u, err := user(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if count < 0 {
+		return nil, Errorf(EINVALID, "count must not be negative")
+	}
+	now := s.now()
+	if err := s.checkCron(cron, zone, now); err != nil {
+		return nil, err
+	}
+	sc := &Schedule{UserID: u, Cron: cron, Timezone: zone, Enabled: true, Checked: now}
+	sc.NextAt = nextAt(sc)
+	return s.upcoming(sc, min(count, maxUpcoming), now), nil
+}
+
 // NextFireAt returns when sc fires next; nil when it will not fire again.
 func (s *Service) NextFireAt(sc *Schedule) *time.Time {
 	if next := s.upcoming(sc, 1, s.now()); len(next) == 1 {

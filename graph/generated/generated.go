@@ -144,12 +144,13 @@ type ComplexityRoot struct {
 	}
 
 	Query struct {
-		Agents    func(childComplexity int) int
-		Run       func(childComplexity int, id string) int
-		Schedules func(childComplexity int) int
-		Session   func(childComplexity int, id string) int
-		Sessions  func(childComplexity int, first *int, after *string) int
-		Viewer    func(childComplexity int) int
+		Agents      func(childComplexity int) int
+		CronPreview func(childComplexity int, cron string, timezone *string, count *int) int
+		Run         func(childComplexity int, id string) int
+		Schedules   func(childComplexity int) int
+		Session     func(childComplexity int, id string) int
+		Sessions    func(childComplexity int, first *int, after *string) int
+		Viewer      func(childComplexity int) int
 	}
 
 	Question struct {
@@ -431,6 +432,7 @@ type QueryResolver interface {
 	Run(ctx context.Context, id string) (*service.Run, error)
 	Agents(ctx context.Context) ([]*service.AgentInfo, error)
 	Schedules(ctx context.Context) ([]*model.Schedule, error)
+	CronPreview(ctx context.Context, cron string, timezone *string, count *int) ([]*time.Time, error)
 }
 type QuestionResolver interface {
 	AnswerSchema(ctx context.Context, obj *service.Question) (*string, error)
@@ -941,6 +943,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Agents(childComplexity), true
+	case "Query.cronPreview":
+		if e.ComplexityRoot.Query.CronPreview == nil {
+			break
+		}
+
+		args, err := ec.field_Query_cronPreview_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.CronPreview(childComplexity, args["cron"].(string), args["timezone"].(*string), args["count"].(*int)), true
 
 	case "Query.run":
 		if e.ComplexityRoot.Query.Run == nil {
@@ -2119,6 +2132,19 @@ type Query {
   agents: [AgentInfo!]!
   "Your schedules, oldest first (by createdAt, then id)."
   schedules: [Schedule!]!
+  """
+  The next instants a cron fires at, read on the clock of timezone, as a schedule of it
+  would fire them (Schedule.upcoming): a preview for a form, checked as createSchedule
+  checks a cron, with the same BAD_USER_INPUT errors.
+  """
+  cronPreview(
+    "Five fields or a descriptor, as CreateScheduleInput.cron."
+    cron: String!
+    "An IANA time zone. Default UTC."
+    timezone: String
+    "How many, at most 100."
+    count: Int = 5
+  ): [Time!]!
 }
 
 """
@@ -4459,6 +4485,36 @@ func (ec *executionContext) field_Query___type_args(ctx context.Context, rawArgs
 	return args, nil
 }
 
+func (ec *executionContext) field_Query_cronPreview_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "cron",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["cron"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "timezone",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["timezone"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "count",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["count"] = arg2
+	return args, nil
+}
+
 func (ec *executionContext) field_Query_run_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -6711,6 +6767,50 @@ func (ec *executionContext) fieldContext_Query_schedules(_ context.Context, fiel
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Schedule(ctx, field)
 		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_cronPreview(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_cronPreview(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().CronPreview(ctx, fc.Args["cron"].(string), fc.Args["timezone"].(*string), fc.Args["count"].(*int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*time.Time) graphql.Marshaler {
+			return ec.marshalNTime2ᚕᚖtimeᚐTimeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_cronPreview(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return nil, errors.New("field of type Time does not have child fields")
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_cronPreview_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
 	}
 	return fc, nil
 }
@@ -13573,6 +13673,28 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 					}
 				}()
 				res = ec._Query_schedules(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "cronPreview":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_cronPreview(ctx, field)
 				if res == graphql.Null {
 					atomic.AddUint32(&fs.Invalids, 1)
 				}
