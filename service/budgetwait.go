@@ -85,14 +85,6 @@ func (o *output) reservation(estimate int64) (*Reservation, error) {
 	if ar.sealed || ar.writeErr != nil {
 		return nil, o.ended()
 	}
-	if ar.spend != nil || ar.hold != nil {
-		// What the run spent counts before the next call is weighed.
-		ar.releaseHoldLocked()
-		t := st.beginLocked()
-		if err := t.commitLocked(ar.ctx); err != nil {
-			return nil, err
-		}
-	}
 	if st.sess == nil { // the caps as they are now: read the session's row again
 		sess, err := s.store.Session(ar.ctx, st.id)
 		if err != nil {
@@ -102,7 +94,15 @@ func (o *output) reservation(estimate int64) (*Reservation, error) {
 	}
 	sessionCap, userCap := ar.capsLocked()
 	if sessionCap == 0 && userCap == 0 {
-		return nil, nil
+		return nil, nil // what the run spent rides its next write
+	}
+	if ar.spend != nil || ar.hold != nil {
+		// What the run spent counts before the next call is weighed.
+		ar.releaseHoldLocked()
+		t := st.beginLocked()
+		if err := t.commitLocked(ar.ctx); err != nil {
+			return nil, err
+		}
 	}
 	now := s.now()
 	period, _ := s.cfg.budgetPeriod(now)

@@ -34,8 +34,12 @@ const fireSenders = 8
 const pendingAfter = 30 * time.Second
 
 // maxSkipsRecorded bounds the skipped fires one look records for a schedule: after a long
-// outage, the latest.
-const maxSkipsRecorded = 100
+// outage, the latest. catchUpWindow bounds how far back a look walks a schedule's
+// instants: a minute's cron makes some 10,000 in a week, a few milliseconds' walk.
+const (
+	maxSkipsRecorded = 100
+	catchUpWindow    = 7 * 24 * time.Hour
+)
 
 // fireLoop looks for due schedules every ScheduleTick until the service closes.
 func (s *Service) fireLoop() {
@@ -118,7 +122,11 @@ func (s *core) plan(sc *Schedule, now time.Time) (next *Schedule, fires, send []
 	next.Version++
 	next.Checked = now
 	var onTime, missed, dst []slot
-	if w, err := walkOf(sc, sc.Checked); err == nil {
+	from := sc.Checked
+	if oldest := now.Add(-catchUpWindow); from.Before(oldest) {
+		from = oldest // what is older than the window is neither fired nor recorded
+	}
+	if w, err := walkOf(sc, from); err == nil {
 		for {
 			sl, ok := w.next()
 			if !ok || sl.at.After(now) || (sc.EndAt != nil && sl.at.After(*sc.EndAt)) {
