@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/talkgraph/talkgraph/service"
+	"github.com/talkgraph/talkgraph/service/inmem"
 	"github.com/talkgraph/talkgraph/service/sqlite"
 )
 
@@ -213,5 +214,46 @@ func TestRunsInParallelNeverOvershootTheUsersCap(t *testing.T) {
 	// 90 leaves room for one more call of 10; 100 does not.
 	if got := b.Usage.Tokens(); got != 100 || sp.calls.Load() != 10 {
 		t.Errorf("four runs against a cap of 95: %d tokens in %d calls; want 100 in 10", got, sp.calls.Load())
+	}
+}
+
+func TestBudgetWaitsSurviveARestart(t *testing.T) {
+	store := inmem.New()
+	day := time.Date(2026, 5, 4, 12, 0, 0, 0, time.UTC)
+	clock := &clock{now: day}
+	config := func(cfg *service.Config) {
+		cfg.Clock, cfg.UserTokenBudget, cfg.UserBudgetPeriod = clock.Now, 25, "day"
+	}
+	sp := &spender{}
+	svc, _ := startService(t, setup{store: store, agents: map[string]service.Runner{"spender": sp}, config: config})
+	capped, err := svc.CreateTalkSession(alice, "", service.SettingsInput{Agent: ptr("spender"), TokenBudget: ptr(10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := newSession(t, svc, alice, "spender", "")
+	fc, ff := follow(t, svc, alice, capped.ID, capped.StreamCursor), follow(t, svc, alice, free.ID, free.StreamCursor)
+	_, cappedRun := send(t, svc, alice, capped.ID, "2")
+	fc.until(waitsFor(service.BudgetSession))
+	_, freeRun := send(t, svc, alice, free.ID, "3")
+	ff.until(waitsFor(service.BudgetUser)) // 10 + 20 of the user's 25
+	afterCapped, afterFree := fc.cursor(capped.ID), ff.cursor(free.ID)
+	svc.Close()
+
+	// The next start finds both waiting; the day has turned meanwhile.
+	clock.set(day.Add(24 * time.Hour))
+	svc, _ = startService(t, setup{store: store, agents: map[string]service.Runner{"spender": sp}, config: config})
+	fc, ff = follow(t, svc, alice, capped.ID, afterCapped), follow(t, svc, alice, free.ID, afterFree)
+	if end := lastEnd(t, ff.until(runEnds(freeRun.ID))); end.Status != service.RunCompleted {
+		t.Errorf("the run held by the user's budget, after the day turned: %s, want COMPLETED", end.Status)
+	}
+	v := view(t, svc, alice, capped.ID)
+	if v.Status != service.SessionWaitingForInput || v.ActiveRun == nil || v.ActiveRun.ID != cappedRun.ID || v.ActiveRun.Budget != service.BudgetSession {
+		t.Fatalf("the session held by its own budget after the restart: %s %+v", v.Status, v.ActiveRun)
+	}
+	if _, err := svc.UpdateSettings(alice, capped.ID, service.SettingsInput{TokenBudget: ptr(1000)}); err != nil {
+		t.Fatal(err)
+	}
+	if end := lastEnd(t, fc.until(runEnds(cappedRun.ID))); end.Status != service.RunCompleted {
+		t.Errorf("the run held by its session's budget, raised after the restart: %s, want COMPLETED", end.Status)
 	}
 }
