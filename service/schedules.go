@@ -144,8 +144,9 @@ type ScheduleStore interface {
 	// RunID). A disable reason other than "" disables its schedule with that reason, its
 	// NextAt cleared and its Version moved on. ENOTFOUND when the fire is missing.
 	FinishFire(ctx context.Context, f *ScheduleFire, disable string) error
-	// Fires returns up to limit fires of a schedule, newest first (ScheduledAt, then ID,
-	// descending), strictly after the given position when before is not nil.
+	// Fires returns up to limit fires of a schedule that have an outcome (a fire being
+	// sent has none yet), newest first (ScheduledAt, then ID, descending), strictly after
+	// the given position when before is not nil.
 	Fires(ctx context.Context, scheduleID string, before *FirePosition, limit int) ([]*ScheduleFire, error)
 	// PendingFires returns up to limit fires without an outcome whose Attempt is before
 	// before, oldest Attempt first.

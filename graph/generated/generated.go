@@ -3515,8 +3515,9 @@ type Schedule {
     count: Int = 5
   ): [Time!]!
   """
-  Its fires, newest first (by scheduledAt, then id): what each did. BAD_USER_INPUT for a
-  malformed after or a negative first.
+  Its fires, newest first (by scheduledAt, then id): what each did. A fire shows once its
+  outcome is known (its message sent or refused, within moments of its instant).
+  BAD_USER_INPUT for a malformed after or a negative first.
   """
   fires(
     "How many: 20 when null; a value over 100 is cut to 100."

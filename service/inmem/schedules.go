@@ -228,7 +228,7 @@ func (s *Store) Fires(ctx context.Context, scheduleID string, before *service.Fi
 	}
 	out := []*service.ScheduleFire{}
 	for _, f := range s.fires {
-		if f.ScheduleID != scheduleID {
+		if f.ScheduleID != scheduleID || f.Outcome == "" {
 			continue
 		}
 		if before != nil && newest(f, &service.ScheduleFire{ScheduledAt: before.ScheduledAt, ID: before.ID}) <= 0 {

@@ -66,8 +66,8 @@ const (
 		ON CONFLICT (schedule_id, slot) DO NOTHING`
 	qFinishFire = `UPDATE schedule_fires SET fired_at = $1, outcome = $2, reason = $3, session_id = $4, run_id = $5
 		WHERE id = $6 RETURNING schedule_id`
-	qFires       = `SELECT ` + fireCols + ` FROM schedule_fires WHERE schedule_id = $1 ORDER BY scheduled_at DESC, id DESC LIMIT $2`
-	qFiresBefore = `SELECT ` + fireCols + ` FROM schedule_fires WHERE schedule_id = $1 AND (scheduled_at, id) < ($2, $3)
+	qFires       = `SELECT ` + fireCols + ` FROM schedule_fires WHERE schedule_id = $1 AND outcome <> '' ORDER BY scheduled_at DESC, id DESC LIMIT $2`
+	qFiresBefore = `SELECT ` + fireCols + ` FROM schedule_fires WHERE schedule_id = $1 AND outcome <> '' AND (scheduled_at, id) < ($2, $3)
 		ORDER BY scheduled_at DESC, id DESC LIMIT $4`
 	qPendingFires = `SELECT ` + fireCols + ` FROM schedule_fires WHERE outcome = '' AND attempt < $1 ORDER BY attempt, id LIMIT $2`
 	qRetakeFire   = `UPDATE schedule_fires SET attempt = $1 WHERE id = $2 AND outcome = '' AND attempt = $3`

@@ -49,8 +49,8 @@ const (
 	qDisableSchedule = `UPDATE schedules SET enabled = 0, disabled_reason = ?, next_at = NULL, version = version + 1 WHERE id = ?`
 	qInsertFire      = `INSERT INTO schedule_fires (` + fireCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (schedule_id, slot) DO NOTHING`
 	qFinishFire      = `UPDATE schedule_fires SET fired_at = ?, outcome = ?, reason = ?, session_id = ?, run_id = ? WHERE id = ? RETURNING schedule_id`
-	qFires           = `SELECT ` + fireCols + ` FROM schedule_fires WHERE schedule_id = ? ORDER BY scheduled_at DESC, id DESC LIMIT ?`
-	qFiresBefore     = `SELECT ` + fireCols + ` FROM schedule_fires WHERE schedule_id = ? AND (scheduled_at, id) < (?, ?) ORDER BY scheduled_at DESC, id DESC LIMIT ?`
+	qFires           = `SELECT ` + fireCols + ` FROM schedule_fires WHERE schedule_id = ? AND outcome <> '' ORDER BY scheduled_at DESC, id DESC LIMIT ?`
+	qFiresBefore     = `SELECT ` + fireCols + ` FROM schedule_fires WHERE schedule_id = ? AND outcome <> '' AND (scheduled_at, id) < (?, ?) ORDER BY scheduled_at DESC, id DESC LIMIT ?`
 	qPendingFires    = `SELECT ` + fireCols + ` FROM schedule_fires WHERE outcome = '' AND attempt < ? ORDER BY attempt, id LIMIT ?`
 	qRetakeFire      = `UPDATE schedule_fires SET attempt = ? WHERE id = ? AND outcome = '' AND attempt = ?`
 	fireCols         = `id, schedule_id, user_id, slot, scheduled_at, attempt, fired_at, outcome, reason, session_id, run_id`

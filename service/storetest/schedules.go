@@ -23,7 +23,7 @@ var scheduleTests = []struct {
 	{"ClaimFires/all or nothing: not over a moved version, not a slot taken", testClaimFires},
 	{"ClaimFires/of concurrent claims of one version, one holds", testClaimConcurrent},
 	{"FinishFire/records the outcome, and disables when told", testFinishFire},
-	{"Fires/newest first, after a position", testFires},
+	{"Fires/those with an outcome, newest first, after a position", testFires},
 	{"PendingFires/without an outcome, oldest attempt first; RetakeFire once", testPendingFires},
 }
 
@@ -55,6 +55,12 @@ func utcSchedule(sc *service.Schedule) *service.Schedule {
 func newFire(id, schedule string, at time.Duration) *service.ScheduleFire {
 	return &service.ScheduleFire{ID: id, ScheduleID: schedule, UserID: "u1", Slot: t0.Add(at).UTC().Format(time.RFC3339Nano),
 		ScheduledAt: t0.Add(at), Attempt: t0.Add(at)}
+}
+
+// skipped gives f an outcome, as a claim records the instants it skips.
+func skipped(f *service.ScheduleFire) *service.ScheduleFire {
+	f.Outcome, f.Reason = service.FireSkipped, service.FireMissed
+	return f
 }
 
 func utcFire(f *service.ScheduleFire) *service.ScheduleFire {
@@ -124,7 +130,7 @@ func testScheduleDelete(t *testing.T, s service.Store) {
 	createSchedule(t, s, sc)
 	next := *sc
 	next.Version = 2
-	if ok, err := s.ClaimFires(t.Context(), &next, 1, []*service.ScheduleFire{newFire("f1", "a", 0)}); err != nil || !ok {
+	if ok, err := s.ClaimFires(t.Context(), &next, 1, []*service.ScheduleFire{skipped(newFire("f1", "a", 0))}); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
 	if err := s.DeleteSchedule(t.Context(), "a"); err != nil {
@@ -179,7 +185,7 @@ func testClaimFires(t *testing.T, s service.Store) {
 	createSchedule(t, s, sc)
 	next := *sc
 	next.Version, next.Fires = 2, 1
-	ok, err := s.ClaimFires(t.Context(), &next, 1, []*service.ScheduleFire{newFire("f1", "a", 0), newFire("f2", "a", time.Minute)})
+	ok, err := s.ClaimFires(t.Context(), &next, 1, []*service.ScheduleFire{skipped(newFire("f1", "a", 0)), skipped(newFire("f2", "a", time.Minute))})
 	if err != nil || !ok {
 		t.Fatalf("the first claim: %v, %v", ok, err)
 	}
@@ -197,7 +203,7 @@ func testClaimFires(t *testing.T, s service.Store) {
 	wantEqual(t, "the schedule after the claims refused", got, utcSchedule(&next))
 	fires, _ := s.Fires(t.Context(), "a", nil, 0)
 	wantEqual(t, "its fires", idsOf(fires, func(f *service.ScheduleFire) string { return f.ID }), []string{"f2", "f1"})
-	wantEqual(t, "a fire", fires[1], utcFire(newFire("f1", "a", 0)))
+	wantEqual(t, "a fire", fires[1], utcFire(skipped(newFire("f1", "a", 0))))
 	missing := next
 	missing.ID = "missing"
 	_, err = s.ClaimFires(t.Context(), &missing, 1, nil)
@@ -216,7 +222,7 @@ func testClaimConcurrent(t *testing.T, s service.Store) {
 			defer wg.Done()
 			next := newSchedule("a", "u1", 0)
 			next.Version = 2
-			ok, err := s.ClaimFires(t.Context(), next, 1, []*service.ScheduleFire{newFire(fmt.Sprint("f", i), "a", 0)})
+			ok, err := s.ClaimFires(t.Context(), next, 1, []*service.ScheduleFire{skipped(newFire(fmt.Sprint("f", i), "a", 0))})
 			if err != nil {
 				t.Error(err)
 			}
@@ -271,7 +277,8 @@ func testFires(t *testing.T, s service.Store) {
 	createSchedule(t, s, sc)
 	next := *sc
 	next.Version = 2
-	fires := []*service.ScheduleFire{newFire("f1", "a", 0), newFire("f3", "a", time.Minute), newFire("f2", "a", time.Minute)}
+	fires := []*service.ScheduleFire{skipped(newFire("f1", "a", 0)), skipped(newFire("f3", "a", time.Minute)),
+		skipped(newFire("f2", "a", time.Minute)), newFire("pending", "a", 2*time.Minute)}
 	fires[2].Slot = "dst:2026-03-29T02:30"
 	if ok, err := s.ClaimFires(t.Context(), &next, 1, fires); err != nil || !ok {
 		t.Fatal(ok, err)
@@ -280,7 +287,7 @@ func testFires(t *testing.T, s service.Store) {
 		return idsOf(l, func(f *service.ScheduleFire) string { return f.ID })
 	}
 	all, _ := s.Fires(t.Context(), "a", nil, 0)
-	wantEqual(t, "newest first, then by ID descending", ids(all), []string{"f3", "f2", "f1"})
+	wantEqual(t, "those with an outcome, newest first, then by ID descending", ids(all), []string{"f3", "f2", "f1"})
 	page, _ := s.Fires(t.Context(), "a", &service.FirePosition{ScheduledAt: at(time.Minute), ID: "f3"}, 1)
 	wantEqual(t, "one after f3", ids(page), []string{"f2"})
 }
