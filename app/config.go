@@ -354,6 +354,18 @@ func Settings() []Setting {
 			c.Service.ToolPolicies = ps
 			return nil
 		}},
+		{"user-token-budget", "USER_TOKEN_BUDGET", "0", "tokens (input and output together) one user's runs may spend per USER_BUDGET_PERIOD (0: no cap); once spent, new messages are refused with BUDGET_EXCEEDED and runs wait before their next model call until the period turns", num64(0, func(c *Config) *int64 { return &c.Service.UserTokenBudget })},
+		{"user-budget-period", "USER_BUDGET_PERIOD", svc.UserBudgetPeriod, "the period of USER_TOKEN_BUDGET: day or month (calendar, UTC)", func(c *Config, v string) error {
+			if v != "day" && v != "month" {
+				return fmt.Errorf("want day or month, got %q", v)
+			}
+			c.Service.UserBudgetPeriod = v
+			return nil
+		}},
+		{"max-schedules-per-user", "MAX_SCHEDULES_PER_USER", itoa(svc.MaxSchedulesPerUser), "schedules one user may keep", num(1, func(c *Config) *int { return &c.Service.MaxSchedulesPerUser })},
+		{"schedule-min-interval", "SCHEDULE_MIN_INTERVAL", fmtDur(svc.ScheduleMinInterval), "least time two fires of one cron may be apart (a cron that can fire closer is refused)", dur(time.Minute, func(c *Config) *time.Duration { return &c.Service.ScheduleMinInterval })},
+		{"schedule-max-catch-up", "SCHEDULE_MAX_CATCH_UP", itoa(svc.ScheduleMaxCatchUp), "most fires a schedule with catch-up ALL makes for the instants it missed while no server ran (the latest; older ones are recorded SKIPPED)", num(1, func(c *Config) *int { return &c.Service.ScheduleMaxCatchUp })},
+		{"schedule-grace", "SCHEDULE_GRACE", fmtDur(svc.ScheduleGrace), "how late a fire may be sent and still count as on time; an instant older than this when a server looks was missed, and follows its schedule's catch-up", dur(time.Second, func(c *Config) *time.Duration { return &c.Service.ScheduleGrace })},
 		{"write-round-commands", "WRITE_ROUND_COMMANDS", itoa(svc.RoundCommands), "most commands (messages, stops, answers, ...) one write round takes; more wait for the next round, which begins once this one is written (streamed text is not counted)", num(1, func(c *Config) *int { return &c.Service.RoundCommands })},
 		{"flush-interval", "FLUSH_INTERVAL", fmtDur(svc.FlushInterval), "least time between two writes of one reply's streamed text, its first going at once (0: as soon as the writer is free; under load the writer batches anyway)", dur(0, func(c *Config) *time.Duration { return &c.Service.FlushInterval })},
 		{"demo-chunk-delay", "DEMO_CHUNK_DELAY", fmtDur(demo.DefaultChunkDelay), "pause between two words the demo agent streams (the first comes at once)", dur(0, func(c *Config) *time.Duration { return &c.DemoChunkDelay })},

@@ -1295,6 +1295,10 @@ type SessionSettingsInput struct {
 	// holds at most 200 policies. One looser than its tool's ceiling (ToolPolicy.ceiling) is
 	// refused, naming the tool.
 	ToolPolicies []ToolPolicyInput `json:"toolPolicies"`
+	// The session's cap in tokens (input and output together): 0 removes it, a negative one is
+	// BAD_USER_INPUT. A run that waits for it (budgetReached) goes on at once when the new cap
+	// is above the session's usage.
+	TokenBudget *int `json:"tokenBudget"`
 }
 
 // GetAgent returns SessionSettingsInput.Agent, and is useful for accessing the field via an interface.
@@ -1314,6 +1318,9 @@ func (v *SessionSettingsInput) GetBusyPolicy() *BusyPolicy { return v.BusyPolicy
 
 // GetToolPolicies returns SessionSettingsInput.ToolPolicies, and is useful for accessing the field via an interface.
 func (v *SessionSettingsInput) GetToolPolicies() []ToolPolicyInput { return v.ToolPolicies }
+
+// GetTokenBudget returns SessionSettingsInput.TokenBudget, and is useful for accessing the field via an interface.
+func (v *SessionSettingsInput) GetTokenBudget() *int { return v.TokenBudget }
 
 // What a session's agent is doing. It follows the active run's status: QUEUED or RUNNING
 // makes RUNNING, WAITING_FOR_INPUT makes WAITING_FOR_INPUT, a final status makes IDLE (or

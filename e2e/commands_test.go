@@ -39,6 +39,11 @@ var mutationCalls = map[string]struct {
 	"createShareLink":   {`mutation($s: ID!) { createShareLink(input: {sessionId: $s}) { token } }`, sessionVar},
 	"revokeShareLink":   {`mutation($m: ID!) { revokeShareLink(id: $m) { id } }`, messageVar},
 	"forkSharedSession": {`mutation { forkSharedSession(token: "no such token") { id } }`, nil},
+	"createSchedule": {`mutation($s: ID!) { createSchedule(input: {content: "hi", sessionId: $s, cron: "0 9 * * *"}) { id } }`,
+		sessionVar},
+	"updateSchedule": {`mutation($m: ID!) { updateSchedule(input: {id: $m, enabled: false}) { id } }`, messageVar},
+	"deleteSchedule": {`mutation($m: ID!) { deleteSchedule(id: $m) }`, messageVar},
+	"runScheduleNow": {`mutation($m: ID!) { runScheduleNow(id: $m) { id } }`, messageVar},
 }
 
 // otherEdges are the operations that no mutation asks for, each with the edge that does:

@@ -22,6 +22,7 @@ var codes = map[string]string{
 	service.EUNAUTHORIZED: "UNAUTHENTICATED",
 	service.ERATELIMIT:    "RATE_LIMITED",
 	service.EUNAVAILABLE:  "UNAVAILABLE",
+	service.EBUDGET:       "BUDGET_EXCEEDED",
 	service.EINTERNAL:     "INTERNAL",
 }
 

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"time"
 
 	"github.com/talkgraph/talkgraph/graph/model"
 	"github.com/talkgraph/talkgraph/service"
@@ -72,7 +73,8 @@ func settingsInput(in *model.SessionSettingsInput) service.SettingsInput {
 	if in == nil {
 		return service.SettingsInput{}
 	}
-	set := service.SettingsInput{Agent: in.Agent, Model: in.Model, SystemPrompt: in.SystemPrompt, Temperature: in.Temperature, BusyPolicy: in.BusyPolicy}
+	set := service.SettingsInput{Agent: in.Agent, Model: in.Model, SystemPrompt: in.SystemPrompt, Temperature: in.Temperature,
+		BusyPolicy: in.BusyPolicy, TokenBudget: in.TokenBudget}
 	if len(in.ToolPolicies) > 0 {
 		set.ToolPolicies = make(map[string]service.ToolPolicy, len(in.ToolPolicies))
 		for _, p := range in.ToolPolicies {
@@ -100,4 +102,55 @@ func optional(s string) *string {
 		return nil
 	}
 	return &s
+}
+
+// schedule wraps a schedule the service answered, for the API.
+func schedule(svc *service.Service) func(*service.Schedule, error) (*model.Schedule, error) {
+	return func(sc *service.Schedule, err error) (*model.Schedule, error) {
+		if err != nil {
+			return nil, err
+		}
+		return &model.Schedule{Schedule: sc, Svc: svc}, nil
+	}
+}
+
+// scheduleInput is a new schedule as the service takes it.
+func scheduleInput(in model.CreateScheduleInput) service.ScheduleInput {
+	return service.ScheduleInput{Content: &in.Content, SessionID: in.SessionID, Title: in.Title, Settings: settingsOf(in.Settings),
+		Cron: in.Cron, At: in.At, Timezone: in.Timezone, Overlap: in.Overlap, CatchUp: in.CatchUp, EndAt: in.EndAt,
+		MaxFires: in.MaxFires, Enabled: in.Enabled}
+}
+
+// scheduleUpdate is what changes of a schedule, as the service takes it.
+func scheduleUpdate(in model.UpdateScheduleInput) service.ScheduleInput {
+	return service.ScheduleInput{Content: in.Content, SessionID: in.SessionID, Title: in.Title, Settings: settingsOf(in.Settings),
+		Cron: in.Cron, At: in.At, Timezone: in.Timezone, Overlap: in.Overlap, CatchUp: in.CatchUp, EndAt: in.EndAt,
+		MaxFires: in.MaxFires, Enabled: in.Enabled}
+}
+
+// settingsOf is settingsInput for settings that may be left out (nil).
+func settingsOf(in *model.SessionSettingsInput) *service.SettingsInput {
+	if in == nil {
+		return nil
+	}
+	set := settingsInput(in)
+	return &set
+}
+
+// deref is *p, or the zero value for nil.
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}
+
+// timesOf is a list of times as gqlgen writes [Time!]!.
+func timesOf(ts []time.Time, err error) ([]*time.Time, error) {
+	out := make([]*time.Time, len(ts))
+	for i := range ts {
+		out[i] = &ts[i]
+	}
+	return out, err
 }

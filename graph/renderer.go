@@ -63,6 +63,13 @@ var renderable = map[string]objectType{
 		"createdAt":  scalar(func(buf *bytes.Buffer, r *service.Run) { writeTime(buf, r.CreatedAt) }),
 		"startedAt":  scalar(func(buf *bytes.Buffer, r *service.Run) { writeOptTime(buf, r.StartedAt) }),
 		"finishedAt": scalar(func(buf *bytes.Buffer, r *service.Run) { writeOptTime(buf, r.FinishedAt) }),
+		"waitsForBudget": scalar(func(buf *bytes.Buffer, r *service.Run) {
+			if r.Status != service.RunWaitingForInput {
+				writeOptString(buf, "")
+				return
+			}
+			writeOptString(buf, string(r.Budget))
+		}),
 	}),
 	"Usage": objectOf("Usage", map[string]field{
 		"inputTokens":       scalar(func(buf *bytes.Buffer, u *service.Usage) { writeInt(buf, u.InputTokens) }),

@@ -8,6 +8,7 @@ package graph
 import (
 	"context"
 	"math"
+	"time"
 
 	"github.com/talkgraph/talkgraph/graph/generated"
 	"github.com/talkgraph/talkgraph/graph/model"
@@ -207,13 +208,37 @@ func (r *mutationResolver) ForkSharedSession(ctx context.Context, token string, 
 	return r.Service.ForkSharedSession(ctx, token, t)
 }
 
+// CreateSchedule is the resolver for the createSchedule field.
+func (r *mutationResolver) CreateSchedule(ctx context.Context, input model.CreateScheduleInput) (*model.Schedule, error) {
+	return schedule(r.Service)(r.Service.CreateSchedule(ctx, scheduleInput(input)))
+}
+
+// UpdateSchedule is the resolver for the updateSchedule field.
+func (r *mutationResolver) UpdateSchedule(ctx context.Context, input model.UpdateScheduleInput) (*model.Schedule, error) {
+	return schedule(r.Service)(r.Service.UpdateSchedule(ctx, input.ID, scheduleUpdate(input)))
+}
+
+// DeleteSchedule is the resolver for the deleteSchedule field.
+func (r *mutationResolver) DeleteSchedule(ctx context.Context, id string) (bool, error) {
+	return true, r.Service.DeleteSchedule(ctx, id)
+}
+
+// RunScheduleNow is the resolver for the runScheduleNow field.
+func (r *mutationResolver) RunScheduleNow(ctx context.Context, id string) (*model.ScheduleFire, error) {
+	f, err := r.Service.RunScheduleNow(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &model.ScheduleFire{ScheduleFire: f, Svc: r.Service}, nil
+}
+
 // Viewer is the resolver for the viewer field.
 func (r *queryResolver) Viewer(ctx context.Context) (*model.Viewer, error) {
 	u := service.UserFrom(ctx)
 	if u == "" {
 		return nil, service.Errorf(service.EUNAUTHORIZED, "sign in first")
 	}
-	return &model.Viewer{ID: u}, nil
+	return &model.Viewer{ID: u, Svc: r.Service}, nil
 }
 
 // Sessions is the resolver for the sessions field.
@@ -273,6 +298,17 @@ func (r *queryResolver) SharedSession(ctx context.Context, token string) (*servi
 	return r.Service.SharedSession(ctx, token)
 }
 
+// Schedules is the resolver for the schedules field.
+func (r *queryResolver) Schedules(ctx context.Context) ([]*model.Schedule, error) {
+	scs, err := r.Service.Schedules(ctx)
+	return model.NewSchedules(r.Service, scs), err
+}
+
+// CronPreview is the resolver for the cronPreview field.
+func (r *queryResolver) CronPreview(ctx context.Context, cron string, timezone *string, count *int) ([]*time.Time, error) {
+	return timesOf(r.Service.CronPreview(ctx, cron, deref(timezone), deref(count)))
+}
+
 // AnswerSchema is the resolver for the answerSchema field.
 func (r *questionResolver) AnswerSchema(ctx context.Context, obj *service.Question) (*string, error) {
 	return optional(obj.AnswerSchema), nil
@@ -289,6 +325,14 @@ func (r *runResolver) Error(ctx context.Context, obj *service.Run) (*string, err
 		return nil, nil
 	}
 	return &obj.Error, nil
+}
+
+// WaitsForBudget is the resolver for the waitsForBudget field.
+func (r *runResolver) WaitsForBudget(ctx context.Context, obj *service.Run) (*service.BudgetScope, error) {
+	if obj.Budget == "" || obj.Status != service.RunWaitingForInput {
+		return nil, nil
+	}
+	return &obj.Budget, nil
 }
 
 // ToolPolicies is the resolver for the toolPolicies field.
@@ -378,6 +422,17 @@ func (r *talkSessionResolver) QueuedRuns(ctx context.Context, obj *service.Sessi
 // ShareLinks is the resolver for the shareLinks field.
 func (r *talkSessionResolver) ShareLinks(ctx context.Context, obj *service.SessionView) ([]*service.ShareLink, error) {
 	return r.Service.ShareLinks(ctx, obj.ID)
+}
+
+// Usage is the resolver for the usage field.
+func (r *talkSessionResolver) Usage(ctx context.Context, obj *service.SessionView) (*service.Usage, error) {
+	u, err := r.Service.SessionUsage(ctx, obj)
+	return &u, err
+}
+
+// BudgetReached is the resolver for the budgetReached field.
+func (r *talkSessionResolver) BudgetReached(ctx context.Context, obj *service.SessionView) (bool, error) {
+	return r.Service.BudgetReached(ctx, obj)
 }
 
 // Reason is the resolver for the reason field.

@@ -158,15 +158,17 @@ func forwarded(ctx context.Context) bool { return ctx.Value(forwardedKey{}) != n
 // (Cluster.Send answers ErrNoServer for it). It is a field of its own rather than an
 // error code or message, so that no rewording and no client-facing code is taken for it.
 type Reply struct {
-	NotServed bool         `json:"notServed,omitempty"`
-	Code      string       `json:"code,omitempty"`
-	Error     string       `json:"error,omitempty"`
-	Message   *Message     `json:"message,omitempty"`
-	Run       *Run         `json:"run,omitempty"`
-	Session   *TalkSession `json:"session,omitempty"`
-	Questions []*Question  `json:"questions,omitempty"`
-	ToolCalls []*ToolCall  `json:"toolCalls,omitempty"`
-	ShareLink *ShareLink   `json:"shareLink,omitempty"`
+	NotServed bool          `json:"notServed,omitempty"`
+	Code      string        `json:"code,omitempty"`
+	Error     string        `json:"error,omitempty"`
+	Message   *Message      `json:"message,omitempty"`
+	Run       *Run          `json:"run,omitempty"`
+	Session   *TalkSession  `json:"session,omitempty"`
+	Questions []*Question   `json:"questions,omitempty"`
+	ToolCalls []*ToolCall   `json:"toolCalls,omitempty"`
+	Schedule  *Schedule     `json:"schedule,omitempty"`
+	Fire      *ScheduleFire `json:"fire,omitempty"`
+	ShareLink *ShareLink    `json:"shareLink,omitempty"`
 
 	// view is the session as the command left it, when it was done here (a reply from
 	// another replica has none: the view is read again).

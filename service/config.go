@@ -80,6 +80,29 @@ type Config struct {
 	// under OtherModel, so that what users choose never becomes a metric's label and the
 	// table stays as small as this list.
 	Models []string
+
+	// UserTokenBudget is what one user's runs may spend per UserBudgetPeriod, in tokens
+	// (input and output together); 0: no cap. UserBudgetPeriod is "day" or "month"
+	// (calendar, UTC). BudgetHold is how long a model call's reservation holds tokens at
+	// most: a call whose process died gives them back then (see budgets.go).
+	UserTokenBudget  int64
+	UserBudgetPeriod string
+	BudgetHold       time.Duration
+
+	// MaxSchedulesPerUser bounds the schedules one user keeps; ScheduleMinInterval is the
+	// least time two fires of one cron may be apart; ScheduleMaxCatchUp is how many missed
+	// fires catch-up ALL fires after downtime. ScheduleTick is how often a process looks
+	// for schedules that are due, and ScheduleGrace how late a fire may be and still
+	// count as on time rather than missed (see firing.go).
+	MaxSchedulesPerUser int
+	ScheduleMinInterval time.Duration
+	ScheduleMaxCatchUp  int
+	ScheduleTick        time.Duration
+	ScheduleGrace       time.Duration
+
+	// Clock, when set, is the service's clock instead of the system's: for tests that
+	// need a time the real one cannot reach (a daylight saving change).
+	Clock func() time.Time
 }
 
 // OtherModel is the name Stats.Usage counts every model under that Config.Models does not
@@ -115,6 +138,15 @@ func DefaultConfig() Config {
 		InputExpiry:        24 * time.Hour,
 		ToolPolicies:       map[string]ToolPolicy{},
 		RunLease:           15 * time.Second,
+
+		UserBudgetPeriod: "month",
+		BudgetHold:       10 * time.Minute,
+
+		MaxSchedulesPerUser: 50,
+		ScheduleMinInterval: time.Minute,
+		ScheduleMaxCatchUp:  10,
+		ScheduleTick:        time.Second,
+		ScheduleGrace:       time.Minute,
 	}
 }
 
@@ -167,4 +199,23 @@ func (c *Config) fill() {
 	if c.RunLease <= 0 {
 		c.RunLease = d.RunLease
 	}
+	if c.UserTokenBudget < 0 {
+		c.UserTokenBudget = 0
+	}
+	if c.UserBudgetPeriod != "day" {
+		c.UserBudgetPeriod = d.UserBudgetPeriod
+	}
+	for _, p := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{
+		{&c.BudgetHold, d.BudgetHold}, {&c.ScheduleMinInterval, d.ScheduleMinInterval},
+		{&c.ScheduleTick, d.ScheduleTick}, {&c.ScheduleGrace, d.ScheduleGrace},
+	} {
+		if *p.v <= 0 {
+			*p.v = p.def
+		}
+	}
+	pick(&c.MaxSchedulesPerUser, d.MaxSchedulesPerUser)
+	pick(&c.ScheduleMaxCatchUp, d.ScheduleMaxCatchUp)
 }

@@ -89,6 +89,26 @@ func DecodeSessionCursor(s string) (*SessionPosition, error) {
 	return &SessionPosition{UpdatedAt: unixNano(ns), ID: parts[2]}, nil
 }
 
+// EncodeFireCursor returns the cursor of a schedule's fire f in its list of fires.
+func EncodeFireCursor(f *ScheduleFire) string {
+	raw := "f:" + strconv.FormatInt(f.ScheduledAt.UnixNano(), 10) + ":" + f.ID
+	return base64.RawURLEncoding.EncodeToString([]byte(raw))
+}
+
+// DecodeFireCursor parses a fire cursor; EINVALID when malformed.
+func DecodeFireCursor(s string) (*FirePosition, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	parts := strings.SplitN(string(raw), ":", 3)
+	if err != nil || len(parts) != 3 || parts[0] != "f" {
+		return nil, Errorf(EINVALID, "invalid cursor")
+	}
+	ns, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return nil, Errorf(EINVALID, "invalid cursor")
+	}
+	return &FirePosition{ScheduledAt: unixNano(ns), ID: parts[2]}, nil
+}
+
 // runeSlice returns s without its first n code points.
 func runeSlice(s string, n int) string {
 	for i := range s {

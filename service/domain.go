@@ -162,6 +162,9 @@ type Settings struct {
 	// ToolPolicies are the session's own policies by tool name: each at least as strict
 	// as the server's for the tool (see policies.go).
 	ToolPolicies map[string]ToolPolicy `json:"toolPolicies,omitempty"`
+	// TokenBudget is the session's own cap on what its runs spend, in tokens (input and
+	// output together); nil for none (see budgets.go).
+	TokenBudget *int `json:"tokenBudget,omitempty"`
 	// Guest records that the session's owner had signed in as a guest when it was
 	// created: the tools that act on the server's machine (ToolInfo.Host) are not offered
 	// to it unless Config.GuestHostTools says so. Not a setting a user changes (no
@@ -243,6 +246,9 @@ type Run struct {
 	// the parent of a regenerated reply): when the run starts, the branch through it,
 	// ending there, becomes the current one.
 	ReplyTo string `json:",omitempty"`
+	// Budget is the cap the run waits on while it is WAITING_FOR_INPUT for a token
+	// budget (see budgetwait.go); "" otherwise.
+	Budget BudgetScope `json:",omitempty"`
 	// Usage is what the agent reported its model read and wrote; nil when it reported
 	// nothing.
 	Usage      *Usage

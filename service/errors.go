@@ -14,6 +14,7 @@ const (
 	EUNAUTHORIZED = "unauthorized" // no user, or a bad token
 	ERATELIMIT    = "rate_limited" // too many operations or runs
 	EUNAVAILABLE  = "unavailable"  // shutting down, or storage cannot be written
+	EBUDGET       = "budget"       // a token budget is spent: the user's for the period
 	EINTERNAL     = "internal"     // a bug or an unexpected failure; details stay in the log
 )
 

@@ -96,9 +96,10 @@ func (ar *activeRun) finishLocked(t *txn, status RunStatus, errMsg string) {
 		done := *m
 		t.add(&Event{Type: EventMessageCompleted, Message: &done})
 	}
+	ar.releaseHoldLocked() // a call that reported nothing holds nothing more
 	snap := *ar.run
 	now := s.now()
-	snap.Status, snap.Error, snap.FinishedAt = status, errMsg, &now
+	snap.Status, snap.Error, snap.FinishedAt, snap.Budget = status, errMsg, &now, ""
 	t.add(runEvent(&snap))
 	ar.steersLeftLocked(t, status)
 	t.onCommit(func() {

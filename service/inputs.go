@@ -18,7 +18,8 @@ import (
 // withdraw what waits.
 
 // input is one kind of thing a run may wait on: a question its agent asked
-// (askedQuestion), a call awaiting the user's approval (pendingApproval). Each kind says
+// (askedQuestion), a call awaiting the user's approval (pendingApproval), a token budget
+// (budgetWait, budgetwait.go). Each kind says
 // when it began to wait, how it is withdrawn and how a view lists it; what answers it
 // (an answer, a decision) is the kind's own.
 type input interface {
@@ -175,11 +176,19 @@ func (s *core) expiryFor(now time.Time, d time.Duration) time.Time {
 // move to WAITING_FOR_INPUT when it waited on nothing, and each input's expiry is armed.
 func (ar *activeRun) openLocked(t *txn, ws ...*waiting) {
 	var snap *Run
+	r := *ar.run
 	if len(ar.inputs) == 0 && ar.run.Status != RunWaitingForInput {
-		r := *ar.run
 		r.Status = RunWaitingForInput
-		t.add(runEvent(&r))
 		snap = &r
+	}
+	for _, w := range ws {
+		if b, ok := w.in.(*budgetWait); ok && r.Budget != b.scope {
+			r.Budget = b.scope // the run's status says which cap it waits on
+			snap = &r
+		}
+	}
+	if snap != nil {
+		t.add(runEvent(snap))
 	}
 	t.onCommit(func() {
 		if snap != nil {
@@ -204,11 +213,20 @@ func (ar *activeRun) closeLocked(t *txn, ends map[string]inputEnd, cause trace.S
 		}
 	}
 	var snap *Run
-	if left == 0 && !ar.sealed && ar.run.Status == RunWaitingForInput {
-		r := *ar.run
-		r.Status = RunRunning
-		t.add(runEvent(&r))
+	r := *ar.run
+	if _, ok := ends[budgetKey]; ok && r.Budget != "" {
+		r.Budget = ""
 		snap = &r
+	}
+	if left == 0 && ar.run.Status == RunWaitingForInput {
+		r.Status = RunRunning
+		snap = &r
+	}
+	if ar.sealed {
+		snap = nil
+	}
+	if snap != nil {
+		t.add(runEvent(snap))
 	}
 	t.onCommit(func() {
 		for id, end := range ends {
@@ -232,6 +250,10 @@ func (ar *activeRun) closeLocked(t *txn, ends map[string]inputEnd, cause trace.S
 // armLocked has w expire at its time: the replica that runs the run keeps the timer, and
 // a restart or a take-over arms it again from the log.
 func (ar *activeRun) armLocked(w *waiting) {
+	if b, ok := w.in.(*budgetWait); ok {
+		ar.armBudgetLocked(w, b)
+		return
+	}
 	w.timer = time.AfterFunc(time.Until(w.expiresAt), func() { ar.expire(w.id) })
 }
 

@@ -17,7 +17,8 @@ import (
 // running agent (see AddMessageWith). With an idempotency key, a retry answers the
 // message and run the first call created. ENOTFOUND when the session is missing or not
 // the caller's; EINVALID for empty or oversized content or key; ERATELIMIT when too many
-// runs wait; EUNAVAILABLE when it cannot be written. A message that is refused changes
+// runs wait; EBUDGET while the caller's token budget for the period is spent;
+// EUNAVAILABLE when it cannot be written. A message that is refused changes
 // nothing: the running agent goes on as it was.
 func (s *Service) AddMessage(ctx context.Context, sessionID, content, key string) (*Message, *Run, error) {
 	return s.AddMessageWith(ctx, sessionID, content, key, "")
@@ -102,6 +103,9 @@ func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) 
 		case ErrorCode(err) != ENOTFOUND:
 			return nil, nil, err
 		}
+	}
+	if err := s.checkUserBudget(ctx, u); err != nil {
+		return nil, nil, err
 	}
 	if a.regenerated == nil {
 		if err := s.checkQuota(ctx, u, 0, int64(len(a.content))); err != nil {

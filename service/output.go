@@ -147,8 +147,16 @@ func (o *output) ReportUsage(model string, u Usage) error {
 		ar.st.mu.Unlock()
 		return o.ended()
 	}
-	// The run's usage is written with its next status change.
+	// The run's usage is written with its next status change; what it counts against the
+	// budgets with the session's next write, which settles the call's reservation.
 	ar.run.Usage = addUsage(ar.run.Usage, u)
+	ar.largestCall = max(ar.largestCall, u.Tokens())
+	period, _ := s.cfg.budgetPeriod(s.now())
+	if r := ar.hold; r != nil {
+		period = r.Period
+	}
+	ar.spend = addSpend(ar.spend, ar.run.UserID, period, u)
+	ar.releaseHoldLocked()
 	ar.st.mu.Unlock()
 	if !s.models[model] {
 		model = OtherModel

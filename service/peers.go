@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -211,12 +212,20 @@ func (st *sessionState) recoverRunLocked(ctx context.Context, run *Run) error {
 		for _, c := range awaitingOf(calls) {
 			ws = append(ws, newWaiting(c.ID, &pendingApproval{ar.tools[c.ID]}, c.Approval.ExpiresAt))
 		}
+		if run.Budget != "" { // a budget, whose period may have turned meanwhile
+			b := &budgetWait{scope: run.Budget, since: s.now()}
+			_, b.resets = s.cfg.budgetPeriod(b.since)
+			ws = append(ws, newWaiting(budgetKey, b, time.Time{}))
+		}
 		ar.openLocked(t, ws...)
 		if err := t.commitLocked(ctx); err != nil {
 			return err
 		}
 		if len(ws) == 0 { // everything was answered before the process died: go on
 			ar.resumeLocked(trace.SpanContext{})
+		}
+		if run.Budget != "" {
+			return st.budgetLiftedLocked(ctx)
 		}
 		return nil
 	}

@@ -36,8 +36,15 @@ import (
 //     approved side effect happens at most once. List your tools (ToolLister) so that
 //     users see them and their policies, and leave out of a model's tools those
 //     req.Denied names.
+//   - Call out.BeforeModelCall before each call of a model, with what you expect it to
+//     cost: it returns at once while the session's and the user's token budgets allow the
+//     call, and otherwise holds the run as a wait (WAITING_FOR_INPUT, the run's Budget
+//     set) until the cap is raised or its period turns, then returns; it returns ctx's
+//     error when the run ends meanwhile. It never fails a run: an agent that does not
+//     call it is simply not held by budgets.
 //   - Report what each call of a model cost with out.ReportUsage: it adds up on the run
-//     (Run.usage in the API) and in the server's per-model counters.
+//     (Run.usage in the API), in the server's per-model counters, and against the
+//     session's and the user's budgets; it settles the call's reservation.
 //   - When the server traces, ctx carries the run's span: spans started from
 //     trace.SpanFromContext(ctx).TracerProvider() are its children (see the openai agent).
 //   - Return promptly when ctx is cancelled (stop, a newer message, deleting the session,
@@ -133,9 +140,18 @@ type Output interface {
 	// ToolHandle.Approval. Started again with the CallID of a call of this run (a run
 	// that resumed after an approval, on its history), it returns that call's handle.
 	StartTool(id, name, arguments string, opts ...ToolOption) (ToolHandle, error)
-	// ReportUsage adds what one call of model cost to the run's usage. EINVALID for
-	// negative counts.
+	// ReportUsage adds what one call of model cost to the run's usage, and counts it
+	// against the session's and the user's token budgets (settling the reservation the
+	// call's BeforeModelCall made). EINVALID for negative counts.
 	ReportUsage(model string, u Usage) error
+	// BeforeModelCall weighs the next call of a model against the session's and the
+	// user's token budgets, reserving estimate tokens (input and output together; 0 when
+	// the agent cannot say, and then what the run's costliest call so far cost) until
+	// the call's ReportUsage. It returns nil at once while every cap leaves room; when a
+	// cap is reached, the run waits (WAITING_FOR_INPUT, Run.Budget naming the cap) until
+	// the cap is raised or removed or the user's period turns, then weighs again; it
+	// returns ctx's error when the run ends meanwhile. EINVALID for a negative estimate.
+	BeforeModelCall(ctx context.Context, estimate int) error
 	// Steers returns the messages the user sent to the run with the busy policy STEER
 	// since the last call, oldest first, and hands them over: add them to the
 	// conversation (as user messages) before the next step. When it returns any, the

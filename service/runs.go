@@ -58,6 +58,12 @@ type activeRun struct {
 	crashed bool
 
 	tools map[string]*toolState
+	// hold is the reservation of the model call under way (see BeforeModelCall), spend
+	// what the run spent that its session's next write counts, largestCall the most one
+	// call of the run cost, in tokens: what the next reserves at least.
+	hold        *Reservation
+	spend       *Spend
+	largestCall int64
 	// writeErr is set when the run's streamed text could not be written for too long: the
 	// agent is stopped and the run fails with it.
 	writeErr error
@@ -69,10 +75,12 @@ type toolState struct {
 	fromSeq int64      // where its output chunks may start in the log
 }
 
-// setState takes the parts of a run that change (its status, error, times and usage)
-// from src; the rest, which the run's goroutine reads without the session's lock, stays.
+// setState takes the parts of a run that change (its status, error, times, usage and the
+// budget it waits on) from src; the rest, which the run's goroutine reads without the
+// session's lock, stays.
 func (r *Run) setState(src *Run) {
 	r.Status, r.Error, r.StartedAt, r.FinishedAt, r.Usage = src.Status, src.Error, src.StartedAt, src.FinishedAt, src.Usage
+	r.Budget = src.Budget
 }
 
 func runEvent(r *Run) *Event {

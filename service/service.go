@@ -27,6 +27,9 @@ type Service struct {
 
 	compactorQuit chan struct{}
 	compactorDone chan struct{}
+	// firerQuit ends the loop that fires schedules (fireLoop), which closes firerDone.
+	firerQuit chan struct{}
+	firerDone chan struct{}
 }
 
 // core is what the parts of the service share: the store and its one writer, the agents,
@@ -85,6 +88,11 @@ func New(ctx context.Context, store Store, agents *Agents, cfg Config, log *slog
 		},
 		compactorQuit: make(chan struct{}),
 		compactorDone: make(chan struct{}),
+		firerQuit:     make(chan struct{}),
+		firerDone:     make(chan struct{}),
+	}
+	if clock := cfg.Clock; clock != nil {
+		s.now = func() time.Time { return clock().UTC() }
 	}
 	if cfg.Tracing != nil {
 		s.tracer = cfg.Tracing.Tracer(tracerName)
@@ -105,9 +113,11 @@ func New(ctx context.Context, store Store, agents *Agents, cfg Config, log *slog
 	s.writer = newWriter(store, cfg.RoundCommands)
 	go s.compactor()
 	if err := s.peers.start(ctx); err != nil {
+		close(s.firerDone)
 		s.stop()
 		return nil, err
 	}
+	go s.fireLoop()
 	return s, nil
 }
 
@@ -261,6 +271,8 @@ func (s *Service) Close() {
 	if s.closed.Swap(true) {
 		return
 	}
+	close(s.firerQuit)
+	<-s.firerDone
 	s.sched.close()
 	for _, st := range s.liveStates() {
 		st.mu.Lock()

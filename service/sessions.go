@@ -122,6 +122,9 @@ func (s *Service) CreateTalkSession(ctx context.Context, title string, settings 
 type CreateSessionArgs struct {
 	Title    string        `json:"title,omitempty"`
 	Settings SettingsInput `json:"settings"`
+	// ID, when set, is the new session's: a schedule's fire names the session it creates
+	// (see sendFire), so that a fire sent again finds it (ECONFLICT). No API sets it.
+	ID string `json:"id,omitempty"`
 }
 
 // SessionArgs are the arguments of a change of a session's row: its title
@@ -142,7 +145,7 @@ func init() {
 		},
 		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
 			a := cmd.Args.(*CreateSessionArgs)
-			return viewReply(s.createSession(ctx, cmd.UserID, cmd.Guest, a.Title, a.Settings))
+			return viewReply(s.createSession(ctx, cmd.UserID, cmd.Guest, a.ID, a.Title, a.Settings))
 		},
 	})
 	addOperation("renameTalkSession", &operation{
@@ -172,19 +175,19 @@ func init() {
 	})
 }
 
-// createSession makes a session of user u's (a guest's when guest).
-func (s *core) createSession(ctx context.Context, u string, guest bool, title string, settings SettingsInput) (*SessionView, error) {
-	return s.createSessionAs(ctx, newID(), u, guest, title, settings)
-}
-
-// createSessionAs is createSession for a session whose ID is given: ECONFLICT when it
-// exists.
-func (s *core) createSessionAs(ctx context.Context, id, u string, guest bool, title string, settings SettingsInput) (*SessionView, error) {
+// createSession makes a session of user u's (a guest's when guest), with the ID id ("":
+// a new one).
+func (s *core) createSession(ctx context.Context, u string, guest bool, id, title string, settings SettingsInput) (*SessionView, error) {
 	set := Settings{Agent: "demo", BusyPolicy: BusyInterrupt, Guest: guest}
 	if err := s.applySettings(&set, settings); err != nil {
 		return nil, err
 	}
 	now := s.now()
+	if id == "" {
+		id = newID()
+	} else if err := checkID("session ID", id); err != nil {
+		return nil, err
+	}
 	sess := &TalkSession{ID: id, UserID: u, Title: title, Settings: set, CreatedAt: now, UpdatedAt: now}
 	if err := s.checkQuota(ctx, u, 1, sess.Size()); err != nil {
 		return nil, err
@@ -225,6 +228,8 @@ type SettingsInput struct {
 	BusyPolicy   *BusyPolicy
 	// ToolPolicies change the policies of the tools they name; the others stay.
 	ToolPolicies map[string]ToolPolicy
+	// TokenBudget sets the session's cap in tokens; 0 removes it.
+	TokenBudget *int
 }
 
 func (s *core) applySettings(set *Settings, in SettingsInput) error {
@@ -258,6 +263,16 @@ func (s *core) applySettings(set *Settings, in SettingsInput) error {
 			return Errorf(EINVALID, "unknown busy policy")
 		}
 		set.BusyPolicy = *in.BusyPolicy
+	}
+	if in.TokenBudget != nil {
+		switch n := *in.TokenBudget; {
+		case n < 0:
+			return Errorf(EINVALID, "a token budget cannot be negative")
+		case n == 0:
+			set.TokenBudget = nil
+		default:
+			set.TokenBudget = &n
+		}
 	}
 	return s.applyToolPolicies(set, in.ToolPolicies)
 }
@@ -371,6 +386,9 @@ func (s *core) changeSession(ctx context.Context, id string, change func(*TalkSe
 	t := st.beginLocked()
 	snap := updated
 	t.add(&Event{Type: EventSessionUpdated, Session: &snap})
+	if err := st.raisedLocked(ctx, t, updated.Settings); err != nil {
+		return nil, err
+	}
 	t.onCommit(func() { s.counted(sess.UserID, 0, updated.Size()) })
 	if err := t.commitLocked(ctx); err != nil {
 		return nil, err

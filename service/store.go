@@ -42,8 +42,10 @@ type Store interface {
 	// message is on the current branch), then the messages of the batch's session that
 	// Changes.Switches names put on the branch (On) or taken off it (Off), batch after
 	// batch (a message of another session is left alone), the session's row as
-	// Changes.SessionRow says, and the questions Changes.Withdraws names withdrawn. Append
-	// never changes the batches, their events or their payloads.
+	// Changes.SessionRow says, and the questions Changes.Withdraws names withdrawn; its
+	// Spend is counted (see UsageStore). Append never changes the batches, their events or
+	// their payloads. A batch that deletes its session deletes its usage count and its
+	// reservations too (its user's count stays).
 	Append(ctx context.Context, batches []*Batch) (errs []error)
 
 	// Compact folds, for each of cs, the chunk events of one stream of a session
@@ -127,6 +129,10 @@ type Store interface {
 
 	// Ping returns nil while the store can be written.
 	Ping(ctx context.Context) error
+
+	UsageStore
+	ScheduleStore
+
 	// Close releases the store. Batches appended before it returns are durable; every
 	// method returns EUNAVAILABLE afterwards.
 	Close() error
@@ -164,6 +170,9 @@ type Batch struct {
 	// fewer than Admit.Limit other RUNNING runs (across every replica sharing the store);
 	// the batch fails with ERATELIMIT, writing nothing, otherwise.
 	Admit *Admission
+	// Spend, when set, is what the session's runs spent since its last write (see
+	// UsageStore): counted with the batch.
+	Spend *Spend
 
 	// derived is Derive(Events), made once by the service for a batch it hands over
 	// (see derive); nil for batches made elsewhere and for chunks only, whose changes are
@@ -228,7 +237,7 @@ func (b *Batch) checkFace() error {
 		return fmt.Errorf("batch: batch without a session ID")
 	}
 	if b.Delete {
-		if b.Create != nil || len(b.Events) > 0 || b.Idempotency != nil || b.Admit != nil || b.ShareLink != nil {
+		if b.Create != nil || len(b.Events) > 0 || b.Idempotency != nil || b.Admit != nil || b.Spend != nil || b.ShareLink != nil {
 			return fmt.Errorf("batch: a batch that deletes session %s must write nothing else", b.SessionID)
 		}
 		return nil
@@ -272,6 +281,9 @@ func (b *Batch) checkFace() error {
 	if a := b.Admit; a != nil && (a.UserID == "" || a.RunID == "" || a.Limit < 1) {
 		return fmt.Errorf("batch: an admission needs a user, a run and a limit ≥ 1")
 	}
+	if sp := b.Spend; sp != nil && (sp.UserID == "" || sp.Period == "" || sp.Usage.InputTokens < 0 || sp.Usage.OutputTokens < 0) {
+		return fmt.Errorf("batch: a spend needs a user, a period and counts ≥ 0")
+	}
 	return nil
 }
 
@@ -311,7 +323,7 @@ func (b *Batch) checkRows(ch *Changes) error {
 
 // Empty reports whether the batch writes nothing.
 func (b *Batch) Empty() bool {
-	return b.Create == nil && !b.Delete && len(b.Events) == 0 && b.Idempotency == nil && b.Admit == nil && b.ShareLink == nil
+	return b.Create == nil && !b.Delete && len(b.Events) == 0 && b.Idempotency == nil && b.Admit == nil && b.Spend == nil
 }
 
 // PrevSeq is the Seq the batch's events follow (0 for a batch without events).

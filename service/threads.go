@@ -100,7 +100,7 @@ func (s *core) openThread(ctx context.Context, u string, guest bool, threadID st
 	if ErrorCode(err) != ENOTFOUND {
 		return nil, err
 	}
-	v, err := s.createSessionAs(ctx, id, u, guest, "", SettingsInput{})
+	v, err := s.createSession(ctx, u, guest, id, "", SettingsInput{})
 	if ErrorCode(err) == ECONFLICT { // the other request made it first
 		if sess, err := s.ownSession(ctx, u, id); err == nil {
 			return s.viewOf(ctx, sess), nil

@@ -80,6 +80,12 @@ func (t *txn) leafOf() string {
 // running agent goes on as it was. st.mu must be held; it stays held throughout.
 func (t *txn) commitLocked(ctx context.Context) error {
 	s := t.st.c
+	if ar := t.st.active; ar != nil && ar.spend != nil && !t.b.Delete {
+		// What the run spent rides the session's next write (see budgets.go).
+		sp := ar.spend
+		ar.spend, t.b.Spend = nil, sp
+		t.onAbort(func() { ar.spend = mergeSpend(sp, ar.spend) })
+	}
 	err := t.st.log.commit(ctx, s.writer, t)
 	t.settled(err)
 	if err != nil {

@@ -127,9 +127,11 @@ type ComplexityRoot struct {
 	Mutation struct {
 		AddMessage                func(childComplexity int, input model.AddMessageInput) int
 		CancelRun                 func(childComplexity int, sessionID string, runID *string) int
+		CreateSchedule            func(childComplexity int, input model.CreateScheduleInput) int
 		CreateShareLink           func(childComplexity int, input model.CreateShareLinkInput) int
 		CreateTalkSession         func(childComplexity int, input *model.CreateTalkSessionInput) int
 		DecideToolCall            func(childComplexity int, input model.DecideToolCallInput) int
+		DeleteSchedule            func(childComplexity int, id string) int
 		DeleteTalkSession         func(childComplexity int, id string) int
 		EditMessage               func(childComplexity int, input model.EditMessageInput) int
 		ForkSession               func(childComplexity int, input model.ForkSessionInput) int
@@ -139,7 +141,9 @@ type ComplexityRoot struct {
 		RespondToInputs           func(childComplexity int, input model.RespondToInputsInput) int
 		RespondToQuestion         func(childComplexity int, input model.RespondToQuestionInput) int
 		RevokeShareLink           func(childComplexity int, id string) int
+		RunScheduleNow            func(childComplexity int, id string) int
 		SelectBranch              func(childComplexity int, input model.SelectBranchInput) int
+		UpdateSchedule            func(childComplexity int, input model.UpdateScheduleInput) int
 		UpdateTalkSessionSettings func(childComplexity int, input model.UpdateTalkSessionSettingsInput) int
 	}
 
@@ -152,7 +156,9 @@ type ComplexityRoot struct {
 
 	Query struct {
 		Agents        func(childComplexity int) int
+		CronPreview   func(childComplexity int, cron string, timezone *string, count *int) int
 		Run           func(childComplexity int, id string) int
+		Schedules     func(childComplexity int) int
 		Session       func(childComplexity int, id string) int
 		Sessions      func(childComplexity int, first *int, after *string) int
 		SharedSession func(childComplexity int, token string) int
@@ -209,15 +215,16 @@ type ComplexityRoot struct {
 	}
 
 	Run struct {
-		Agent      func(childComplexity int) int
-		CreatedAt  func(childComplexity int) int
-		Error      func(childComplexity int) int
-		FinishedAt func(childComplexity int) int
-		ID         func(childComplexity int) int
-		SessionID  func(childComplexity int) int
-		StartedAt  func(childComplexity int) int
-		Status     func(childComplexity int) int
-		Usage      func(childComplexity int) int
+		Agent          func(childComplexity int) int
+		CreatedAt      func(childComplexity int) int
+		Error          func(childComplexity int) int
+		FinishedAt     func(childComplexity int) int
+		ID             func(childComplexity int) int
+		SessionID      func(childComplexity int) int
+		StartedAt      func(childComplexity int) int
+		Status         func(childComplexity int) int
+		Usage          func(childComplexity int) int
+		WaitsForBudget func(childComplexity int) int
 	}
 
 	RunStatusChanged struct {
@@ -226,12 +233,53 @@ type ComplexityRoot struct {
 		Run    func(childComplexity int) int
 	}
 
+	Schedule struct {
+		At             func(childComplexity int) int
+		CatchUp        func(childComplexity int) int
+		Content        func(childComplexity int) int
+		CreatedAt      func(childComplexity int) int
+		Cron           func(childComplexity int) int
+		DisabledReason func(childComplexity int) int
+		Enabled        func(childComplexity int) int
+		EndAt          func(childComplexity int) int
+		Fires          func(childComplexity int, first *int, after *string) int
+		ID             func(childComplexity int) int
+		MaxFires       func(childComplexity int) int
+		NextFireAt     func(childComplexity int) int
+		Overlap        func(childComplexity int) int
+		SessionID      func(childComplexity int) int
+		Timezone       func(childComplexity int) int
+		Title          func(childComplexity int) int
+		Upcoming       func(childComplexity int, count *int) int
+	}
+
+	ScheduleFire struct {
+		FiredAt     func(childComplexity int) int
+		ID          func(childComplexity int) int
+		Outcome     func(childComplexity int) int
+		Reason      func(childComplexity int) int
+		Run         func(childComplexity int) int
+		ScheduledAt func(childComplexity int) int
+		SessionID   func(childComplexity int) int
+	}
+
+	ScheduleFireConnection struct {
+		Edges    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	ScheduleFireEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
 	SessionSettings struct {
 		Agent        func(childComplexity int) int
 		BusyPolicy   func(childComplexity int) int
 		Model        func(childComplexity int) int
 		SystemPrompt func(childComplexity int) int
 		Temperature  func(childComplexity int) int
+		TokenBudget  func(childComplexity int) int
 		ToolPolicies func(childComplexity int) int
 	}
 
@@ -266,6 +314,7 @@ type ComplexityRoot struct {
 
 	TalkSession struct {
 		ActiveRun        func(childComplexity int) int
+		BudgetReached    func(childComplexity int) int
 		CreatedAt        func(childComplexity int) int
 		ID               func(childComplexity int) int
 		Messages         func(childComplexity int, first *int, after *string, last *int, before *string) int
@@ -279,6 +328,7 @@ type ComplexityRoot struct {
 		StreamCursor     func(childComplexity int) int
 		Title            func(childComplexity int) int
 		UpdatedAt        func(childComplexity int) int
+		Usage            func(childComplexity int) int
 	}
 
 	TalkSessionConnection struct {
@@ -368,7 +418,10 @@ type ComplexityRoot struct {
 	}
 
 	Viewer struct {
-		ID func(childComplexity int) int
+		BudgetResetsAt func(childComplexity int) int
+		ID             func(childComplexity int) int
+		TokenBudget    func(childComplexity int) int
+		Usage          func(childComplexity int) int
 	}
 }
 
@@ -402,6 +455,10 @@ type MutationResolver interface {
 	CreateShareLink(ctx context.Context, input model.CreateShareLinkInput) (*model.CreateShareLinkPayload, error)
 	RevokeShareLink(ctx context.Context, id string) (*service.ShareLink, error)
 	ForkSharedSession(ctx context.Context, token string, title *string) (*service.SessionView, error)
+	CreateSchedule(ctx context.Context, input model.CreateScheduleInput) (*model.Schedule, error)
+	UpdateSchedule(ctx context.Context, input model.UpdateScheduleInput) (*model.Schedule, error)
+	DeleteSchedule(ctx context.Context, id string) (bool, error)
+	RunScheduleNow(ctx context.Context, id string) (*model.ScheduleFire, error)
 }
 type QueryResolver interface {
 	Viewer(ctx context.Context) (*model.Viewer, error)
@@ -410,6 +467,8 @@ type QueryResolver interface {
 	Run(ctx context.Context, id string) (*service.Run, error)
 	Agents(ctx context.Context) ([]*service.AgentInfo, error)
 	SharedSession(ctx context.Context, token string) (*service.SharedView, error)
+	Schedules(ctx context.Context) ([]*model.Schedule, error)
+	CronPreview(ctx context.Context, cron string, timezone *string, count *int) ([]*time.Time, error)
 }
 type QuestionResolver interface {
 	AnswerSchema(ctx context.Context, obj *service.Question) (*string, error)
@@ -418,6 +477,8 @@ type QuestionResolver interface {
 }
 type RunResolver interface {
 	Error(ctx context.Context, obj *service.Run) (*string, error)
+
+	WaitsForBudget(ctx context.Context, obj *service.Run) (*service.BudgetScope, error)
 }
 type SessionSettingsResolver interface {
 	ToolPolicies(ctx context.Context, obj *service.Settings) ([]*service.ToolPolicyEntry, error)
@@ -437,6 +498,8 @@ type TalkSessionResolver interface {
 
 	QueuedRuns(ctx context.Context, obj *service.SessionView) ([]*service.Run, error)
 	ShareLinks(ctx context.Context, obj *service.SessionView) ([]*service.ShareLink, error)
+	Usage(ctx context.Context, obj *service.SessionView) (*service.Usage, error)
+	BudgetReached(ctx context.Context, obj *service.SessionView) (bool, error)
 }
 type ToolApprovalResolver interface {
 	Reason(ctx context.Context, obj *service.ToolApproval) (*string, error)
@@ -746,6 +809,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CancelRun(childComplexity, args["sessionId"].(string), args["runId"].(*string)), true
+	case "Mutation.createSchedule":
+		if e.ComplexityRoot.Mutation.CreateSchedule == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createSchedule_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateSchedule(childComplexity, args["input"].(model.CreateScheduleInput)), true
 	case "Mutation.createShareLink":
 		if e.ComplexityRoot.Mutation.CreateShareLink == nil {
 			break
@@ -779,6 +853,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DecideToolCall(childComplexity, args["input"].(model.DecideToolCallInput)), true
+	case "Mutation.deleteSchedule":
+		if e.ComplexityRoot.Mutation.DeleteSchedule == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteSchedule_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteSchedule(childComplexity, args["id"].(string)), true
 	case "Mutation.deleteTalkSession":
 		if e.ComplexityRoot.Mutation.DeleteTalkSession == nil {
 			break
@@ -878,6 +963,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RevokeShareLink(childComplexity, args["id"].(string)), true
+	case "Mutation.runScheduleNow":
+		if e.ComplexityRoot.Mutation.RunScheduleNow == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_runScheduleNow_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RunScheduleNow(childComplexity, args["id"].(string)), true
 	case "Mutation.selectBranch":
 		if e.ComplexityRoot.Mutation.SelectBranch == nil {
 			break
@@ -889,6 +985,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.SelectBranch(childComplexity, args["input"].(model.SelectBranchInput)), true
+	case "Mutation.updateSchedule":
+		if e.ComplexityRoot.Mutation.UpdateSchedule == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateSchedule_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateSchedule(childComplexity, args["input"].(model.UpdateScheduleInput)), true
 	case "Mutation.updateTalkSessionSettings":
 		if e.ComplexityRoot.Mutation.UpdateTalkSessionSettings == nil {
 			break
@@ -932,6 +1039,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Agents(childComplexity), true
+	case "Query.cronPreview":
+		if e.ComplexityRoot.Query.CronPreview == nil {
+			break
+		}
+
+		args, err := ec.field_Query_cronPreview_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.CronPreview(childComplexity, args["cron"].(string), args["timezone"].(*string), args["count"].(*int)), true
 
 	case "Query.run":
 		if e.ComplexityRoot.Query.Run == nil {
@@ -944,6 +1062,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Run(childComplexity, args["id"].(string)), true
+	case "Query.schedules":
+		if e.ComplexityRoot.Query.Schedules == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.Schedules(childComplexity), true
 	case "Query.session":
 		if e.ComplexityRoot.Query.Session == nil {
 			break
@@ -1213,6 +1337,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Run.Usage(childComplexity), true
+	case "Run.waitsForBudget":
+		if e.ComplexityRoot.Run.WaitsForBudget == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Run.WaitsForBudget(childComplexity), true
 
 	case "RunStatusChanged.at":
 		if e.ComplexityRoot.RunStatusChanged.At == nil {
@@ -1232,6 +1362,188 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.RunStatusChanged.Run(childComplexity), true
+
+	case "Schedule.at":
+		if e.ComplexityRoot.Schedule.At == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.At(childComplexity), true
+	case "Schedule.catchUp":
+		if e.ComplexityRoot.Schedule.CatchUp == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.CatchUp(childComplexity), true
+	case "Schedule.content":
+		if e.ComplexityRoot.Schedule.Content == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.Content(childComplexity), true
+	case "Schedule.createdAt":
+		if e.ComplexityRoot.Schedule.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.CreatedAt(childComplexity), true
+	case "Schedule.cron":
+		if e.ComplexityRoot.Schedule.Cron == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.Cron(childComplexity), true
+	case "Schedule.disabledReason":
+		if e.ComplexityRoot.Schedule.DisabledReason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.DisabledReason(childComplexity), true
+	case "Schedule.enabled":
+		if e.ComplexityRoot.Schedule.Enabled == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.Enabled(childComplexity), true
+	case "Schedule.endAt":
+		if e.ComplexityRoot.Schedule.EndAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.EndAt(childComplexity), true
+	case "Schedule.fires":
+		if e.ComplexityRoot.Schedule.Fires == nil {
+			break
+		}
+
+		args, err := ec.field_Schedule_fires_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Schedule.Fires(childComplexity, args["first"].(*int), args["after"].(*string)), true
+	case "Schedule.id":
+		if e.ComplexityRoot.Schedule.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.ID(childComplexity), true
+	case "Schedule.maxFires":
+		if e.ComplexityRoot.Schedule.MaxFires == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.MaxFires(childComplexity), true
+	case "Schedule.nextFireAt":
+		if e.ComplexityRoot.Schedule.NextFireAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.NextFireAt(childComplexity), true
+	case "Schedule.overlap":
+		if e.ComplexityRoot.Schedule.Overlap == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.Overlap(childComplexity), true
+	case "Schedule.sessionId":
+		if e.ComplexityRoot.Schedule.SessionID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.SessionID(childComplexity), true
+	case "Schedule.timezone":
+		if e.ComplexityRoot.Schedule.Timezone == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.Timezone(childComplexity), true
+	case "Schedule.title":
+		if e.ComplexityRoot.Schedule.Title == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Schedule.Title(childComplexity), true
+	case "Schedule.upcoming":
+		if e.ComplexityRoot.Schedule.Upcoming == nil {
+			break
+		}
+
+		args, err := ec.field_Schedule_upcoming_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Schedule.Upcoming(childComplexity, args["count"].(*int)), true
+
+	case "ScheduleFire.firedAt":
+		if e.ComplexityRoot.ScheduleFire.FiredAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleFire.FiredAt(childComplexity), true
+	case "ScheduleFire.id":
+		if e.ComplexityRoot.ScheduleFire.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleFire.ID(childComplexity), true
+	case "ScheduleFire.outcome":
+		if e.ComplexityRoot.ScheduleFire.Outcome == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleFire.Outcome(childComplexity), true
+	case "ScheduleFire.reason":
+		if e.ComplexityRoot.ScheduleFire.Reason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleFire.Reason(childComplexity), true
+	case "ScheduleFire.run":
+		if e.ComplexityRoot.ScheduleFire.Run == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleFire.Run(childComplexity), true
+	case "ScheduleFire.scheduledAt":
+		if e.ComplexityRoot.ScheduleFire.ScheduledAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleFire.ScheduledAt(childComplexity), true
+	case "ScheduleFire.sessionId":
+		if e.ComplexityRoot.ScheduleFire.SessionID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleFire.SessionID(childComplexity), true
+
+	case "ScheduleFireConnection.edges":
+		if e.ComplexityRoot.ScheduleFireConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleFireConnection.Edges(childComplexity), true
+	case "ScheduleFireConnection.pageInfo":
+		if e.ComplexityRoot.ScheduleFireConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleFireConnection.PageInfo(childComplexity), true
+
+	case "ScheduleFireEdge.cursor":
+		if e.ComplexityRoot.ScheduleFireEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleFireEdge.Cursor(childComplexity), true
+	case "ScheduleFireEdge.node":
+		if e.ComplexityRoot.ScheduleFireEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ScheduleFireEdge.Node(childComplexity), true
 
 	case "SessionSettings.agent":
 		if e.ComplexityRoot.SessionSettings.Agent == nil {
@@ -1263,6 +1575,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.SessionSettings.Temperature(childComplexity), true
+	case "SessionSettings.tokenBudget":
+		if e.ComplexityRoot.SessionSettings.TokenBudget == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SessionSettings.TokenBudget(childComplexity), true
 	case "SessionSettings.toolPolicies":
 		if e.ComplexityRoot.SessionSettings.ToolPolicies == nil {
 			break
@@ -1392,6 +1710,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TalkSession.ActiveRun(childComplexity), true
+	case "TalkSession.budgetReached":
+		if e.ComplexityRoot.TalkSession.BudgetReached == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TalkSession.BudgetReached(childComplexity), true
 	case "TalkSession.createdAt":
 		if e.ComplexityRoot.TalkSession.CreatedAt == nil {
 			break
@@ -1475,6 +1799,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.TalkSession.UpdatedAt(childComplexity), true
+	case "TalkSession.usage":
+		if e.ComplexityRoot.TalkSession.Usage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.TalkSession.Usage(childComplexity), true
 
 	case "TalkSessionConnection.edges":
 		if e.ComplexityRoot.TalkSessionConnection.Edges == nil {
@@ -1788,12 +2118,30 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Usage.OutputTokens(childComplexity), true
 
+	case "Viewer.budgetResetsAt":
+		if e.ComplexityRoot.Viewer.BudgetResetsAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Viewer.BudgetResetsAt(childComplexity), true
 	case "Viewer.id":
 		if e.ComplexityRoot.Viewer.ID == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Viewer.ID(childComplexity), true
+	case "Viewer.tokenBudget":
+		if e.ComplexityRoot.Viewer.TokenBudget == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Viewer.TokenBudget(childComplexity), true
+	case "Viewer.usage":
+		if e.ComplexityRoot.Viewer.Usage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Viewer.Usage(childComplexity), true
 
 	}
 	return 0, false
@@ -1804,6 +2152,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	ec := newExecutionContext(opCtx, e, make(chan graphql.DeferredResult))
 	inputUnmarshalMap := graphql.BuildUnmarshalerMap(
 		ec.unmarshalInputAddMessageInput,
+		ec.unmarshalInputCreateScheduleInput,
 		ec.unmarshalInputCreateShareLinkInput,
 		ec.unmarshalInputCreateTalkSessionInput,
 		ec.unmarshalInputDecideToolCallInput,
@@ -1816,6 +2165,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 		ec.unmarshalInputSelectBranchInput,
 		ec.unmarshalInputSessionSettingsInput,
 		ec.unmarshalInputToolPolicyInput,
+		ec.unmarshalInputUpdateScheduleInput,
 		ec.unmarshalInputUpdateTalkSessionSettingsInput,
 	)
 	first := true
@@ -1991,6 +2341,21 @@ type Query {
     "The token of a share link: the last part of its url."
     token: String!
   ): SharedSession
+  "Your schedules, oldest first (by createdAt, then id)."
+  schedules: [Schedule!]!
+  """
+  The next instants a cron fires at, read on the clock of timezone, as a schedule of it
+  would fire them (Schedule.upcoming): a preview for a form, checked as createSchedule
+  checks a cron, with the same BAD_USER_INPUT errors.
+  """
+  cronPreview(
+    "Five fields or a descriptor, as CreateScheduleInput.cron."
+    cron: String!
+    "An IANA time zone. Default UTC."
+    timezone: String
+    "How many, at most 100."
+    count: Int = 5
+  ): [Time!]!
 }
 
 """
@@ -2232,6 +2597,46 @@ type Mutation {
     "The new session's title; the shared title when null."
     title: String
   ): TalkSession!
+  """
+  Makes a schedule: content sent as your message on its own time, to a session of yours or
+  to a new session per fire. BAD_USER_INPUT for a cron that does not parse, never fires or
+  fires more often than SCHEDULE_MIN_INTERVAL allows (default 1m), an unknown timezone,
+  both or neither of cron and at, an at or endAt not in the future (or more than 100 years
+  ahead), maxFires under 1, bad content, title or settings (checked as addMessage's and
+  createTalkSession's); NOT_FOUND for a sessionId that does not exist or is not yours;
+  RATE_LIMITED when you keep MAX_SCHEDULES_PER_USER schedules (default 50).
+  """
+  createSchedule(
+    "What to send, where and when."
+    input: CreateScheduleInput!
+  ): Schedule!
+  """
+  Changes the fields given of a schedule of yours, checked as createSchedule checks them.
+  A new cron replaces at and a new at replaces cron. A change of cron, at or timezone, or
+  enabling it, looks for fires from now on: what it missed meanwhile is not caught up.
+  Enabling it clears disabledReason. NOT_FOUND when it does not exist or is not yours.
+  """
+  updateSchedule(
+    "The schedule and what changes."
+    input: UpdateScheduleInput!
+  ): Schedule!
+  """
+  Deletes a schedule of yours with its fires; the sessions and runs they made stay. Answers
+  true. NOT_FOUND when it does not exist or is not yours.
+  """
+  deleteSchedule(
+    "The schedule."
+    id: ID!
+  ): Boolean!
+  """
+  Fires a schedule of yours at once, enabled or not, and answers the fire as it ended: its
+  scheduledAt is now, its outcome as for any fire. It counts toward maxFires, and a pending
+  at still fires. NOT_FOUND when it does not exist or is not yours.
+  """
+  runScheduleNow(
+    "The schedule."
+    id: ID!
+  ): ScheduleFire!
 }
 
 """
@@ -2358,6 +2763,20 @@ type SharedSession {
 type Viewer {
   "Your user ID: the token's sub claim (a UUID for guests)."
   id: ID!
+  """
+  The tokens your runs' models read and wrote in the current budget period
+  (USER_BUDGET_PERIOD: a calendar day or month, UTC), in every session of yours.
+  """
+  usage: Usage!
+  """
+  What your runs may spend per period, in tokens (input and output together), as the
+  operator set it (USER_TOKEN_BUDGET); null when there is no cap. Once usage reaches it,
+  addMessage is refused with BUDGET_EXCEEDED and runs wait before their next model call,
+  until the period turns.
+  """
+  tokenBudget: Int
+  "When the current period ends and usage starts again from 0; null without a cap."
+  budgetResetsAt: Time
 }
 
 "An agent this server can run."
@@ -2613,6 +3032,11 @@ type SessionSettings {
   (ask_user has none).
   """
   toolPolicies: [ToolPolicy!]!
+  """
+  The session's own cap on what its runs' models spend, in tokens (input and output
+  together); null for none. See TalkSession.usage and budgetReached.
+  """
+  tokenBudget: Int
 }
 
 """
@@ -2636,6 +3060,12 @@ input SessionSettingsInput {
   refused, naming the tool.
   """
   toolPolicies: [ToolPolicyInput!]
+  """
+  The session's cap in tokens (input and output together): 0 removes it, a negative one is
+  BAD_USER_INPUT. A run that waits for it (budgetReached) goes on at once when the new cap
+  is above the session's usage.
+  """
+  tokenBudget: Int
 }
 
 "A new session's title and settings."
@@ -2895,6 +3325,18 @@ type TalkSession {
   queuedRuns: [Run!]!
   "Your share links to this session, oldest first, revoked and expired ones included."
   shareLinks: [ShareLink!]!
+  """
+  The tokens its runs' models read and wrote, summed over all its runs as the agents
+  reported them (the demo agent counts words).
+  """
+  usage: Usage!
+  """
+  True while a token budget holds the session: its run waits for one
+  (activeRun.waitsForBudget), or its usage is at or over settings.tokenBudget. Raise the
+  session's cap (updateTalkSessionSettings) to let its run go on; the user's cap lifts
+  when the period turns (Viewer.budgetResetsAt).
+  """
+  budgetReached: Boolean!
 }
 
 """
@@ -2977,6 +3419,19 @@ type Run {
   startedAt: Time
   "When it reached its final status; null while it is active."
   finishedAt: Time
+  """
+  The cap the run waits for, WAITING_FOR_INPUT before its next model call: the session's
+  (SESSION) or yours for the period (USER); null otherwise.
+  """
+  waitsForBudget: BudgetScope
+}
+
+"A token budget: a session's own, or its user's for the period."
+enum BudgetScope {
+  "The session's cap, settings.tokenBudget: raise or remove it to go on."
+  SESSION
+  "Your cap for the period, set by the operator: it lifts when the period turns."
+  USER
 }
 
 "What a run cost, in the model's tokens, summed over its calls of the model."
@@ -3365,6 +3820,200 @@ type BranchSelected implements SessionEvent {
   "The current branch's last message from now on; the branch is the path up from it by parentId."
   leafId: ID!
 }
+
+"""
+A message sent on its own time: at an instant (at), or as a cron says, read on the clock
+of timezone. Each instant fires once, however many replicas run and whatever restarts.
+"""
+type Schedule {
+  "The schedule's ID."
+  id: ID!
+  "The message each fire sends as yours."
+  content: String!
+  "The session each fire sends to; null for a new session per fire."
+  sessionId: ID
+  "The title of the sessions it makes (null: named after content)."
+  title: String
+  "Five fields (minute hour day-of-month month day-of-week) or @hourly, @daily, …; null for a one-off."
+  cron: String
+  "The one instant it fires at; null for a cron."
+  at: Time
+  "The IANA time zone cron is read in, such as Europe/Paris."
+  timezone: String!
+  "What a fire does while the session's agent still works."
+  overlap: ScheduleOverlap!
+  "What becomes of the fires missed while no server ran."
+  catchUp: ScheduleCatchUp!
+  "No fire after this instant; null for none."
+  endAt: Time
+  "No fire after this many (runScheduleNow counts); null for none."
+  maxFires: Int
+  "Whether it fires on its own time. A disabled one still fires with runScheduleNow."
+  enabled: Boolean!
+  """
+  Why the server disabled it: its session was deleted, or a fire failed for a reason that
+  will not pass (its content or settings are no longer allowed); null otherwise.
+  """
+  disabledReason: String
+  "When it was made."
+  createdAt: Time!
+  "The next instant it fires at; null when it will not fire again (disabled, ended, done)."
+  nextFireAt: Time
+  """
+  The next instants it fires at, in order: a local time that does not happen (daylight
+  saving) is left out, one that happens twice is listed once. Empty when it will not fire
+  again.
+  """
+  upcoming(
+    "How many, at most 100. BAD_USER_INPUT when negative."
+    count: Int = 5
+  ): [Time!]!
+  """
+  Its fires, newest first (by scheduledAt, then id): what each did. A fire shows once its
+  outcome is known (its message sent or refused, within moments of its instant).
+  BAD_USER_INPUT for a malformed after or a negative first.
+  """
+  fires(
+    "How many: 20 when null; a value over 100 is cut to 100."
+    first: Int
+    "A fire cursor (an edge's cursor): the page starts after that fire."
+    after: String
+  ): ScheduleFireConnection!
+}
+
+"One instant of a schedule: fired, or skipped and why."
+type ScheduleFire {
+  "The fire's ID."
+  id: ID!
+  """
+  The instant it was due (now, for runScheduleNow). For a local time that did not happen
+  (reason dst), the instant the clock jumped over it.
+  """
+  scheduledAt: Time!
+  "When its message was sent or refused; null for a fire skipped without trying."
+  firedAt: Time
+  "What it did."
+  outcome: ScheduleFireOutcome!
+  """
+  Why it was SKIPPED (missed: due while no server ran, and catchUp skipped it; dst: its
+  local time did not happen that day; busy: the agent still worked and overlap is SKIP) or
+  FAILED (the error's message, such as a spent budget or a deleted session); null when
+  STARTED.
+  """
+  reason: String
+  "The session its message went to (or was refused by); null when none."
+  sessionId: ID
+  "The run its message started; null unless STARTED."
+  run: Run
+}
+
+"A page of a schedule's fires."
+type ScheduleFireConnection {
+  "The page's fires, newest first."
+  edges: [ScheduleFireEdge!]!
+  "Pass its endCursor as fires(after:) while hasNextPage."
+  pageInfo: PageInfo!
+}
+
+"A fire in a page of fires."
+type ScheduleFireEdge {
+  "A fire cursor, for fires(after:)."
+  cursor: String!
+  "The fire."
+  node: ScheduleFire!
+}
+
+"What a fire does while the session's agent still works."
+enum ScheduleOverlap {
+  "The fire is recorded SKIPPED (reason busy); the message is not sent. The default."
+  SKIP
+  "The message waits its turn, as busyPolicy ENQUEUE."
+  ENQUEUE
+  "The running run stops and the message starts a new one, as busyPolicy INTERRUPT."
+  INTERRUPT
+}
+
+"What becomes of the fires a schedule missed while no server ran."
+enum ScheduleCatchUp {
+  "Each is recorded SKIPPED, reason missed."
+  SKIP
+  "The latest fires once; the others are recorded SKIPPED, reason missed. The default."
+  LATEST
+  "Each fires, the latest SCHEDULE_MAX_CATCH_UP at most (default 10); older ones are recorded SKIPPED."
+  ALL
+}
+
+"What a fire did."
+enum ScheduleFireOutcome {
+  "Its message was sent and started (or queued) a run."
+  STARTED
+  "It was not sent: see reason."
+  SKIPPED
+  "Its message was refused: see reason."
+  FAILED
+}
+
+"A new schedule. Exactly one of cron and at."
+input CreateScheduleInput {
+  "The message each fire sends as yours, checked as addMessage's content."
+  content: String!
+  "A session of yours each fire sends to; null for a new session per fire."
+  sessionId: ID
+  "The title of the sessions it makes, checked as createTalkSession's."
+  title: String
+  "The settings of the sessions it makes, checked as createTalkSession's."
+  settings: SessionSettingsInput
+  """
+  Five fields (minute hour day-of-month month day-of-week, with *, lists, ranges, steps and
+  names; when both days are given, either matches) or @hourly, @daily, @weekly, @monthly,
+  @yearly. Two of its fires may not be closer than SCHEDULE_MIN_INTERVAL.
+  """
+  cron: String
+  "One fire at this instant, in the future."
+  at: Time
+  "The IANA time zone cron is read in. Default UTC."
+  timezone: String
+  "Default SKIP."
+  overlap: ScheduleOverlap
+  "Default LATEST."
+  catchUp: ScheduleCatchUp
+  "No fire after this instant, in the future."
+  endAt: Time
+  "No fire after this many, 1 at least."
+  maxFires: Int
+  "Default true."
+  enabled: Boolean
+}
+
+"What changes of a schedule: a field left out or null stays as it is."
+input UpdateScheduleInput {
+  "The schedule."
+  id: ID!
+  "As CreateScheduleInput.content."
+  content: String
+  "As CreateScheduleInput.sessionId."
+  sessionId: ID
+  "As CreateScheduleInput.title."
+  title: String
+  "As CreateScheduleInput.settings; replaces them whole."
+  settings: SessionSettingsInput
+  "As CreateScheduleInput.cron; replaces at."
+  cron: String
+  "As CreateScheduleInput.at; replaces cron."
+  at: Time
+  "As CreateScheduleInput.timezone."
+  timezone: String
+  "As CreateScheduleInput.overlap."
+  overlap: ScheduleOverlap
+  "As CreateScheduleInput.catchUp."
+  catchUp: ScheduleCatchUp
+  "As CreateScheduleInput.endAt."
+  endAt: Time
+  "As CreateScheduleInput.maxFires."
+  maxFires: Int
+  "Pauses (false) or resumes (true) it."
+  enabled: Boolean
+}
 `, BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
@@ -3565,8 +4214,90 @@ func (ec *executionContext) childFields_Run(ctx context.Context, field graphql.C
 		return ec.fieldContext_Run_startedAt(ctx, field)
 	case "finishedAt":
 		return ec.fieldContext_Run_finishedAt(ctx, field)
+	case "waitsForBudget":
+		return ec.fieldContext_Run_waitsForBudget(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Run", field.Name)
+}
+
+func (ec *executionContext) childFields_Schedule(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Schedule_id(ctx, field)
+	case "content":
+		return ec.fieldContext_Schedule_content(ctx, field)
+	case "sessionId":
+		return ec.fieldContext_Schedule_sessionId(ctx, field)
+	case "title":
+		return ec.fieldContext_Schedule_title(ctx, field)
+	case "cron":
+		return ec.fieldContext_Schedule_cron(ctx, field)
+	case "at":
+		return ec.fieldContext_Schedule_at(ctx, field)
+	case "timezone":
+		return ec.fieldContext_Schedule_timezone(ctx, field)
+	case "overlap":
+		return ec.fieldContext_Schedule_overlap(ctx, field)
+	case "catchUp":
+		return ec.fieldContext_Schedule_catchUp(ctx, field)
+	case "endAt":
+		return ec.fieldContext_Schedule_endAt(ctx, field)
+	case "maxFires":
+		return ec.fieldContext_Schedule_maxFires(ctx, field)
+	case "enabled":
+		return ec.fieldContext_Schedule_enabled(ctx, field)
+	case "disabledReason":
+		return ec.fieldContext_Schedule_disabledReason(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Schedule_createdAt(ctx, field)
+	case "nextFireAt":
+		return ec.fieldContext_Schedule_nextFireAt(ctx, field)
+	case "upcoming":
+		return ec.fieldContext_Schedule_upcoming(ctx, field)
+	case "fires":
+		return ec.fieldContext_Schedule_fires(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Schedule", field.Name)
+}
+
+func (ec *executionContext) childFields_ScheduleFire(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_ScheduleFire_id(ctx, field)
+	case "scheduledAt":
+		return ec.fieldContext_ScheduleFire_scheduledAt(ctx, field)
+	case "firedAt":
+		return ec.fieldContext_ScheduleFire_firedAt(ctx, field)
+	case "outcome":
+		return ec.fieldContext_ScheduleFire_outcome(ctx, field)
+	case "reason":
+		return ec.fieldContext_ScheduleFire_reason(ctx, field)
+	case "sessionId":
+		return ec.fieldContext_ScheduleFire_sessionId(ctx, field)
+	case "run":
+		return ec.fieldContext_ScheduleFire_run(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ScheduleFire", field.Name)
+}
+
+func (ec *executionContext) childFields_ScheduleFireConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_ScheduleFireConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_ScheduleFireConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ScheduleFireConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_ScheduleFireEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_ScheduleFireEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_ScheduleFireEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ScheduleFireEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_SessionSettings(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -3583,6 +4314,8 @@ func (ec *executionContext) childFields_SessionSettings(ctx context.Context, fie
 		return ec.fieldContext_SessionSettings_busyPolicy(ctx, field)
 	case "toolPolicies":
 		return ec.fieldContext_SessionSettings_toolPolicies(ctx, field)
+	case "tokenBudget":
+		return ec.fieldContext_SessionSettings_tokenBudget(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type SessionSettings", field.Name)
 }
@@ -3653,6 +4386,10 @@ func (ec *executionContext) childFields_TalkSession(ctx context.Context, field g
 		return ec.fieldContext_TalkSession_queuedRuns(ctx, field)
 	case "shareLinks":
 		return ec.fieldContext_TalkSession_shareLinks(ctx, field)
+	case "usage":
+		return ec.fieldContext_TalkSession_usage(ctx, field)
+	case "budgetReached":
+		return ec.fieldContext_TalkSession_budgetReached(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type TalkSession", field.Name)
 }
@@ -3767,6 +4504,12 @@ func (ec *executionContext) childFields_Viewer(ctx context.Context, field graphq
 	switch field.Name {
 	case "id":
 		return ec.fieldContext_Viewer_id(ctx, field)
+	case "usage":
+		return ec.fieldContext_Viewer_usage(ctx, field)
+	case "tokenBudget":
+		return ec.fieldContext_Viewer_tokenBudget(ctx, field)
+	case "budgetResetsAt":
+		return ec.fieldContext_Viewer_budgetResetsAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Viewer", field.Name)
 }
@@ -3923,6 +4666,20 @@ func (ec *executionContext) field_Mutation_cancelRun_args(ctx context.Context, r
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_createSchedule_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.CreateScheduleInput, error) {
+			return ec.unmarshalNCreateScheduleInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐCreateScheduleInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_createShareLink_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -3962,6 +4719,20 @@ func (ec *executionContext) field_Mutation_decideToolCall_args(ctx context.Conte
 		return nil, err
 	}
 	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_deleteSchedule_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
 	return args, nil
 }
 
@@ -4099,12 +4870,40 @@ func (ec *executionContext) field_Mutation_revokeShareLink_args(ctx context.Cont
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_runScheduleNow_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_selectBranch_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (model.SelectBranchInput, error) {
 			return ec.unmarshalNSelectBranchInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐSelectBranchInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_updateSchedule_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.UpdateScheduleInput, error) {
+			return ec.unmarshalNUpdateScheduleInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐUpdateScheduleInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -4138,6 +4937,36 @@ func (ec *executionContext) field_Query___type_args(ctx context.Context, rawArgs
 		return nil, err
 	}
 	args["name"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_cronPreview_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "cron",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["cron"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "timezone",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["timezone"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "count",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["count"] = arg2
 	return args, nil
 }
 
@@ -4202,6 +5031,42 @@ func (ec *executionContext) field_Query_sharedSession_args(ctx context.Context, 
 		return nil, err
 	}
 	args["token"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Schedule_fires_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Schedule_upcoming_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "count",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["count"] = arg0
 	return args, nil
 }
 
@@ -6111,6 +6976,182 @@ func (ec *executionContext) fieldContext_Mutation_forkSharedSession(ctx context.
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_createSchedule(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createSchedule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateSchedule(ctx, fc.Args["input"].(model.CreateScheduleInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Schedule) graphql.Marshaler {
+			return ec.marshalNSchedule2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐSchedule(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createSchedule(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Schedule(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createSchedule_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_updateSchedule(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_updateSchedule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().UpdateSchedule(ctx, fc.Args["input"].(model.UpdateScheduleInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Schedule) graphql.Marshaler {
+			return ec.marshalNSchedule2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐSchedule(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_updateSchedule(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Schedule(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_updateSchedule_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_deleteSchedule(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_deleteSchedule(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DeleteSchedule(ctx, fc.Args["id"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_deleteSchedule(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return nil, errors.New("field of type Boolean does not have child fields")
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_deleteSchedule_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_runScheduleNow(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_runScheduleNow(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RunScheduleNow(ctx, fc.Args["id"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.ScheduleFire) graphql.Marshaler {
+			return ec.marshalNScheduleFire2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐScheduleFire(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_runScheduleNow(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ScheduleFire(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_runScheduleNow_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _PageInfo_hasNextPage(ctx context.Context, field graphql.CollectedField, obj *model.PageInfo) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -6437,6 +7478,82 @@ func (ec *executionContext) fieldContext_Query_sharedSession(ctx context.Context
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Query_sharedSession_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_schedules(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_schedules(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().Schedules(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.Schedule) graphql.Marshaler {
+			return ec.marshalNSchedule2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐScheduleᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_schedules(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Schedule(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_cronPreview(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_cronPreview(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().CronPreview(ctx, fc.Args["cron"].(string), fc.Args["timezone"].(*string), fc.Args["count"].(*int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*time.Time) graphql.Marshaler {
+			return ec.marshalNTime2ᚕᚖtimeᚐTimeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_cronPreview(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return nil, errors.New("field of type Time does not have child fields")
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_cronPreview_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -7460,6 +8577,29 @@ func (ec *executionContext) fieldContext_Run_finishedAt(_ context.Context, field
 	return graphql.NewScalarFieldContext("Run", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
+func (ec *executionContext) _Run_waitsForBudget(ctx context.Context, field graphql.CollectedField, obj *service.Run) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Run_waitsForBudget(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Run().WaitsForBudget(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.BudgetScope) graphql.Marshaler {
+			return ec.marshalOBudgetScope2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐBudgetScope(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Run_waitsForBudget(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Run", field, true, true, errors.New("field of type BudgetScope does not have child fields"))
+}
+
 func (ec *executionContext) _RunStatusChanged_cursor(ctx context.Context, field graphql.CollectedField, obj *model.RunStatusChanged) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -7533,6 +8673,728 @@ func (ec *executionContext) fieldContext_RunStatusChanged_run(_ context.Context,
 		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Run(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Schedule_id(ctx context.Context, field graphql.CollectedField, obj *model.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _Schedule_content(ctx context.Context, field graphql.CollectedField, obj *model.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_content(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Content, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_content(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Schedule_sessionId(ctx context.Context, field graphql.CollectedField, obj *model.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_sessionId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SessionID(), nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOID2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_sessionId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, true, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _Schedule_title(ctx context.Context, field graphql.CollectedField, obj *model.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_title(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Title(), nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_title(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, true, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Schedule_cron(ctx context.Context, field graphql.CollectedField, obj *model.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_cron(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cron(), nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_cron(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, true, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Schedule_at(ctx context.Context, field graphql.CollectedField, obj *model.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_at(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.At, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_at(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _Schedule_timezone(ctx context.Context, field graphql.CollectedField, obj *model.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_timezone(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Timezone, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_timezone(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Schedule_overlap(ctx context.Context, field graphql.CollectedField, obj *model.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_overlap(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Overlap, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v service.ScheduleOverlap) graphql.Marshaler {
+			return ec.marshalNScheduleOverlap2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐScheduleOverlap(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_overlap(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, errors.New("field of type ScheduleOverlap does not have child fields"))
+}
+
+func (ec *executionContext) _Schedule_catchUp(ctx context.Context, field graphql.CollectedField, obj *model.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_catchUp(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CatchUp, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v service.ScheduleCatchUp) graphql.Marshaler {
+			return ec.marshalNScheduleCatchUp2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐScheduleCatchUp(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_catchUp(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, errors.New("field of type ScheduleCatchUp does not have child fields"))
+}
+
+func (ec *executionContext) _Schedule_endAt(ctx context.Context, field graphql.CollectedField, obj *model.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_endAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.EndAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_endAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _Schedule_maxFires(ctx context.Context, field graphql.CollectedField, obj *model.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_maxFires(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MaxFires, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_maxFires(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _Schedule_enabled(ctx context.Context, field graphql.CollectedField, obj *model.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_enabled(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Enabled, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_enabled(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _Schedule_disabledReason(ctx context.Context, field graphql.CollectedField, obj *model.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_disabledReason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DisabledReason(), nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_disabledReason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, true, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Schedule_createdAt(ctx context.Context, field graphql.CollectedField, obj *model.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _Schedule_nextFireAt(ctx context.Context, field graphql.CollectedField, obj *model.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_nextFireAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.NextFireAt(), nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_nextFireAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Schedule", field, true, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _Schedule_upcoming(ctx context.Context, field graphql.CollectedField, obj *model.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_upcoming(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return obj.Upcoming(fc.Args["count"].(*int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*time.Time) graphql.Marshaler {
+			return ec.marshalNTime2ᚕᚖtimeᚐTimeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_upcoming(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Schedule",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return nil, errors.New("field of type Time does not have child fields")
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Schedule_upcoming_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Schedule_fires(ctx context.Context, field graphql.CollectedField, obj *model.Schedule) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Schedule_fires(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return obj.Fires(ctx, fc.Args["first"].(*int), fc.Args["after"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.ScheduleFireConnection) graphql.Marshaler {
+			return ec.marshalNScheduleFireConnection2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐScheduleFireConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Schedule_fires(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Schedule",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ScheduleFireConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Schedule_fires_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ScheduleFire_id(ctx context.Context, field graphql.CollectedField, obj *model.ScheduleFire) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleFire_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleFire_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleFire", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _ScheduleFire_scheduledAt(ctx context.Context, field graphql.CollectedField, obj *model.ScheduleFire) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleFire_scheduledAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ScheduledAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleFire_scheduledAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleFire", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _ScheduleFire_firedAt(ctx context.Context, field graphql.CollectedField, obj *model.ScheduleFire) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleFire_firedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.FiredAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleFire_firedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleFire", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _ScheduleFire_outcome(ctx context.Context, field graphql.CollectedField, obj *model.ScheduleFire) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleFire_outcome(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Outcome, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v service.FireOutcome) graphql.Marshaler {
+			return ec.marshalNScheduleFireOutcome2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐFireOutcome(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleFire_outcome(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleFire", field, false, false, errors.New("field of type ScheduleFireOutcome does not have child fields"))
+}
+
+func (ec *executionContext) _ScheduleFire_reason(ctx context.Context, field graphql.CollectedField, obj *model.ScheduleFire) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleFire_reason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Reason(), nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleFire_reason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleFire", field, true, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ScheduleFire_sessionId(ctx context.Context, field graphql.CollectedField, obj *model.ScheduleFire) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleFire_sessionId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SessionID(), nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOID2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleFire_sessionId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleFire", field, true, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _ScheduleFire_run(ctx context.Context, field graphql.CollectedField, obj *model.ScheduleFire) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleFire_run(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Run(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.Run) graphql.Marshaler {
+			return ec.marshalORun2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐRun(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleFire_run(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ScheduleFire",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Run(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ScheduleFireConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.ScheduleFireConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleFireConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.ScheduleFireEdge) graphql.Marshaler {
+			return ec.marshalNScheduleFireEdge2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐScheduleFireEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleFireConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ScheduleFireConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ScheduleFireEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ScheduleFireConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.ScheduleFireConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleFireConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleFireConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ScheduleFireConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ScheduleFireEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ScheduleFireEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleFireEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleFireEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ScheduleFireEdge", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ScheduleFireEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.ScheduleFireEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ScheduleFireEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.ScheduleFire) graphql.Marshaler {
+			return ec.marshalNScheduleFire2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐScheduleFire(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ScheduleFireEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ScheduleFireEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ScheduleFire(ctx, field)
 		},
 	}
 	return fc, nil
@@ -7683,6 +9545,29 @@ func (ec *executionContext) fieldContext_SessionSettings_toolPolicies(_ context.
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _SessionSettings_tokenBudget(ctx context.Context, field graphql.CollectedField, obj *service.Settings) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SessionSettings_tokenBudget(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TokenBudget, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SessionSettings_tokenBudget(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SessionSettings", field, false, false, errors.New("field of type Int does not have child fields"))
 }
 
 func (ec *executionContext) _SessionUpdated_cursor(ctx context.Context, field graphql.CollectedField, obj *model.SessionUpdated) (ret graphql.Marshaler) {
@@ -8540,6 +10425,61 @@ func (ec *executionContext) fieldContext_TalkSession_shareLinks(_ context.Contex
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _TalkSession_usage(ctx context.Context, field graphql.CollectedField, obj *service.SessionView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TalkSession_usage(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.TalkSession().Usage(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.Usage) graphql.Marshaler {
+			return ec.marshalNUsage2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐUsage(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TalkSession_usage(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "TalkSession",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Usage(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _TalkSession_budgetReached(ctx context.Context, field graphql.CollectedField, obj *service.SessionView) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_TalkSession_budgetReached(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.TalkSession().BudgetReached(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_TalkSession_budgetReached(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("TalkSession", field, true, true, errors.New("field of type Boolean does not have child fields"))
 }
 
 func (ec *executionContext) _TalkSessionConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.TalkSessionConnection) (ret graphql.Marshaler) {
@@ -9787,6 +11727,84 @@ func (ec *executionContext) fieldContext_Viewer_id(_ context.Context, field grap
 	return graphql.NewScalarFieldContext("Viewer", field, false, false, errors.New("field of type ID does not have child fields"))
 }
 
+func (ec *executionContext) _Viewer_usage(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Viewer_usage(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Usage(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *service.Usage) graphql.Marshaler {
+			return ec.marshalNUsage2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐUsage(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Viewer_usage(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Viewer",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Usage(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Viewer_tokenBudget(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Viewer_tokenBudget(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TokenBudget(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Viewer_tokenBudget(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Viewer", field, true, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _Viewer_budgetResetsAt(ctx context.Context, field graphql.CollectedField, obj *model.Viewer) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Viewer_budgetResetsAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.BudgetResetsAt(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Viewer_budgetResetsAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Viewer", field, true, false, errors.New("field of type Time does not have child fields"))
+}
+
 func (ec *executionContext) ___Directive_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -10897,6 +12915,113 @@ func (ec *executionContext) unmarshalInputAddMessageInput(ctx context.Context, o
 	return it, nil
 }
 
+func (ec *executionContext) unmarshalInputCreateScheduleInput(ctx context.Context, obj any) (model.CreateScheduleInput, error) {
+	var it model.CreateScheduleInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"content", "sessionId", "title", "settings", "cron", "at", "timezone", "overlap", "catchUp", "endAt", "maxFires", "enabled"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "content":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("content"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Content = data
+		case "sessionId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sessionId"))
+			data, err := ec.unmarshalOID2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SessionID = data
+		case "title":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("title"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Title = data
+		case "settings":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("settings"))
+			data, err := ec.unmarshalOSessionSettingsInput2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐSessionSettingsInput(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Settings = data
+		case "cron":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cron"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Cron = data
+		case "at":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("at"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.At = data
+		case "timezone":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezone"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Timezone = data
+		case "overlap":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("overlap"))
+			data, err := ec.unmarshalOScheduleOverlap2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐScheduleOverlap(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Overlap = data
+		case "catchUp":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("catchUp"))
+			data, err := ec.unmarshalOScheduleCatchUp2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐScheduleCatchUp(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CatchUp = data
+		case "endAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("endAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EndAt = data
+		case "maxFires":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxFires"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxFires = data
+		case "enabled":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("enabled"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Enabled = data
+		}
+	}
+	return it, nil
+}
+
 func (ec *executionContext) unmarshalInputCreateShareLinkInput(ctx context.Context, obj any) (model.CreateShareLinkInput, error) {
 	var it model.CreateShareLinkInput
 	if obj == nil {
@@ -11306,7 +13431,7 @@ func (ec *executionContext) unmarshalInputSessionSettingsInput(ctx context.Conte
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"agent", "model", "systemPrompt", "temperature", "busyPolicy", "toolPolicies"}
+	fieldsInOrder := [...]string{"agent", "model", "systemPrompt", "temperature", "busyPolicy", "toolPolicies", "tokenBudget"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -11355,6 +13480,13 @@ func (ec *executionContext) unmarshalInputSessionSettingsInput(ctx context.Conte
 				return it, err
 			}
 			it.ToolPolicies = data
+		case "tokenBudget":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("tokenBudget"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TokenBudget = data
 		}
 	}
 	return it, nil
@@ -11392,6 +13524,120 @@ func (ec *executionContext) unmarshalInputToolPolicyInput(ctx context.Context, o
 				return it, err
 			}
 			it.Policy = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputUpdateScheduleInput(ctx context.Context, obj any) (model.UpdateScheduleInput, error) {
+	var it model.UpdateScheduleInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"id", "content", "sessionId", "title", "settings", "cron", "at", "timezone", "overlap", "catchUp", "endAt", "maxFires", "enabled"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "id":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("id"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ID = data
+		case "content":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("content"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Content = data
+		case "sessionId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sessionId"))
+			data, err := ec.unmarshalOID2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SessionID = data
+		case "title":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("title"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Title = data
+		case "settings":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("settings"))
+			data, err := ec.unmarshalOSessionSettingsInput2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐSessionSettingsInput(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Settings = data
+		case "cron":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cron"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Cron = data
+		case "at":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("at"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.At = data
+		case "timezone":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timezone"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Timezone = data
+		case "overlap":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("overlap"))
+			data, err := ec.unmarshalOScheduleOverlap2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐScheduleOverlap(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Overlap = data
+		case "catchUp":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("catchUp"))
+			data, err := ec.unmarshalOScheduleCatchUp2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐScheduleCatchUp(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CatchUp = data
+		case "endAt":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("endAt"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EndAt = data
+		case "maxFires":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxFires"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxFires = data
+		case "enabled":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("enabled"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Enabled = data
 		}
 	}
 	return it, nil
@@ -12418,6 +14664,34 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "createSchedule":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createSchedule(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "updateSchedule":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_updateSchedule(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "deleteSchedule":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_deleteSchedule(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "runScheduleNow":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_runScheduleNow(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -12633,6 +14907,50 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				}()
 				res = ec._Query_sharedSession(ctx, field)
 				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "schedules":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_schedules(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "cronPreview":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_cronPreview(ctx, field)
+				if res == graphql.Null {
 					atomic.AddUint32(&fs.Invalids, 1)
 				}
 				return res
@@ -13206,6 +15524,44 @@ func (ec *executionContext) _Run(ctx context.Context, sel ast.SelectionSet, obj 
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "waitsForBudget":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Run_waitsForBudget(ctx, field, obj)
+				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -13251,6 +15607,344 @@ func (ec *executionContext) _RunStatusChanged(ctx context.Context, sel ast.Selec
 			}
 		case "run":
 			out.Values[i] = ec._RunStatusChanged_run(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var scheduleImplementors = []string{"Schedule"}
+
+func (ec *executionContext) _Schedule(ctx context.Context, sel ast.SelectionSet, obj *model.Schedule) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, scheduleImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Schedule")
+		case "id":
+			out.Values[i] = ec._Schedule_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "content":
+			out.Values[i] = ec._Schedule_content(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "sessionId":
+			out.Values[i] = ec._Schedule_sessionId(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "title":
+			out.Values[i] = ec._Schedule_title(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "cron":
+			out.Values[i] = ec._Schedule_cron(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "at":
+			out.Values[i] = ec._Schedule_at(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "timezone":
+			out.Values[i] = ec._Schedule_timezone(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "overlap":
+			out.Values[i] = ec._Schedule_overlap(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "catchUp":
+			out.Values[i] = ec._Schedule_catchUp(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "endAt":
+			out.Values[i] = ec._Schedule_endAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "maxFires":
+			out.Values[i] = ec._Schedule_maxFires(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "enabled":
+			out.Values[i] = ec._Schedule_enabled(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "disabledReason":
+			out.Values[i] = ec._Schedule_disabledReason(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "createdAt":
+			out.Values[i] = ec._Schedule_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "nextFireAt":
+			out.Values[i] = ec._Schedule_nextFireAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "upcoming":
+			out.Values[i] = ec._Schedule_upcoming(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "fires":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Schedule_fires(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var scheduleFireImplementors = []string{"ScheduleFire"}
+
+func (ec *executionContext) _ScheduleFire(ctx context.Context, sel ast.SelectionSet, obj *model.ScheduleFire) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, scheduleFireImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ScheduleFire")
+		case "id":
+			out.Values[i] = ec._ScheduleFire_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "scheduledAt":
+			out.Values[i] = ec._ScheduleFire_scheduledAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "firedAt":
+			out.Values[i] = ec._ScheduleFire_firedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "outcome":
+			out.Values[i] = ec._ScheduleFire_outcome(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "reason":
+			out.Values[i] = ec._ScheduleFire_reason(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "sessionId":
+			out.Values[i] = ec._ScheduleFire_sessionId(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "run":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._ScheduleFire_run(ctx, field, obj)
+				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var scheduleFireConnectionImplementors = []string{"ScheduleFireConnection"}
+
+func (ec *executionContext) _ScheduleFireConnection(ctx context.Context, sel ast.SelectionSet, obj *model.ScheduleFireConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, scheduleFireConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ScheduleFireConnection")
+		case "edges":
+			out.Values[i] = ec._ScheduleFireConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._ScheduleFireConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var scheduleFireEdgeImplementors = []string{"ScheduleFireEdge"}
+
+func (ec *executionContext) _ScheduleFireEdge(ctx context.Context, sel ast.SelectionSet, obj *model.ScheduleFireEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, scheduleFireEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ScheduleFireEdge")
+		case "cursor":
+			out.Values[i] = ec._ScheduleFireEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._ScheduleFireEdge_node(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -13350,6 +16044,11 @@ func (ec *executionContext) _SessionSettings(ctx context.Context, sel ast.Select
 			}
 
 			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "tokenBudget":
+			out.Values[i] = ec._SessionSettings_tokenBudget(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -13786,6 +16485,82 @@ func (ec *executionContext) _TalkSession(ctx context.Context, sel ast.SelectionS
 					}
 				}()
 				res = ec._TalkSession_shareLinks(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "usage":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._TalkSession_usage(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "budgetReached":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._TalkSession_budgetReached(ctx, field, obj)
 				if res == graphql.Null {
 					atomic.AddUint32(&fs.Invalids, 1)
 				}
@@ -14628,8 +17403,122 @@ func (ec *executionContext) _Viewer(ctx context.Context, sel ast.SelectionSet, o
 		case "id":
 			out.Values[i] = ec._Viewer_id(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "usage":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Viewer_usage(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "tokenBudget":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Viewer_tokenBudget(ctx, field, obj)
+				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "budgetResetsAt":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Viewer_budgetResetsAt(ctx, field, obj)
+				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -15117,6 +18006,11 @@ func (ec *executionContext) marshalNBusyPolicy2githubᚗcomᚋtalkgraphᚋtalkgr
 	return res
 }
 
+func (ec *executionContext) unmarshalNCreateScheduleInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐCreateScheduleInput(ctx context.Context, v any) (model.CreateScheduleInput, error) {
+	res, err := ec.unmarshalInputCreateScheduleInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNCreateShareLinkInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐCreateShareLinkInput(ctx context.Context, v any) (model.CreateShareLinkInput, error) {
 	res, err := ec.unmarshalInputCreateShareLinkInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -15470,6 +18364,129 @@ func (ec *executionContext) marshalNRunStatus2githubᚗcomᚋtalkgraphᚋtalkgra
 	return res
 }
 
+func (ec *executionContext) marshalNSchedule2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐScheduleᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.Schedule) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNSchedule2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐSchedule(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNSchedule2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐSchedule(ctx context.Context, sel ast.SelectionSet, v *model.Schedule) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._Schedule(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNScheduleCatchUp2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐScheduleCatchUp(ctx context.Context, v any) (service.ScheduleCatchUp, error) {
+	tmp, err := graphql.UnmarshalString(v)
+	res := service.ScheduleCatchUp(tmp)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNScheduleCatchUp2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐScheduleCatchUp(ctx context.Context, sel ast.SelectionSet, v service.ScheduleCatchUp) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(string(v))
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
+}
+
+func (ec *executionContext) marshalNScheduleFire2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐScheduleFire(ctx context.Context, sel ast.SelectionSet, v *model.ScheduleFire) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._ScheduleFire(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNScheduleFireConnection2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐScheduleFireConnection(ctx context.Context, sel ast.SelectionSet, v *model.ScheduleFireConnection) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._ScheduleFireConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNScheduleFireEdge2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐScheduleFireEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ScheduleFireEdge) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNScheduleFireEdge2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐScheduleFireEdge(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNScheduleFireEdge2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐScheduleFireEdge(ctx context.Context, sel ast.SelectionSet, v *model.ScheduleFireEdge) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._ScheduleFireEdge(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNScheduleFireOutcome2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐFireOutcome(ctx context.Context, v any) (service.FireOutcome, error) {
+	tmp, err := graphql.UnmarshalString(v)
+	res := service.FireOutcome(tmp)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNScheduleFireOutcome2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐFireOutcome(ctx context.Context, sel ast.SelectionSet, v service.FireOutcome) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(string(v))
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
+}
+
+func (ec *executionContext) unmarshalNScheduleOverlap2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐScheduleOverlap(ctx context.Context, v any) (service.ScheduleOverlap, error) {
+	tmp, err := graphql.UnmarshalString(v)
+	res := service.ScheduleOverlap(tmp)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNScheduleOverlap2githubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐScheduleOverlap(ctx context.Context, sel ast.SelectionSet, v service.ScheduleOverlap) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(string(v))
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
+}
+
 func (ec *executionContext) unmarshalNSelectBranchInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐSelectBranchInput(ctx context.Context, v any) (model.SelectBranchInput, error) {
 	res, err := ec.unmarshalInputSelectBranchInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -15615,6 +18632,57 @@ func (ec *executionContext) marshalNTime2timeᚐTime(ctx context.Context, sel as
 	return res
 }
 
+func (ec *executionContext) unmarshalNTime2ᚕᚖtimeᚐTimeᚄ(ctx context.Context, v any) ([]*time.Time, error) {
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]*time.Time, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNTime2ᚖtimeᚐTime(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalNTime2ᚕᚖtimeᚐTimeᚄ(ctx context.Context, sel ast.SelectionSet, v []*time.Time) graphql.Marshaler {
+	ret := make(graphql.Array, len(v))
+	for i := range v {
+		ret[i] = ec.marshalNTime2ᚖtimeᚐTime(ctx, sel, v[i])
+	}
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalNTime2ᚖtimeᚐTime(ctx context.Context, v any) (*time.Time, error) {
+	res, err := graphql.UnmarshalTime(v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNTime2ᚖtimeᚐTime(ctx context.Context, sel ast.SelectionSet, v *time.Time) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	_ = sel
+	res := graphql.MarshalTime(*v)
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
+}
+
 func (ec *executionContext) marshalNToolCall2ᚕᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐToolCallᚄ(ctx context.Context, sel ast.SelectionSet, v []*service.ToolCall) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
@@ -15743,9 +18811,24 @@ func (ec *executionContext) marshalNToolPolicyKind2githubᚗcomᚋtalkgraphᚋta
 	return res
 }
 
+func (ec *executionContext) unmarshalNUpdateScheduleInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐUpdateScheduleInput(ctx context.Context, v any) (model.UpdateScheduleInput, error) {
+	res, err := ec.unmarshalInputUpdateScheduleInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNUpdateTalkSessionSettingsInput2githubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐUpdateTalkSessionSettingsInput(ctx context.Context, v any) (model.UpdateTalkSessionSettingsInput, error) {
 	res, err := ec.unmarshalInputUpdateTalkSessionSettingsInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNUsage2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐUsage(ctx context.Context, sel ast.SelectionSet, v *service.Usage) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._Usage(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNViewer2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐViewer(ctx context.Context, sel ast.SelectionSet, v *model.Viewer) graphql.Marshaler {
@@ -15928,6 +19011,25 @@ func (ec *executionContext) marshalOBoolean2ᚖbool(ctx context.Context, sel ast
 	return res
 }
 
+func (ec *executionContext) unmarshalOBudgetScope2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐBudgetScope(ctx context.Context, v any) (*service.BudgetScope, error) {
+	if v == nil {
+		return nil, nil
+	}
+	tmp, err := graphql.UnmarshalString(v)
+	res := service.BudgetScope(tmp)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOBudgetScope2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐBudgetScope(ctx context.Context, sel ast.SelectionSet, v *service.BudgetScope) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalString(string(*v))
+	return res
+}
+
 func (ec *executionContext) unmarshalOBusyPolicy2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐBusyPolicy(ctx context.Context, v any) (*service.BusyPolicy, error) {
 	if v == nil {
 		return nil, nil
@@ -16054,6 +19156,44 @@ func (ec *executionContext) marshalORun2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraph�
 		return graphql.Null
 	}
 	return ec._Run(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOScheduleCatchUp2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐScheduleCatchUp(ctx context.Context, v any) (*service.ScheduleCatchUp, error) {
+	if v == nil {
+		return nil, nil
+	}
+	tmp, err := graphql.UnmarshalString(v)
+	res := service.ScheduleCatchUp(tmp)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOScheduleCatchUp2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐScheduleCatchUp(ctx context.Context, sel ast.SelectionSet, v *service.ScheduleCatchUp) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalString(string(*v))
+	return res
+}
+
+func (ec *executionContext) unmarshalOScheduleOverlap2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐScheduleOverlap(ctx context.Context, v any) (*service.ScheduleOverlap, error) {
+	if v == nil {
+		return nil, nil
+	}
+	tmp, err := graphql.UnmarshalString(v)
+	res := service.ScheduleOverlap(tmp)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOScheduleOverlap2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋserviceᚐScheduleOverlap(ctx context.Context, sel ast.SelectionSet, v *service.ScheduleOverlap) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalString(string(*v))
+	return res
 }
 
 func (ec *executionContext) unmarshalOSessionSettingsInput2ᚖgithubᚗcomᚋtalkgraphᚋtalkgraphᚋgraphᚋmodelᚐSessionSettingsInput(ctx context.Context, v any) (*model.SessionSettingsInput, error) {

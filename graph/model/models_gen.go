@@ -69,6 +69,36 @@ func (this BranchSelected) GetCursor() string { return this.Cursor }
 // When the event was written.
 func (this BranchSelected) GetAt() time.Time { return this.At }
 
+// A new schedule. Exactly one of cron and at.
+type CreateScheduleInput struct {
+	// The message each fire sends as yours, checked as addMessage's content.
+	Content string `json:"content"`
+	// A session of yours each fire sends to; null for a new session per fire.
+	SessionID *string `json:"sessionId,omitempty"`
+	// The title of the sessions it makes, checked as createTalkSession's.
+	Title *string `json:"title,omitempty"`
+	// The settings of the sessions it makes, checked as createTalkSession's.
+	Settings *SessionSettingsInput `json:"settings,omitempty"`
+	// Five fields (minute hour day-of-month month day-of-week, with *, lists, ranges, steps and
+	// names; when both days are given, either matches) or @hourly, @daily, @weekly, @monthly,
+	// @yearly. Two of its fires may not be closer than SCHEDULE_MIN_INTERVAL.
+	Cron *string `json:"cron,omitempty"`
+	// One fire at this instant, in the future.
+	At *time.Time `json:"at,omitempty"`
+	// The IANA time zone cron is read in. Default UTC.
+	Timezone *string `json:"timezone,omitempty"`
+	// Default SKIP.
+	Overlap *service.ScheduleOverlap `json:"overlap,omitempty"`
+	// Default LATEST.
+	CatchUp *service.ScheduleCatchUp `json:"catchUp,omitempty"`
+	// No fire after this instant, in the future.
+	EndAt *time.Time `json:"endAt,omitempty"`
+	// No fire after this many, 1 at least.
+	MaxFires *int `json:"maxFires,omitempty"`
+	// Default true.
+	Enabled *bool `json:"enabled,omitempty"`
+}
+
 // What createShareLink makes.
 type CreateShareLinkInput struct {
 	// The session to share: one of yours.
@@ -396,6 +426,22 @@ func (this RunStatusChanged) GetCursor() string { return this.Cursor }
 // When the event was written.
 func (this RunStatusChanged) GetAt() time.Time { return this.At }
 
+// A page of a schedule's fires.
+type ScheduleFireConnection struct {
+	// The page's fires, newest first.
+	Edges []*ScheduleFireEdge `json:"edges"`
+	// Pass its endCursor as fires(after:) while hasNextPage.
+	PageInfo *PageInfo `json:"pageInfo"`
+}
+
+// A fire in a page of fires.
+type ScheduleFireEdge struct {
+	// A fire cursor, for fires(after:).
+	Cursor string `json:"cursor"`
+	// The fire.
+	Node *ScheduleFire `json:"node"`
+}
+
 // The branch to show.
 type SelectBranchInput struct {
 	// Any message of yours: its branch becomes current.
@@ -419,6 +465,10 @@ type SessionSettingsInput struct {
 	// holds at most 200 policies. One looser than its tool's ceiling (ToolPolicy.ceiling) is
 	// refused, naming the tool.
 	ToolPolicies []*ToolPolicyInput `json:"toolPolicies,omitempty"`
+	// The session's cap in tokens (input and output together): 0 removes it, a negative one is
+	// BAD_USER_INPUT. A run that waits for it (budgetReached) goes on at once when the new cap
+	// is above the session's usage.
+	TokenBudget *int `json:"tokenBudget,omitempty"`
 }
 
 // The session was renamed (renameTalkSession, or named after its first message) or its
@@ -578,16 +628,40 @@ type ToolPolicyInput struct {
 	Policy service.ToolPolicy `json:"policy"`
 }
 
+// What changes of a schedule: a field left out or null stays as it is.
+type UpdateScheduleInput struct {
+	// The schedule.
+	ID string `json:"id"`
+	// As CreateScheduleInput.content.
+	Content *string `json:"content,omitempty"`
+	// As CreateScheduleInput.sessionId.
+	SessionID *string `json:"sessionId,omitempty"`
+	// As CreateScheduleInput.title.
+	Title *string `json:"title,omitempty"`
+	// As CreateScheduleInput.settings; replaces them whole.
+	Settings *SessionSettingsInput `json:"settings,omitempty"`
+	// As CreateScheduleInput.cron; replaces at.
+	Cron *string `json:"cron,omitempty"`
+	// As CreateScheduleInput.at; replaces cron.
+	At *time.Time `json:"at,omitempty"`
+	// As CreateScheduleInput.timezone.
+	Timezone *string `json:"timezone,omitempty"`
+	// As CreateScheduleInput.overlap.
+	Overlap *service.ScheduleOverlap `json:"overlap,omitempty"`
+	// As CreateScheduleInput.catchUp.
+	CatchUp *service.ScheduleCatchUp `json:"catchUp,omitempty"`
+	// As CreateScheduleInput.endAt.
+	EndAt *time.Time `json:"endAt,omitempty"`
+	// As CreateScheduleInput.maxFires.
+	MaxFires *int `json:"maxFires,omitempty"`
+	// Pauses (false) or resumes (true) it.
+	Enabled *bool `json:"enabled,omitempty"`
+}
+
 // Settings to change in a session.
 type UpdateTalkSessionSettingsInput struct {
 	// The session.
 	ID string `json:"id"`
 	// The settings to change; the fields left out stay.
 	Settings *SessionSettingsInput `json:"settings"`
-}
-
-// The user a request is made by.
-type Viewer struct {
-	// Your user ID: the token's sub claim (a UUID for guests).
-	ID string `json:"id"`
 }

@@ -71,17 +71,41 @@ func (a *Agent) Tools(service.Settings) []service.ToolInfo {
 
 // Run implements service.Runner.
 func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Output) error {
-	// Like a model, it reports what the reply cost: a word of the history read is an input
-	// token, a word written an output token.
-	counted := &countingOutput{Output: out}
-	if err := a.run(ctx, req, counted); err != nil {
-		return err
-	}
+	// Like a model, it makes one call per reply, weighed against the budgets first, and
+	// reports what the reply cost: a word of the branch read is an input token, a word
+	// written an output token.
 	in := 0
 	for _, m := range req.History {
 		in += countWords(m.Content)
 	}
+	if err := out.BeforeModelCall(ctx, in+expectedWords(req.History)); err != nil {
+		return err
+	}
+	counted := &countingOutput{Output: out}
+	if err := a.run(ctx, req, counted); err != nil {
+		return err
+	}
 	return out.ReportUsage(Model, service.Usage{InputTokens: in, OutputTokens: counted.words})
+}
+
+// expectedWords is about how many words the reply to the history's last message has.
+func expectedWords(history []service.HistoryMessage) int {
+	for i := len(history) - 1; i >= 0; i-- {
+		m := history[i]
+		if m.Role != service.RoleUser || m.Kind != service.KindText {
+			continue
+		}
+		cmd, arg, _ := strings.Cut(strings.TrimSpace(m.Content), " ")
+		n, _ := strconv.Atoi(strings.TrimSpace(arg))
+		switch cmd {
+		case "/slow":
+			return 2 * max(n, 0)
+		case "/markdown":
+			return max(n, 0) + 100
+		}
+		return countWords(m.Content) + 10
+	}
+	return 10
 }
 
 // Model is the name the demo agent reports its usage under.

@@ -150,6 +150,9 @@ func (s *Store) append(b *service.Batch, ch *service.Changes) error {
 			}
 		}
 	}
+	if sp := b.Spend; sp != nil {
+		s.spend(b.SessionID, sp)
+	}
 	return nil
 }
 
@@ -229,5 +232,11 @@ func (s *Store) deleteSession(sd *sessionData) {
 		delete(s.threads, k)
 	}
 	delete(s.bindings, sd.session.ID)
+	delete(s.usage, sd.session.ID)
+	for id, h := range s.holds {
+		if h.SessionID == sd.session.ID {
+			delete(s.holds, id)
+		}
+	}
 	delete(s.sessions, sd.session.ID)
 }

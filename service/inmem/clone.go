@@ -38,6 +38,7 @@ func cloneSession(s *service.TalkSession) *service.TalkSession {
 	c.Settings.Model = clonePtr(s.Settings.Model)
 	c.Settings.SystemPrompt = clonePtr(s.Settings.SystemPrompt)
 	c.Settings.Temperature = clonePtr(s.Settings.Temperature)
+	c.Settings.TokenBudget = clonePtr(s.Settings.TokenBudget)
 	c.Settings.ToolPolicies = maps.Clone(s.Settings.ToolPolicies)
 	c.CreatedAt = cloneTime(s.CreatedAt)
 	c.UpdatedAt = cloneTime(s.UpdatedAt)

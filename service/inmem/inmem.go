@@ -31,6 +31,14 @@ type Store struct {
 	shareByHash map[string]string
 	threads     map[threadKey]string   // AG-UI threads: the session each is bound to
 	bindings    map[string][]threadKey // the threads bound to each session, for its deletion
+
+	usage     map[string]service.Usage     // by session
+	userUsage map[userPeriod]service.Usage // by user and period
+	holds     map[string]*service.Reservation
+
+	schedules map[string]*service.Schedule
+	fires     map[string]*service.ScheduleFire
+	slots     map[slotKey]string // fire IDs by schedule and slot
 }
 
 type threadKey struct{ userID, threadID string }
@@ -69,6 +77,12 @@ func New() *Store {
 		shareByHash: make(map[string]string),
 		threads:     make(map[threadKey]string),
 		bindings:    make(map[string][]threadKey),
+		usage:       make(map[string]service.Usage),
+		userUsage:   make(map[userPeriod]service.Usage),
+		holds:       make(map[string]*service.Reservation),
+		schedules:   make(map[string]*service.Schedule),
+		fires:       make(map[string]*service.ScheduleFire),
+		slots:       make(map[slotKey]string),
 	}
 }
 

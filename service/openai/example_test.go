@@ -99,6 +99,8 @@ func (printOutput) StartTool(id, name, arguments string, _ ...service.ToolOption
 
 func (printOutput) ReportUsage(model string, u service.Usage) error { return nil }
 
+func (printOutput) BeforeModelCall(context.Context, int) error { return nil }
+
 func (printOutput) Steers() ([]service.Message, error) { return nil, nil }
 
 // printHandle is a call that needs no approval: it runs with the arguments asked for.

@@ -62,6 +62,8 @@ func (r *recorder) steer(content string) {
 	r.mu.Unlock()
 }
 
+func (r *recorder) BeforeModelCall(context.Context, int) error { return nil }
+
 func (r *recorder) ReportUsage(model string, u service.Usage) error {
 	r.mu.Lock()
 	r.usage = append(r.usage, usageRec{model, u})

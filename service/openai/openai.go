@@ -16,6 +16,7 @@ package openai
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -257,6 +258,11 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 		if round == maxRounds {
 			return service.Errorf(service.EUNAVAILABLE, "the model kept calling tools without finishing its reply")
 		}
+		// The session's and the user's budgets are weighed before each request; a run
+		// whose budget is spent waits here until it is raised.
+		if err := g.BeforeModelCall(ctx, estimate(params)); err != nil {
+			return err
+		}
 		t, err := a.stream(ctx, params, g, used, rt)
 		if t != nil && t.usage != nil {
 			if uerr := g.ReportUsage(model, *t.usage); uerr != nil {
@@ -292,6 +298,21 @@ func (a *Agent) Run(ctx context.Context, req service.RunRequest, out service.Out
 			params.Messages = append(params.Messages, oai.UserMessage(m.Content))
 		}
 	}
+}
+
+// outputAllowance is what a reply may write as far as the budgets are concerned: a
+// request holds that much besides what it reads until it reports what it cost, so that
+// near a cap requests are made one at a time and overshoot it by one reply at most.
+const outputAllowance = 4096
+
+// estimate is what a request may cost, for the budgets: about a token per four bytes of
+// what it sends, and outputAllowance.
+func estimate(params oai.ChatCompletionNewParams) int {
+	b, err := json.Marshal(params.Messages)
+	if err != nil {
+		return outputAllowance
+	}
+	return (len(b)+3)/4 + outputAllowance
 }
 
 // TakesSteers implements service.Steerable: messages sent with STEER reach the model

@@ -186,6 +186,15 @@ func (g *guardedOutput) ReportUsage(model string, u service.Usage) error {
 	return g.out.ReportUsage(model, u)
 }
 
+// BeforeModelCall writes out the text held back first: a run held by a budget completes
+// the reply so far.
+func (g *guardedOutput) BeforeModelCall(ctx context.Context, estimate int) error {
+	if err := g.flush(); err != nil {
+		return err
+	}
+	return g.out.BeforeModelCall(ctx, estimate)
+}
+
 // Steers writes out the text held back first: it belongs to the reply before the steer.
 func (g *guardedOutput) Steers() ([]service.Message, error) {
 	if err := g.flush(); err != nil {

@@ -321,6 +321,7 @@ func queueWrites(wb *pgx.Batch, preps []*prep, idxs []int) {
 	if len(deletes) > 0 {
 		wb.Queue(qDeleteSessions, deletes)
 		wb.Queue(qDeleteThreads, deletes)
+		wb.Queue(qDeleteSessionHolds, deletes)
 	}
 	if len(creates.id) > 0 {
 		wb.Queue(qInsertSessions, creates.args()...)
@@ -386,6 +387,7 @@ func queueWrites(wb *pgx.Batch, preps []*prep, idxs []int) {
 	if len(ended[0]) > 0 {
 		wb.Queue(qWithdrawQuestions, ended[0], ended[1])
 	}
+	queueSpends(wb, preps, idxs)
 }
 
 type runWithUsage struct {

@@ -63,6 +63,9 @@ func (p *prep) encode() error {
 	if a := b.Admit; a != nil {
 		v.ids(a.UserID, a.RunID)
 	}
+	if sp := b.Spend; sp != nil {
+		v.ids(append([]string{sp.UserID, sp.Period}, sp.Holds...)...)
+	}
 	if s := ch.Session; s != nil {
 		v.times(s.UpdatedAt)
 		p.update = v.json(s.Settings)

@@ -159,7 +159,7 @@ func scanMessage(row scanner) (*service.Message, error) {
 // Runs.
 
 const runCols = `id, session_id, user_id, status, error, agent, created_at, started_at, finished_at, usage, owner,
-	reply_to`
+	reply_to, budget`
 
 // activeStatuses are the statuses of runs that are not over.
 const activeStatuses = `('QUEUED', 'RUNNING', 'WAITING_FOR_INPUT')`
@@ -172,11 +172,11 @@ const (
 	qUpsertRuns = `WITH w AS (
 		INSERT INTO runs AS t (` + runCols + `)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::bigint[],
-			$8::bigint[], $9::bigint[], $10::text[], $11::text[], $13::text[])
+			$8::bigint[], $9::bigint[], $10::text[], $11::text[], $13::text[], $14::text[])
 		ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id, status = excluded.status, error = excluded.error,
 			agent = excluded.agent, created_at = excluded.created_at, started_at = excluded.started_at,
 			finished_at = excluded.finished_at, usage = excluded.usage, owner = excluded.owner,
-			reply_to = excluded.reply_to
+			reply_to = excluded.reply_to, budget = excluded.budget
 		WHERE t.session_id = excluded.session_id
 		RETURNING 1)
 		SELECT talkgraph_all_written((SELECT count(*) FROM w), $12)`
@@ -188,7 +188,7 @@ func scanRun(row scanner) (*service.Run, error) {
 	var started, finished *int64
 	var usage []byte
 	err := row.Scan(&r.ID, &r.SessionID, &r.UserID, &r.Status, textCol{&r.Error}, &r.Agent, &created, &started,
-		&finished, &usage, &r.Owner, &r.ReplyTo)
+		&finished, &usage, &r.Owner, &r.ReplyTo, &r.Budget)
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +371,7 @@ const (
 		FOR UPDATE SKIP LOCKED)
 		UPDATE runs SET owner = $1 FROM orphans WHERE runs.id = orphans.id
 		RETURNING runs.id, runs.session_id, runs.user_id, runs.status, runs.error, runs.agent, runs.created_at,
-			runs.started_at, runs.finished_at, runs.usage, runs.owner, runs.reply_to`
+			runs.started_at, runs.finished_at, runs.usage, runs.owner, runs.reply_to, runs.budget`
 	qActiveRun = `SELECT ` + runCols + ` FROM runs WHERE session_id = $1 AND status IN ` + activeStatuses + `
 		ORDER BY created_at, id LIMIT 1`
 )

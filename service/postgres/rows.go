@@ -102,6 +102,7 @@ type runRows struct {
 	usage                         []pgtype.Text
 	owner                         []string
 	replyTo                       []string
+	budget                        []string
 }
 
 // add adds r, with usage its Usage as JSON ("" for none).
@@ -118,12 +119,13 @@ func (rs *runRows) add(r *service.Run, usage string) {
 	rs.usage = append(rs.usage, pgtype.Text{String: usage, Valid: usage != ""})
 	rs.owner = append(rs.owner, r.Owner)
 	rs.replyTo = append(rs.replyTo, r.ReplyTo)
+	rs.budget = append(rs.budget, string(r.Budget))
 }
 
 func (rs *runRows) args() []any {
 	return []any{rs.id, rs.sessionID, rs.userID, rs.status, pgtype.FlatArray[[]byte](rs.errText), rs.agent, rs.createdAt,
 		pgtype.FlatArray[pgtype.Int8](rs.startedAt), pgtype.FlatArray[pgtype.Int8](rs.finishedAt),
-		pgtype.FlatArray[pgtype.Text](rs.usage), rs.owner, int64(len(rs.id)), rs.replyTo}
+		pgtype.FlatArray[pgtype.Text](rs.usage), rs.owner, int64(len(rs.id)), rs.replyTo, rs.budget}
 }
 
 // questionRows are the columns of qUpsertQuestions.

@@ -222,6 +222,9 @@ func (st *state) refuses(p *prep) error {
 			return fmt.Errorf("events beginning at %d do not follow the session's log ending at %d: %w", b.Events[0].Seq, last, service.ErrNotNext)
 		}
 	}
+	if b.Spend != nil && b.Create == nil && !st.exists[id] {
+		return service.Errorf(service.ENOTFOUND, "session %s not found", id)
+	}
 	var err error
 	p.eachRow(func(table, rowID string) {
 		if owner, ok := st.owner[[2]string{table, rowID}]; ok && owner != id && err == nil {

@@ -1,8 +1,8 @@
 package sqlite
 
-// This file holds every SQL statement of the package, the argument lists that go with the
-// writes, and one typed scan helper per row type. Nothing else in the package spells SQL or
-// scans a row by hand.
+// This file holds every SQL statement of the package (with queries_schedules.go, those of
+// budgets and schedules), the argument lists that go with the writes, and one typed scan
+// helper per row type. Nothing else in the package spells SQL or scans a row by hand.
 
 import (
 	"encoding/json"
@@ -103,7 +103,7 @@ func scanMessage(sc scanner) (*service.Message, error) {
 // Runs.
 
 const runCols = `id, session_id, user_id, status, error, agent, created_at, started_at, finished_at, usage, owner,
-	reply_to`
+	reply_to, budget`
 
 const (
 	qRun = `SELECT ` + runCols + ` FROM runs WHERE id = ?`
@@ -117,13 +117,13 @@ const (
 	upsertRunTail = `ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id, status = excluded.status,
 		error = excluded.error, agent = excluded.agent, created_at = excluded.created_at,
 		started_at = excluded.started_at, finished_at = excluded.finished_at, usage = excluded.usage,
-		owner = excluded.owner, reply_to = excluded.reply_to
+		owner = excluded.owner, reply_to = excluded.reply_to, budget = excluded.budget
 		WHERE runs.session_id = excluded.session_id`
 	qRunSession = `SELECT session_id FROM runs WHERE id = ?`
 )
 
 // qUpsertRuns upserts n runs.
-var qUpsertRuns = multiRow(`INSERT INTO runs (`+runCols+`)`, 12, upsertRunTail)
+var qUpsertRuns = multiRow(`INSERT INTO runs (`+runCols+`)`, 13, upsertRunTail)
 
 func runArgs(r *service.Run) []any {
 	var usage any // NULL when none was reported
@@ -132,13 +132,13 @@ func runArgs(r *service.Run) []any {
 		usage = string(b)
 	}
 	return []any{r.ID, r.SessionID, r.UserID, string(r.Status), r.Error, r.Agent, dbTime(r.CreatedAt),
-		dbNullTime(r.StartedAt), dbNullTime(r.FinishedAt), usage, r.Owner, r.ReplyTo}
+		dbNullTime(r.StartedAt), dbNullTime(r.FinishedAt), usage, r.Owner, r.ReplyTo, string(r.Budget)}
 }
 
 func scanRun(sc scanner) (*service.Run, error) {
 	var r service.Run
 	err := sc.Scan(&r.ID, &r.SessionID, &r.UserID, &r.Status, &r.Error, &r.Agent, timeCol{&r.CreatedAt},
-		nullTimeCol{&r.StartedAt}, nullTimeCol{&r.FinishedAt}, jsonCol{&r.Usage}, &r.Owner, &r.ReplyTo)
+		nullTimeCol{&r.StartedAt}, nullTimeCol{&r.FinishedAt}, jsonCol{&r.Usage}, &r.Owner, &r.ReplyTo, &r.Budget)
 	return &r, err
 }
 

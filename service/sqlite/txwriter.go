@@ -120,7 +120,8 @@ func (w *txWriter) check(b *service.Batch) (refused, err error) {
 func (w *txWriter) create(b *service.Batch) error {
 	switch {
 	case b.Delete:
-		for _, q := range []string{qDeleteSession, qDeleteMessages, qDeleteRuns, qDeleteQuestions, qDeleteToolCalls, qDeleteEvents, qDeleteIdempotency, qDeleteShareLinks, qDeleteThreads} {
+		for _, q := range []string{qDeleteSession, qDeleteMessages, qDeleteRuns, qDeleteQuestions, qDeleteToolCalls, qDeleteEvents,
+			qDeleteIdempotency, qDeleteShareLinks, qDeleteThreads, qDeleteSessionUsage, qDeleteSessionHolds} {
 			if _, err := w.exec(q, b.SessionID); err != nil {
 				return err
 			}

@@ -67,6 +67,8 @@ func Run(t *testing.T, open func(t *testing.T) service.Store) {
 	tests = append(tests, treeTests...)
 	tests = append(tests, shareTests...)
 	tests = append(tests, threadTests...)
+	tests = append(tests, budgetTests...)
+	tests = append(tests, scheduleTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
 	}

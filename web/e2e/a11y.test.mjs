@@ -139,6 +139,27 @@ if (!SKIP) describe('accessibility', { timeout: 600_000 }, () => {
     await page.getByRole('dialog', { name: 'Chat settings' }).getByRole('combobox', { name: /echo/ }).waitFor();
     await axe('the settings dialog');
     await page.keyboard.press('Escape');
+
+    // A chat paused by its token budget, with the form that raises it.
+    await page.getByRole('button', { name: 'Chat settings' }).click();
+    await page.getByRole('dialog', { name: 'Chat settings' }).getByLabel('Token budget').fill('1');
+    await page.getByRole('dialog', { name: 'Chat settings' }).getByRole('button', { name: 'Save' }).click();
+    await page.getByRole('dialog', { name: 'Chat settings' }).waitFor({ state: 'detached' });
+    await page.locator(sel.composer).focus();
+    await type('paused by its budget');
+    await page.locator('.budget-pause').getByRole('button', { name: 'Raise the budget' }).waitFor();
+    await axeBoth('a chat paused by its token budget');
+    await page.getByRole('button', { name: 'Stop' }).click();
+
+    // The schedules page, with a schedule and its history.
+    await page.getByRole('link', { name: 'Schedules' }).click();
+    await page.locator('.schedule-form').getByLabel('Message').fill('checked by axe');
+    await page.locator('.schedule-form .cron-next').waitFor();
+    await page.getByRole('button', { name: 'Create schedule' }).click();
+    const schedule = page.locator('.schedule-card', { hasText: 'checked by axe' });
+    await schedule.getByRole('button', { name: 'Run now' }).click();
+    await schedule.locator('.fire').first().waitFor();
+    await axeBoth('the schedules page');
   });
 
   test('keyboard only: send, stop, answer, approve and reject, the focus visible', async () => {

@@ -5,6 +5,7 @@ import { isFinishedRun } from '../lib/cache';
 import { describeError } from '../lib/errors';
 import { openChat } from '../lib/route';
 import { useChat } from '../lib/useChat';
+import { BudgetPause } from './BudgetPause';
 import { Composer } from './Composer';
 import { GearIcon, StopIcon } from './icons';
 import { MessageActionsContext, type MessageActions } from './messageActions';
@@ -131,7 +132,9 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
   const questions = session.pendingQuestions.filter((q) => !q.answeredAt && !q.withdrawn);
   const approvals = session.pendingApprovals.filter((c) => c.status === 'AWAITING_APPROVAL');
   let statusText = '';
-  if (session.status === 'WAITING_FOR_INPUT') {
+  const budgetScope = activeRun?.status === 'WAITING_FOR_INPUT' ? activeRun.waitsForBudget : null;
+  if (budgetScope) statusText = 'Paused: token budget reached';
+  else if (session.status === 'WAITING_FOR_INPUT') {
     if (questions.length + approvals.length > 1) statusText = `Waiting for you (${questions.length + approvals.length} inputs)`;
     else if (approvals.length > 0) statusText = 'Waiting for your approval';
     else statusText = 'Waiting for your answer';
@@ -217,6 +220,7 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
             {stopError}
           </p>
         )}
+        {budgetScope && <BudgetPause sessionId={sessionId} scope={budgetScope} />}
         <PendingInputs
           questions={questions}
           approvals={approvals}

@@ -2,6 +2,7 @@ import { useMutation, useQuery } from '@apollo/client/react';
 import { useEffect, useRef, useState, type FormEvent } from 'react';
 import {
   AgentsDocument,
+  SessionBudgetDocument,
   UpdateTalkSessionSettingsDocument,
   type SettingsFieldsFragment,
   type ToolPolicyKind,
@@ -36,6 +37,7 @@ export function SettingsDialog({
   const ref = useRef<HTMLDialogElement>(null);
   const agents = useQuery(AgentsDocument, { fetchPolicy: 'cache-first' });
   const [save, { loading }] = useMutation(UpdateTalkSessionSettingsDocument);
+  const budget = useQuery(SessionBudgetDocument, { variables: { id: sessionId }, fetchPolicy: 'network-only' });
   const [form, setForm] = useState(() => toForm(settings));
   const [error, setError] = useState<string | null>(null);
 
@@ -55,6 +57,12 @@ export function SettingsDialog({
       setError('Temperature must be a number from 0 to 2.');
       return;
     }
+    // Empty: no cap (0 removes one that was set).
+    const tokenBudget = form.tokenBudget.trim() === '' ? 0 : Number(form.tokenBudget);
+    if (!Number.isInteger(tokenBudget) || tokenBudget < 0) {
+      setError('The token budget must be a whole number of tokens, or empty for none.');
+      return;
+    }
     // Only the tools whose policy changed are sent; the others keep theirs.
     const toolPolicies = agentTools
       .filter((t) => form.policies[t.name] && form.policies[t.name] !== effectivePolicy(t.name))
@@ -72,6 +80,7 @@ export function SettingsDialog({
               ...(temperature !== null ? { temperature } : {}),
               busyPolicy: form.busyPolicy,
               ...(toolPolicies.length > 0 ? { toolPolicies } : {}),
+              ...(tokenBudget !== (settings.tokenBudget ?? 0) ? { tokenBudget } : {}),
             },
           },
         },
@@ -168,6 +177,27 @@ export function SettingsDialog({
           />
         </div>
 
+        <div className="field">
+          <label htmlFor="settings-budget">Token budget</label>
+          <input
+            id="settings-budget"
+            type="number"
+            inputMode="numeric"
+            min={0}
+            step={1}
+            value={form.tokenBudget}
+            placeholder="No limit"
+            aria-describedby="settings-budget-help"
+            onChange={(e) => setForm({ ...form, tokenBudget: e.target.value })}
+          />
+          <p className="help" id="settings-budget-help">
+            {budget.data?.session
+              ? `Used so far: ${(budget.data.session.usage.inputTokens + budget.data.session.usage.outputTokens).toLocaleString()} tokens (${budget.data.session.usage.inputTokens.toLocaleString()} read, ${budget.data.session.usage.outputTokens.toLocaleString()} written). `
+              : ''}
+            Once the chat has used this many tokens, the agent pauses before its next step until you raise it.
+          </p>
+        </div>
+
         <fieldset className="field policies">
           <legend>When you send a message while the agent is working</legend>
           {POLICIES.map((p) => (
@@ -248,6 +278,7 @@ function toForm(s: SettingsFieldsFragment) {
     systemPrompt: s.systemPrompt ?? '',
     temperature: s.temperature == null ? '' : String(s.temperature),
     busyPolicy: s.busyPolicy,
+    tokenBudget: s.tokenBudget == null ? '' : String(s.tokenBudget),
     // Tools whose policy the person picked here; the others show their current one.
     policies: {} as Record<string, ToolPolicyKind>,
   };

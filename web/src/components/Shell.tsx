@@ -1,7 +1,8 @@
 import { useCallback, useEffect, useState } from 'react';
 import { useConnectionState } from '../lib/connection';
-import { useSessionRoute } from '../lib/route';
+import { useSchedulesRoute, useSessionRoute } from '../lib/route';
 import { ChatView } from './ChatView';
+import { SchedulesPage } from './SchedulesPage';
 import { Sidebar } from './Sidebar';
 import { Welcome } from './Welcome';
 
@@ -13,6 +14,7 @@ export interface TopBarProps {
 /** The page: the chat list beside the open chat (behind a menu button on narrow screens). */
 export function Shell() {
   const sessionId = useSessionRoute();
+  const schedules = useSchedulesRoute();
   // The drawer (narrow screens) remembers the chat it was opened on: choosing another
   // chat closes it.
   const [openedOn, setOpenedOn] = useState<{ route: string | null } | null>(null);
@@ -41,19 +43,25 @@ export function Shell() {
     <div className={`app${menuOpen ? ' menu-open' : ''}`}>
       <a
         className="skip-link"
-        href="#composer-input"
+        href={schedules && !sessionId ? '#main' : '#composer-input'}
         onClick={(e) => {
           // The address holds the route: move focus without changing it.
           e.preventDefault();
-          document.getElementById('composer-input')?.focus();
+          document.getElementById(schedules && !sessionId ? 'main' : 'composer-input')?.focus();
         }}
       >
-        Skip to message box
+        {schedules && !sessionId ? 'Skip to content' : 'Skip to message box'}
       </a>
       <Sidebar currentId={sessionId} open={menuOpen} onClose={closeMenu} />
       {menuOpen && <div className="scrim" aria-hidden="true" onClick={closeMenu} />}
-      <main className="main" id="main">
-        {sessionId ? <ChatView key={sessionId} sessionId={sessionId} bar={bar} /> : <Welcome bar={bar} />}
+      <main className="main" id="main" tabIndex={-1}>
+        {sessionId ? (
+          <ChatView key={sessionId} sessionId={sessionId} bar={bar} />
+        ) : schedules ? (
+          <SchedulesPage bar={bar} />
+        ) : (
+          <Welcome bar={bar} />
+        )}
       </main>
       {connection === 'reconnecting' && (
         <div className="connection-banner" role="status">

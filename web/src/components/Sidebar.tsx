@@ -7,11 +7,11 @@ import {
   type SessionListFieldsFragment,
 } from '../gql/graphql';
 import { describeError } from '../lib/errors';
-import { chatHref, openChat, openHome } from '../lib/route';
+import { chatHref, openChat, openHome, SCHEDULES_HREF, useSchedulesRoute } from '../lib/route';
 import { createSession, forgetSession, SESSIONS_PAGE } from '../lib/sessions';
 import { relativeTime } from '../lib/time';
 import { ConfirmDialog } from './ConfirmDialog';
-import { PencilIcon, PlusIcon, TrashIcon } from './icons';
+import { ClockIcon, PencilIcon, PlusIcon, TrashIcon } from './icons';
 
 type Item = SessionListFieldsFragment;
 
@@ -37,6 +37,7 @@ export function Sidebar({
   const [deleting, setDeleting] = useState<Item | null>(null);
   const [problem, setProblem] = useState<string | null>(null);
   const [, tick] = useState(0);
+  const onSchedules = useSchedulesRoute();
 
   // The drawer (narrow screens) takes the focus when it opens.
   const newChatButton = useRef<HTMLButtonElement>(null);
@@ -110,6 +111,10 @@ export function Sidebar({
       >
         <PlusIcon /> New chat
       </button>
+      <a className={`sidebar-link${onSchedules ? ' current' : ''}`} href={SCHEDULES_HREF} aria-current={onSchedules ? 'page' : undefined}
+        onClick={onClose}>
+        <ClockIcon /> Schedules
+      </a>
       {problem && (
         <p className="sidebar-error" role="alert">
           {problem}

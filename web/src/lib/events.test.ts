@@ -81,8 +81,9 @@ function run(id: string, status: RunStatus, over: Partial<RunFieldsFragment> = {
     createdAt: AT,
     startedAt: null,
     finishedAt: null,
+    waitsForBudget: null,
     ...over,
-  };
+  } as RunFieldsFragment & { __typename: 'Run' };
 }
 
 function question(id: string, over: Record<string, unknown> = {}) {
@@ -152,7 +153,7 @@ function loaded(messages: ReturnType<typeof message>[] = [], activeRun: ReturnTy
         ...listed('s1'),
         status: activeRun ? 'RUNNING' : 'IDLE',
         createdAt: AT,
-        settings: { __typename: 'SessionSettings', agent: 'demo', model: null, systemPrompt: null, temperature: null, busyPolicy: 'INTERRUPT', toolPolicies: [] },
+        settings: { __typename: 'SessionSettings', agent: 'demo', model: null, systemPrompt: null, temperature: null, busyPolicy: 'INTERRUPT', toolPolicies: [], tokenBudget: null },
         activeRun,
         pendingQuestion: null,
         pendingQuestions: [],
@@ -348,7 +349,7 @@ describe('stream events in the cache', () => {
       session: {
         ...listed('s1'),
         title: 'Renamed',
-        settings: { __typename: 'SessionSettings', agent: 'demo', model: 'm', systemPrompt: null, temperature: null, busyPolicy: 'ENQUEUE', toolPolicies: [] },
+        settings: { __typename: 'SessionSettings', agent: 'demo', model: 'm', systemPrompt: null, temperature: null, busyPolicy: 'ENQUEUE', toolPolicies: [], tokenBudget: null },
       },
     });
     expect(read()).toMatchObject({ title: 'Renamed', settings: { model: 'm', busyPolicy: 'ENQUEUE' } });

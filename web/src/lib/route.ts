@@ -1,7 +1,7 @@
 import { useSyncExternalStore } from 'react';
 
-// Hash routes work behind any static file server: `#/` is the start page and
-// `#/c/<session id>` one chat.
+// Hash routes work behind any static file server: `#/` is the start page,
+// `#/c/<session id>` one chat and `#/schedules` the schedules.
 
 function subscribe(fn: () => void) {
   window.addEventListener('hashchange', fn);
@@ -28,3 +28,14 @@ export function openChat(id: string) {
 export function openHome() {
   location.hash = '#/';
 }
+
+function onSchedules(): boolean {
+  return /^#\/schedules\b/.test(location.hash);
+}
+
+/** Whether the schedules page is open. */
+export function useSchedulesRoute(): boolean {
+  return useSyncExternalStore(subscribe, onSchedules);
+}
+
+export const SCHEDULES_HREF = '#/schedules';

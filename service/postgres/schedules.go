@@ -1,0 +1,166 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/talkgraph/talkgraph/service"
+)
+
+// CreateSchedule implements service.ScheduleStore.
+func (s *Store) CreateSchedule(ctx context.Context, sc *service.Schedule, max int) error {
+	args, err := scheduleArgs(sc)
+	if err != nil {
+		return err
+	}
+	return s.inTx(ctx, "create schedule", func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, qLockBudget, sc.UserID); err != nil { // one user's creations one at a time
+			return err
+		}
+		tag, err := tx.Exec(ctx, qInsertSchedule, append(args, max)...)
+		if err != nil || tag.RowsAffected() == 1 {
+			return err
+		}
+		var have int
+		if err := tx.QueryRow(ctx, qCountSchedules, sc.UserID).Scan(&have); err != nil {
+			return err
+		}
+		return service.Errorf(service.ERATELIMIT, "you have %d schedules, the most this server keeps for one user: delete some first", have)
+	})
+}
+
+// UpdateSchedule implements service.ScheduleStore.
+func (s *Store) UpdateSchedule(ctx context.Context, sc *service.Schedule, prev int64) error {
+	args, err := scheduleArgs(sc)
+	if err != nil {
+		return err
+	}
+	return s.inTx(ctx, "update schedule", func(tx pgx.Tx) error {
+		ok, err := updateSchedule(ctx, tx, sc.ID, args, prev)
+		if err == nil && !ok {
+			return service.Errorf(service.ECONFLICT, "the schedule changed meanwhile")
+		}
+		return err
+	})
+}
+
+// updateSchedule writes a schedule's row over version prev; false when it is not stored
+// so, ENOTFOUND when it is missing.
+func updateSchedule(ctx context.Context, tx pgx.Tx, id string, args []any, prev int64) (bool, error) {
+	tag, err := tx.Exec(ctx, qUpdateSchedule, append(args, prev)...)
+	if err != nil || tag.RowsAffected() == 1 {
+		return err == nil, err
+	}
+	var v int64
+	if err := tx.QueryRow(ctx, qScheduleVersion, id).Scan(&v); errors.Is(err, pgx.ErrNoRows) {
+		return false, service.Errorf(service.ENOTFOUND, "schedule not found")
+	} else if err != nil {
+		return false, err
+	}
+	return false, nil
+}
+
+// DeleteSchedule implements service.ScheduleStore.
+func (s *Store) DeleteSchedule(ctx context.Context, id string) error {
+	if !storable([]any{id}) {
+		return service.Errorf(service.ENOTFOUND, "schedule not found")
+	}
+	return s.inTx(ctx, "delete schedule", func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, qDeleteSchedule, id)
+		if err == nil && tag.RowsAffected() == 0 {
+			return service.Errorf(service.ENOTFOUND, "schedule not found")
+		}
+		return err
+	})
+}
+
+// Schedule implements service.ScheduleStore.
+func (s *Store) Schedule(ctx context.Context, id string) (*service.Schedule, error) {
+	return getOne(ctx, s, "schedule", id, qSchedule, scanSchedule, id)
+}
+
+// UserSchedules implements service.ScheduleStore.
+func (s *Store) UserSchedules(ctx context.Context, userID string) ([]*service.Schedule, error) {
+	return getAll(ctx, s, "schedules", scanSchedule, qUserSchedules, userID)
+}
+
+// DueSchedules implements service.ScheduleStore.
+func (s *Store) DueSchedules(ctx context.Context, now time.Time, limit int) ([]*service.Schedule, error) {
+	return getAll(ctx, s, "due schedules", scanSchedule, qDueSchedules, dbTime(now), sqlLimit(limit))
+}
+
+// ClaimFires implements service.ScheduleStore.
+func (s *Store) ClaimFires(ctx context.Context, sc *service.Schedule, prev int64, fires []*service.ScheduleFire) (bool, error) {
+	args, err := scheduleArgs(sc)
+	if err != nil {
+		return false, err
+	}
+	claimed := false
+	err = s.inTx(ctx, "claim fires", func(tx pgx.Tx) error {
+		claimed = false
+		ok, err := updateSchedule(ctx, tx, sc.ID, args, prev)
+		if err != nil || !ok {
+			return err
+		}
+		for _, f := range fires {
+			tag, err := tx.Exec(ctx, qInsertFire, fireArgs(f)...)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				return errClaimed // a slot taken: another claim holds it
+			}
+		}
+		claimed = true
+		return nil
+	})
+	if errors.Is(err, errClaimed) {
+		return false, nil
+	}
+	return claimed, err
+}
+
+var errClaimed = service.Errorf(service.ECONFLICT, "claimed already")
+
+// FinishFire implements service.ScheduleStore.
+func (s *Store) FinishFire(ctx context.Context, f *service.ScheduleFire, disable string) error {
+	return s.inTx(ctx, "finish fire", func(tx pgx.Tx) error {
+		var schedule string
+		err := tx.QueryRow(ctx, qFinishFire, dbNullTime(f.FiredAt), string(f.Outcome), dbText(f.Reason), f.SessionID, f.RunID, f.ID).Scan(&schedule)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return service.Errorf(service.ENOTFOUND, "fire not found")
+		}
+		if err != nil || disable == "" {
+			return err
+		}
+		_, err = tx.Exec(ctx, qDisableSchedule, dbText(disable), schedule)
+		return err
+	})
+}
+
+// Fires implements service.ScheduleStore.
+func (s *Store) Fires(ctx context.Context, scheduleID string, before *service.FirePosition, limit int) ([]*service.ScheduleFire, error) {
+	if before == nil {
+		return getAll(ctx, s, "fires", scanFire, qFires, scheduleID, sqlLimit(limit))
+	}
+	return getAll(ctx, s, "fires", scanFire, qFiresBefore, scheduleID, dbTime(before.ScheduledAt), before.ID, sqlLimit(limit))
+}
+
+// PendingFires implements service.ScheduleStore.
+func (s *Store) PendingFires(ctx context.Context, before time.Time, limit int) ([]*service.ScheduleFire, error) {
+	return getAll(ctx, s, "pending fires", scanFire, qPendingFires, dbTime(before), sqlLimit(limit))
+}
+
+// RetakeFire implements service.ScheduleStore.
+func (s *Store) RetakeFire(ctx context.Context, id string, prev, at time.Time) (bool, error) {
+	taken := false
+	err := s.inTx(ctx, "retake fire", func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, qRetakeFire, dbTime(at), id, dbTime(prev))
+		taken = err == nil && tag.RowsAffected() == 1
+		return err
+	})
+	return taken, err
+}
