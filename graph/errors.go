@@ -23,6 +23,9 @@ var codes = map[string]string{
 	service.ERATELIMIT:    "RATE_LIMITED",
 	service.EUNAVAILABLE:  "UNAVAILABLE",
 	service.EINTERNAL:     "INTERNAL",
+	// A cursor of a log that no longer holds what follows it (viewerEvents past
+	// VIEWER_EVENTS_RETENTION): read the state again.
+	service.ECURSOREXPIRED: "CURSOR_EXPIRED",
 }
 
 // Code returns the extensions.code of err: its service code's, or INTERNAL.

@@ -15,6 +15,9 @@ const (
 	ERATELIMIT    = "rate_limited" // too many operations or runs
 	EUNAVAILABLE  = "unavailable"  // shutting down, or storage cannot be written
 	EINTERNAL     = "internal"     // a bug or an unexpected failure; details stay in the log
+	// ECURSOREXPIRED: a cursor of a log that no longer holds what follows it (a viewer
+	// cursor older than the retention): read the state again.
+	ECURSOREXPIRED = "cursor_expired"
 )
 
 // Error is a failure with a code and a message fit to show a user.

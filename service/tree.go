@@ -248,7 +248,7 @@ func (s *core) forkSession(ctx context.Context, u, messageID, title string) (*Se
 	if err := s.checkQuota(ctx, u, 1, sess.Size()+bytes); err != nil {
 		return nil, err
 	}
-	if err := s.writer.write(ctx, b); err != nil {
+	if err := s.writeCreation(ctx, b); err != nil {
 		return nil, err
 	}
 	s.counted(u, 1, sess.Size()+bytes)

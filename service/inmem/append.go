@@ -45,7 +45,7 @@ func (s *Store) append(b *service.Batch, ch *service.Changes) error {
 	}
 	if b.Delete {
 		s.deleteSession(sd)
-		return nil
+		return s.tell(ch)
 	}
 	var last int64
 	if sd != nil {
@@ -138,7 +138,7 @@ func (s *Store) append(b *service.Batch, ch *service.Changes) error {
 			}
 		}
 	}
-	return nil
+	return s.tell(ch)
 }
 
 // owned checks that no row of ch belongs to another session than id; s.mu must be held.

@@ -26,6 +26,7 @@ type Store struct {
 	questions map[string]*service.Question
 	toolCalls map[string]*service.ToolCall
 	idem      map[idemKey]*service.IdempotencyRecord
+	u         users
 }
 
 // sessionData is a session with the IDs of everything that belongs to it, so that Delete
@@ -49,7 +50,7 @@ var _ service.SoleWriter = (*Store)(nil)
 
 // New returns an empty Store.
 func New() *Store {
-	return &Store{
+	s := &Store{
 		sessions:  make(map[string]*sessionData),
 		messages:  make(map[string]*service.Message),
 		runs:      make(map[string]*service.Run),
@@ -57,6 +58,8 @@ func New() *Store {
 		toolCalls: make(map[string]*service.ToolCall),
 		idem:      make(map[idemKey]*service.IdempotencyRecord),
 	}
+	s.u.init()
+	return s
 }
 
 func errClosed() error { return service.Errorf(service.EUNAVAILABLE, "storage is closed") }

@@ -119,6 +119,9 @@ func (s *Store) appendTx(todo []int, batches []*service.Batch, chs []service.Cha
 	if bad, err := w.changes(accepted, batches, chs, errs); bad >= 0 || err != nil {
 		return bad, err
 	}
+	if err := w.tell(accepted, batches, chs); err != nil {
+		return -1, err
+	}
 	if err := tx.Commit(); err != nil {
 		return -1, err
 	}

@@ -14,7 +14,8 @@
 // mode lets run alongside the writer.
 //
 // The schema lives in migrations/ as goose migrations embedded in the binary; Open brings
-// the file up to date. The SQL itself is confined to queries.go.
+// the file up to date. The SQL itself is confined to queries.go (and userqueries.go, for what
+// the store keeps per user).
 //
 // The service writes through Append, which it calls once per round of its writer with
 // every session's pending batches: one transaction with prepared statements, so that a

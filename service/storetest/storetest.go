@@ -65,6 +65,7 @@ func Run(t *testing.T, open func(t *testing.T) service.Store) {
 		{"Footprint/a user's sessions and what they weigh", testFootprint},
 	}
 	tests = append(tests, treeTests...)
+	tests = append(tests, userTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
 	}
