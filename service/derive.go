@@ -89,14 +89,14 @@ func Derive(events []*Event) Changes {
 			if q := ev.Question; q != nil {
 				c.Questions = upsertRow(c.Questions, qs, q.ID, q)
 			}
-			if ev.Type == EventQuestionAsked {
+			if ev.Type == EventQuestionAsked && ev.Question != nil {
 				c.Unread = flag(true)
 			}
 		case EventToolCallStarted, EventToolCallFinished, EventToolApprovalRequested, EventToolApprovalDecided:
 			if tc := ev.ToolCall; tc != nil {
 				c.ToolCalls = upsertRow(c.ToolCalls, calls, tc.ID, tc)
 			}
-			if ev.Type == EventToolApprovalRequested {
+			if ev.Type == EventToolApprovalRequested && ev.ToolCall != nil {
 				c.Unread = flag(true)
 			}
 		case EventSessionRead:
