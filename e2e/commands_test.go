@@ -31,11 +31,18 @@ var mutationCalls = map[string]struct {
 		func(_, mid string) map[string]any { return map[string]any{"c": mid} }},
 	"respondToInputs": {`mutation($s: ID!, $q: ID!) { respondToInputs(input: {sessionId: $s, answers: [{questionId: $q, answer: "a"}]}) { run { id } } }`,
 		func(sid, mid string) map[string]any { return map[string]any{"s": sid, "q": mid} }},
-	"cancelRun":    {`mutation($s: ID!) { cancelRun(sessionId: $s) { id } }`, sessionVar},
-	"editMessage":  {`mutation($m: ID!) { editMessage(input: {messageId: $m, content: "again"}) { run { id } } }`, messageVar},
-	"regenerate":   {`mutation($m: ID!) { regenerate(input: {messageId: $m}) { run { id } } }`, messageVar},
-	"selectBranch": {`mutation($m: ID!) { selectBranch(input: {messageId: $m}) { id } }`, messageVar},
-	"forkSession":  {`mutation($m: ID!) { forkSession(input: {messageId: $m}) { id } }`, messageVar},
+	"cancelRun":       {`mutation($s: ID!) { cancelRun(sessionId: $s) { id } }`, sessionVar},
+	"editMessage":     {`mutation($m: ID!) { editMessage(input: {messageId: $m, content: "again"}) { run { id } } }`, messageVar},
+	"regenerate":      {`mutation($m: ID!) { regenerate(input: {messageId: $m}) { run { id } } }`, messageVar},
+	"selectBranch":    {`mutation($m: ID!) { selectBranch(input: {messageId: $m}) { id } }`, messageVar},
+	"forkSession":     {`mutation($m: ID!) { forkSession(input: {messageId: $m}) { id } }`, messageVar},
+	"markSessionRead": {`mutation($s: ID!) { markSessionRead(sessionId: $s) { id } }`, sessionVar},
+	"createWebhook": {`mutation { createWebhook(input: {url: "https://example.com/hook", events: ["run.completed"]}) { secret } }`,
+		nil},
+	"updateWebhook":       {`mutation($m: ID!) { updateWebhook(input: {id: $m, enabled: false}) { id } }`, messageVar},
+	"deleteWebhook":       {`mutation($m: ID!) { deleteWebhook(id: $m) }`, messageVar},
+	"rotateWebhookSecret": {`mutation($m: ID!) { rotateWebhookSecret(id: $m) { secret } }`, messageVar},
+	"redeliverWebhook":    {`mutation($m: ID!) { redeliverWebhook(deliveryId: $m) { id } }`, messageVar},
 }
 
 func sessionVar(sid, _ string) map[string]any { return map[string]any{"s": sid} }
