@@ -196,3 +196,16 @@ func TestViewerEventsTellNothingOfChunks(t *testing.T) {
 		t.Errorf("%d events for one reply: %s", len(evs), describeViewer(evs))
 	}
 }
+
+func TestViewerEventsTellAStatusChangeAlone(t *testing.T) {
+	svc := start(t, setup{})
+	s := newSession(t, svc, alice, "", "")
+	r := followViewer(t, svc, alice, "")
+	send(t, svc, alice, s.ID, "/slow 100")
+	r.until("running", changedTo(s.ID, service.SessionRunning, false))
+	if _, err := svc.CancelRun(alice, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Stopped: idle, with neither a message of the user's nor anything unread.
+	r.until("idle", changedTo(s.ID, service.SessionIdle, false))
+}
