@@ -363,6 +363,13 @@ func Settings() []Setting {
 		}},
 		{"webhook-disable-after", "WEBHOOK_DISABLE_AFTER", itoa(svc.WebhookDisableAfter), "webhook deliveries that fail in a row before the webhook is disabled (its disabledReason says so)", num(1, func(c *Config) *int { return &c.Service.WebhookDisableAfter })},
 		{"webhook-allow-private", "WEBHOOK_ALLOW_PRIVATE", "false", "let webhooks reach loopback, private and link-local addresses (a receiver on the server's own network); off, such a URL is refused when a webhook is made and any attempt that resolves to one fails", boolean(func(c *Config) *bool { return &c.Webhooks.AllowPrivate })},
+		{"webhook-secret-key", "WEBHOOK_SECRET_KEY", "", "what the webhooks' signing secrets are sealed with in the database, at least 16 characters, the same on every replica (default: a key kept in the database, which keeps them out of the webhooks' rows but not from a reader of the whole database); changing it makes every webhook's secret unreadable until rotated", func(c *Config, v string) error {
+			if len(v) < 16 {
+				return fmt.Errorf("want at least 16 characters, got %d", len(v))
+			}
+			c.Service.WebhookSealKey = v
+			return nil
+		}},
 		{"webhook-workers", "WEBHOOK_WORKERS", itoa(svc.WebhookWorkers), "webhook attempts one server makes at once", num(1, func(c *Config) *int { return &c.Service.WebhookWorkers })},
 		{"webhook-poll", "WEBHOOK_POLL", fmtDur(svc.WebhookPoll), "how often a server looks for webhook deliveries due (retries, and those a replica that died left); a delivery written here is attempted at once", dur(10*time.Millisecond, func(c *Config) *time.Duration { return &c.Service.WebhookPoll })},
 		{"webhook-max-body-bytes", "WEBHOOK_MAX_BODY_BYTES", strconv.Itoa(webhook.DefaultMaxBody), "largest webhook body sent", num64(256, func(c *Config) *int64 { return &c.Webhooks.MaxBody })},
@@ -476,7 +483,7 @@ func (c Config) meteredModels() []string {
 // query. A new setting that holds a secret is named here.
 func (s Setting) shown(v string) string {
 	switch s.Env {
-	case "AUTH_SECRET", "OPENAI_API_KEY":
+	case "AUTH_SECRET", "OPENAI_API_KEY", "WEBHOOK_SECRET_KEY":
 		return "[redacted]"
 	case "DATABASE_URL", "NATS_URL", "AUTH_JWKS_URL", "OPENAI_BASE_URL", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT":
 		u, err := url.Parse(v)

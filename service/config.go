@@ -79,6 +79,9 @@ type Config struct {
 	WebhookWorkers       int
 	WebhookPoll          time.Duration
 	Hooks                HookSender
+	// WebhookSealKey, when set, is what the webhook secrets kept in the store are sealed
+	// with (see sealer); otherwise a key kept in the store is.
+	WebhookSealKey string
 
 	// With a store shared by several replicas (one that implements Coordinator):
 	// ReplicaID names this replica (unique among them; default: random), RunLease is how

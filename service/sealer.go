@@ -11,18 +11,20 @@ import (
 	"golang.org/x/crypto/chacha20poly1305"
 )
 
-// sealer seals the webhook secrets the store keeps, so that a reader of the database
-// alone cannot sign as the server: XChaCha20-Poly1305 under a key derived from a secret
-// the store keeps apart (SecretKeeper: a row of its own, made once and shared by
-// replicas), bound to the webhook it belongs to. A store that keeps no secrets (memory)
-// gets a key of the process's own, which dies with what it protects.
+// sealer seals the webhook secrets the store keeps: XChaCha20-Poly1305, bound to the
+// webhook each belongs to, under a key derived from Config.WebhookSealKey
+// (WEBHOOK_SECRET_KEY) when the operator gives one, so that a reader of the database
+// cannot sign as the server; otherwise from a secret the store keeps apart (SecretKeeper:
+// a row of its own, made once and shared by replicas), which keeps the secrets out of the
+// webhooks' rows but not from a reader of the whole database. A store that keeps no
+// secrets (memory) gets a key of the process's own, which dies with what it protects.
 type sealer struct{ aead cipher.AEAD }
 
 // sealSecretName is the name under which the store keeps the secret the key is derived
 // from.
 const sealSecretName = "webhook-seal"
 
-func newSealer(ctx context.Context, store Store) (*sealer, error) {
+func newSealer(ctx context.Context, store Store, given string) (*sealer, error) {
 	gen := func() ([]byte, error) {
 		b := make([]byte, 32)
 		_, err := rand.Read(b)
@@ -30,7 +32,9 @@ func newSealer(ctx context.Context, store Store) (*sealer, error) {
 	}
 	var secret []byte
 	var err error
-	if k, ok := store.(SecretKeeper); ok {
+	if given != "" {
+		secret = []byte(given)
+	} else if k, ok := store.(SecretKeeper); ok {
 		secret, err = k.Secret(ctx, sealSecretName, gen)
 	} else {
 		secret, err = gen()

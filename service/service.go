@@ -107,7 +107,7 @@ func New(ctx context.Context, store Store, agents *Agents, cfg Config, log *slog
 		s.sole = ok && w.SoleWriter()
 	}
 	s.writer = newWriter(store, cfg.RoundCommands)
-	seal, err := newSealer(ctx, store)
+	seal, err := newSealer(ctx, store, cfg.WebhookSealKey)
 	if err != nil {
 		s.writer.stop()
 		return nil, err

@@ -23,8 +23,9 @@ type UserStore interface {
 	// moves it back.
 	ViewerSeq(ctx context.Context, userID string) (int64, error)
 	// PruneViewerEvents deletes, for each user, their viewer events up to the last one
-	// whose At is before before: what stays of a log is always its end, with no hole.
-	// It returns how many it deleted.
+	// whose At is before before: what stays of a log is always its end, with no hole. A
+	// store may keep each user's newest event whatever its age (one that numbers on from
+	// it). It returns how many it deleted.
 	PruneViewerEvents(ctx context.Context, before time.Time) (int64, error)
 
 	// CreateWebhook stores w, a new webhook, unless its user has limit webhooks or more

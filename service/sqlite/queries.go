@@ -400,7 +400,7 @@ var writes = []string{
 	qInsertSession, qUpdateSession, qDeleteSession, qGrowSession,
 	qRewriteEvent, qDropEvents, qInsertIdempotency, qDeleteMessages, qDeleteRuns,
 	qDeleteQuestions, qDeleteToolCalls, qDeleteEvents, qDeleteIdempotency, qWithdrawQuestions,
-	qSwitchBranch, qSetUnread, qBumpViewerSeq, qWebhooksToTell, qDeleteDeliveries,
+	qSwitchBranch, qSetUnread, qViewerLast, qWebhooksToTell, qCountWebhooks, qDeleteDeliveries,
 }
 
 func init() {
@@ -422,5 +422,5 @@ var reads = []string{
 	qSession, qSessions, qSessionsAft, qMessage, qMessagesFirst, qMessagesLast, qRun, qRunsByStatus,
 	qQuestion, qQuestions, qToolCalls, qToolCall, qEvents, qChunks, qCountEvents, qIdempotency, qFootprint,
 	qChildren, qCountMessages, qSessionRuns,
-	qViewerEvents, qViewerSeq, qWebhook, qWebhooks, qDelivery, qDeliveries, qDeliveriesAft,
+	qViewerEvents, qViewerSeq, qWebhook, qWebhooks, qDelivery, qDeliveries, qDeliveriesAft, qAnyDue,
 }

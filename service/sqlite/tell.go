@@ -3,6 +3,7 @@ package sqlite
 import (
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"slices"
 
 	"github.com/google/uuid"
@@ -42,37 +43,44 @@ func (w *txWriter) tell(accepted []int, batches []*service.Batch, chs []service.
 	return w.insertDeliveries(hooks)
 }
 
-// insertViewer numbers events per user and inserts them.
+// insertViewer numbers events per user, after each user's last event, and inserts them.
 func (w *txWriter) insertViewer(events []*service.ViewerEvent) error {
 	if len(events) == 0 {
 		return nil
 	}
-	count := map[string]int64{}
-	var users []string
-	for _, e := range events {
-		if count[e.UserID] == 0 {
-			users = append(users, e.UserID)
-		}
-		count[e.UserID]++
-	}
-	next := map[string]int64{} // the Seq of each user's next event
-	for _, u := range users {
-		var last int64
-		if err := w.stmt(qBumpViewerSeq).QueryRowContext(w.ctx, u, count[u]).Scan(&last); err != nil {
-			return err
-		}
-		next[u] = last - count[u] + 1
-	}
 	rows := make([][]any, 0, len(events))
 	for _, e := range events {
+		last, err := w.viewerLastOf(e.UserID)
+		if err != nil {
+			return err
+		}
 		payload, err := e.Payload()
 		if err != nil {
 			return err
 		}
-		rows = append(rows, []any{e.UserID, next[e.UserID], dbTime(e.At), string(payload)})
-		next[e.UserID]++
+		w.viewerLast[e.UserID] = last + 1
+		rows = append(rows, []any{e.UserID, last + 1, dbTime(e.At), string(payload)})
 	}
-	return w.multiRow(rows, qInsertViewerEvents, func(int, int) error { return nil })
+	return w.multiRow(rows, qInsertViewerEvents, func(n, inserted int) error {
+		if inserted != n {
+			return fmt.Errorf("sqlite: %d of %d viewer events were already stored", n-inserted, n)
+		}
+		return nil
+	})
+}
+
+// viewerLastOf returns the Seq of user u's last viewer event as the transaction sees it:
+// pruning keeps every user's last event (see PruneViewerEvents), so that it numbers on.
+func (w *txWriter) viewerLastOf(u string) (int64, error) {
+	if last, ok := w.viewerLast[u]; ok {
+		return last, nil
+	}
+	if last, ok := w.s.viewerLast[u]; ok {
+		return last, nil
+	}
+	var last int64
+	err := w.stmt(qViewerLast).QueryRowContext(w.ctx, u).Scan(&last)
+	return last, err
 }
 
 // insertDeliveries makes the deliveries of hooks.
@@ -88,6 +96,11 @@ func (w *txWriter) insertDeliveries(hooks []*service.HookEvent) error {
 	var rows [][]any
 	for _, h := range hooks {
 		targets, ok := byUser[h.UserID]
+		if hooked, err := w.hooked(h.UserID); err != nil {
+			return err
+		} else if !hooked {
+			continue
+		}
 		if !ok {
 			list, err := w.webhooksOf(h.UserID)
 			if err != nil {
@@ -109,6 +122,24 @@ func (w *txWriter) insertDeliveries(hooks []*service.HookEvent) error {
 		}
 	}
 	return w.multiRow(rows, qInsertDeliveries, func(int, int) error { return nil })
+}
+
+// hooked reports whether user u has webhooks, enabled or not: most users have none,
+// and their events then cost no query. The store knows it once it read it, since every
+// webhook is made and deleted through it (see CreateWebhook, DeleteWebhook).
+func (w *txWriter) hooked(u string) (bool, error) {
+	if h, ok := w.s.hooked[u]; ok {
+		return h, nil
+	}
+	var n int
+	if err := w.stmt(qCountWebhooks).QueryRowContext(w.ctx, u).Scan(&n); err != nil {
+		return false, err
+	}
+	if len(w.s.hooked) > maxKnownSessions {
+		clear(w.s.hooked)
+	}
+	w.s.hooked[u] = n > 0 // a rolled-back round leaves it true: read again when deleted
+	return n > 0, nil
 }
 
 // webhooksOf returns the ID and events (JSON) of the user's enabled webhooks.

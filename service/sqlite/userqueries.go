@@ -12,17 +12,18 @@ import (
 // Viewer logs.
 
 const (
-	// qBumpViewerSeq moves a user's numbering on by the events of a round, and returns
-	// the Seq of the last of them.
-	qBumpViewerSeq = `INSERT INTO viewer_seqs (user_id, seq) VALUES (?, ?)
-		ON CONFLICT (user_id) DO UPDATE SET seq = seq + excluded.seq RETURNING seq`
-	qViewerSeq    = `SELECT coalesce((SELECT seq FROM viewer_seqs WHERE user_id = ?), 0)`
+	// qViewerLast is the Seq of a user's last viewer event, 0 before any: this store has
+	// one writer, which numbers after it, and pruning keeps each user's last event.
+	qViewerLast   = `SELECT coalesce(max(seq), 0) FROM viewer_events WHERE user_id = ?`
+	qViewerSeq    = qViewerLast
 	qViewerEvents = `SELECT seq, payload FROM viewer_events WHERE user_id = ? AND seq > ? ORDER BY seq LIMIT ?`
 	// qPruneViewer deletes each user's events up to the last one older than the time
-	// given, so that what stays of a log is its end.
-	qPruneViewer = `WITH cut AS (SELECT user_id, max(seq) AS seq FROM viewer_events WHERE at < ? GROUP BY user_id)
-		DELETE FROM viewer_events WHERE EXISTS (SELECT 1 FROM cut
-			WHERE cut.user_id = viewer_events.user_id AND viewer_events.seq <= cut.seq)`
+	// given, so that what stays of a log is its end, but never a user's last event, from
+	// which the numbering goes on.
+	qPruneViewer = `WITH cut AS (SELECT user_id, max(seq) AS seq FROM viewer_events WHERE at < ? GROUP BY user_id),
+			newest AS (SELECT user_id, max(seq) AS seq FROM viewer_events WHERE user_id IN (SELECT user_id FROM cut) GROUP BY user_id)
+		DELETE FROM viewer_events WHERE EXISTS (SELECT 1 FROM cut JOIN newest USING (user_id)
+			WHERE cut.user_id = viewer_events.user_id AND viewer_events.seq <= min(cut.seq, newest.seq - 1))`
 )
 
 var qInsertViewerEvents = multiRow(`INSERT INTO viewer_events (user_id, seq, at, payload)`, 4, "")
@@ -38,6 +39,9 @@ const (
 	// qWebhooksToTell reads a user's enabled webhooks and the types they take.
 	qWebhooksToTell = `SELECT id, events FROM webhooks WHERE user_id = ? AND enabled = 1`
 	qCountWebhooks  = `SELECT count(*) FROM webhooks WHERE user_id = ?`
+	// qAnyDue reports whether a delivery is due, read before a claim takes the writer.
+	qAnyDue = `SELECT EXISTS (SELECT 1 FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+		WHERE d.status = 'PENDING' AND d.next_attempt_at <= ?1 AND w.enabled = 1 AND (d.lease_owner = '' OR d.lease_until < ?1))`
 	qInsertWebhook  = `INSERT INTO webhooks (` + webhookCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	qUpdateWebhook  = `UPDATE webhooks SET url = ?, events = ?, enabled = ?, disabled_reason = ?, description = ?,
 		secret = ?, previous_secret = ?, previous_until = ?, failures = ? WHERE id = ?`

