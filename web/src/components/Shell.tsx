@@ -1,8 +1,9 @@
 import { useCallback, useEffect, useState } from 'react';
 import { useConnectionState } from '../lib/connection';
-import { useSessionRoute } from '../lib/route';
+import { useSessionRoute, useWebhooksRoute } from '../lib/route';
 import { ChatView } from './ChatView';
 import { Sidebar } from './Sidebar';
+import { WebhooksPage } from './WebhooksPage';
 import { Welcome } from './Welcome';
 
 export interface TopBarProps {
@@ -13,6 +14,7 @@ export interface TopBarProps {
 /** The page: the chat list beside the open chat (behind a menu button on narrow screens). */
 export function Shell() {
   const sessionId = useSessionRoute();
+  const webhooks = useWebhooksRoute();
   // The drawer (narrow screens) remembers the chat it was opened on: choosing another
   // chat closes it.
   const [openedOn, setOpenedOn] = useState<{ route: string | null } | null>(null);
@@ -53,7 +55,13 @@ export function Shell() {
       <Sidebar currentId={sessionId} open={menuOpen} onClose={closeMenu} />
       {menuOpen && <div className="scrim" aria-hidden="true" onClick={closeMenu} />}
       <main className="main" id="main">
-        {sessionId ? <ChatView key={sessionId} sessionId={sessionId} bar={bar} /> : <Welcome bar={bar} />}
+        {sessionId ? (
+          <ChatView key={sessionId} sessionId={sessionId} bar={bar} />
+        ) : webhooks ? (
+          <WebhooksPage bar={bar} />
+        ) : (
+          <Welcome bar={bar} />
+        )}
       </main>
       {connection === 'reconnecting' && (
         <div className="connection-banner" role="status">
