@@ -231,7 +231,7 @@ func TestViewerEventsAcrossASIGKILLRestart(t *testing.T) {
 			c.Send(s2, "/slow 1000")
 			srv.kill()
 
-			srv = startChild(t, dir, port, env...)
+			startChild(t, dir, port, env...) // the same port, data and database: c reaches it
 			_, r3 := c.Send(s1, "after the restart")
 			resumed := c.Connect("graphql-transport-ws").Viewer(seen)
 			resumed.Until("the run after the restart", tgtest.Ended(r3))

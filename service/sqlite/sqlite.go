@@ -93,7 +93,7 @@ type Store struct {
 	// by wmu.
 	viewerLast map[string]int64
 	hooked     map[string]bool
-	hold  time.Duration        // Options.CompactHold
+	hold       time.Duration // Options.CompactHold
 	// compactSliced, when set (by tests), is called after each of Compact's transactions
 	// with how many streams it folded and how many are left.
 	compactSliced func(done, left int)

@@ -42,8 +42,8 @@ const (
 	// qAnyDue reports whether a delivery is due, read before a claim takes the writer.
 	qAnyDue = `SELECT EXISTS (SELECT 1 FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
 		WHERE d.status = 'PENDING' AND d.next_attempt_at <= ?1 AND w.enabled = 1 AND (d.lease_owner = '' OR d.lease_until < ?1))`
-	qInsertWebhook  = `INSERT INTO webhooks (` + webhookCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	qUpdateWebhook  = `UPDATE webhooks SET url = ?, events = ?, enabled = ?, disabled_reason = ?, description = ?,
+	qInsertWebhook = `INSERT INTO webhooks (` + webhookCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	qUpdateWebhook = `UPDATE webhooks SET url = ?, events = ?, enabled = ?, disabled_reason = ?, description = ?,
 		secret = ?, previous_secret = ?, previous_until = ?, failures = ? WHERE id = ?`
 	qDeleteWebhook    = `DELETE FROM webhooks WHERE id = ?`
 	qDeleteDeliveries = `DELETE FROM webhook_deliveries WHERE webhook_id = ?`
