@@ -194,7 +194,8 @@ func (r *runner) viewer(ctx context.Context, n int) {
 	r.stopUnfinished(ctx, f.sessions, res)
 	o := r.evaluate(f.sessions, res)
 	// Each viewer is told of its user's run's end; by now it has, or soon.
-	deadline := time.After(r.cfg.Timeout)
+	wait, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
 	told := 0
 	for _, v := range views {
 		if v == nil {
@@ -203,8 +204,7 @@ func (r *runner) viewer(ctx context.Context, n int) {
 		select {
 		case <-v.told:
 			told++
-		case <-deadline:
-		case <-ctx.Done():
+		case <-wait.Done():
 		}
 		if why, ok := v.broken.Load().(string); ok {
 			r.errs.add(scen, "viewer subscription broke", why)
