@@ -39,16 +39,15 @@ func (r *Resolver) viewerEvents(ctx context.Context, after string) (<-chan model
 func (r *Resolver) viewerEvent(ctx context.Context, cursor string, ev *service.ViewerEvent) model.ViewerEvent {
 	switch ev.Type {
 	case service.ViewerSessionChanged:
-		v, err := r.Service.View(ctx, ev.SessionID)
-		if err != nil {
-			v = &service.SessionView{}
+		// An idle session has no active run nor anything pending: nothing to read.
+		snap := service.SessionView{}
+		if ev.Status != service.SessionIdle {
+			if v, err := r.Service.View(ctx, ev.SessionID); err == nil {
+				snap = *v
+			}
 		}
-		snap := *v
 		snap.TalkSession, snap.Status = ev.Session, ev.Status
 		snap.StreamCursor = service.EncodeCursor(ev.SessionID, service.Cursor{Seq: ev.SessionSeq})
-		if ev.Status == service.SessionIdle {
-			snap.ActiveRun, snap.PendingQuestion, snap.PendingQuestions, snap.PendingApprovals = nil, nil, nil, nil
-		}
 		return &model.SessionChanged{Cursor: cursor, At: ev.At, Session: &snap}
 	case service.ViewerSessionRemoved:
 		return &model.SessionRemoved{Cursor: cursor, At: ev.At, SessionID: ev.SessionID}
