@@ -271,9 +271,14 @@ func TestViewerEventsFromAnotherReplica(t *testing.T) {
 		_, run := there.Send(sid, fmt.Sprintf("hello %d", i))
 		runs = append(runs, run)
 	}
-	for _, run := range runs {
-		viewer.Until("a run's end on the other replica", tgtest.Ended(run))
-	}
+	// The runs end in any order: wait until every one's end was told.
+	ended := map[string]bool{}
+	viewer.Until("every run's end on the other replica", func(e tgtest.ViewerEvent) bool {
+		if e.Typename == "RunEnded" {
+			ended[e.Run.ID] = true
+		}
+		return ended[runs[0]] && ended[runs[1]] && ended[runs[2]]
+	})
 	checkViewerLog(t, viewer.All)
 	whole := c.On(rs.reps[1].URL).Connect("graphql-transport-ws").Viewer(viewer.All[0].Cursor)
 	for range len(viewer.All) - 1 {
