@@ -28,6 +28,7 @@ import (
 	"github.com/talkgraph/talkgraph/service"
 	"github.com/talkgraph/talkgraph/service/mcp"
 	natsc "github.com/talkgraph/talkgraph/service/nats"
+	"github.com/talkgraph/talkgraph/service/webhook"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
@@ -124,6 +125,9 @@ func Open(ctx context.Context, cfg Config, logOut io.Writer) (*App, error) {
 	}
 	scfg.Tracing = tp
 	scfg.Models = cfg.meteredModels()
+	if scfg.Hooks == nil {
+		scfg.Hooks = webhook.New(cfg.Webhooks)
+	}
 	svc, err := service.New(ctx, store, agents, scfg, log)
 	if err != nil {
 		if tools != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/talkgraph/talkgraph/service/mcp"
 	"github.com/talkgraph/talkgraph/service/openai"
 	"github.com/talkgraph/talkgraph/service/sqlite"
+	"github.com/talkgraph/talkgraph/service/webhook"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -61,6 +62,8 @@ type Config struct {
 
 	Service service.Config
 	HTTP    httpapi.HandlerConfig
+	// Webhooks is how webhook deliveries are sent (service.Config.Hooks, unless set).
+	Webhooks webhook.Options
 
 	// Agents, when set, registers more agents (or replaces built-in ones) for a program
 	// that embeds talkgraph.
@@ -366,6 +369,38 @@ func Settings() []Setting {
 		{"schedule-min-interval", "SCHEDULE_MIN_INTERVAL", fmtDur(svc.ScheduleMinInterval), "least time two fires of one cron may be apart (a cron that can fire closer is refused)", dur(time.Minute, func(c *Config) *time.Duration { return &c.Service.ScheduleMinInterval })},
 		{"schedule-max-catch-up", "SCHEDULE_MAX_CATCH_UP", itoa(svc.ScheduleMaxCatchUp), "most fires a schedule with catch-up ALL makes for the instants it missed while no server ran (the latest; older ones are recorded SKIPPED)", num(1, func(c *Config) *int { return &c.Service.ScheduleMaxCatchUp })},
 		{"schedule-grace", "SCHEDULE_GRACE", fmtDur(svc.ScheduleGrace), "how late a fire may be sent and still count as on time; an instant older than this when a server looks was missed, and follows its schedule's catch-up", dur(time.Second, func(c *Config) *time.Duration { return &c.Service.ScheduleGrace })},
+		{"viewer-events-retention", "VIEWER_EVENTS_RETENTION", fmtDur(svc.ViewerRetention), "how long a user's viewer events are kept; viewerEvents refuses a cursor from before the oldest kept with CURSOR_EXPIRED", dur(time.Second, func(c *Config) *time.Duration { return &c.Service.ViewerRetention })},
+		{"max-webhooks-per-user", "MAX_WEBHOOKS_PER_USER", itoa(svc.MaxWebhooksPerUser), "webhooks one user may have", num(1, func(c *Config) *int { return &c.Service.MaxWebhooksPerUser })},
+		{"webhook-timeout", "WEBHOOK_TIMEOUT", fmtDur(svc.WebhookTimeout), "longest a webhook delivery's attempt waits for the receiver's answer; then the attempt failed", dur(100*time.Millisecond, func(c *Config) *time.Duration { return &c.Service.WebhookTimeout })},
+		{"webhook-retry-schedule", "WEBHOOK_RETRY_SCHEDULE", fmtDurs(svc.WebhookRetrySchedule), "how long after each failed attempt of a webhook delivery the next is made (up to 20% more, at random), comma-separated; after the last the delivery is FAILED", func(c *Config, v string) error {
+			var ds []time.Duration
+			for _, p := range strings.Split(v, ",") {
+				d, err := time.ParseDuration(strings.TrimSpace(p))
+				if err != nil || d < 10*time.Millisecond {
+					return fmt.Errorf("want durations of at least 10ms separated by commas, like 5s,5m,30m, got %q", v)
+				}
+				ds = append(ds, d)
+			}
+			if len(ds) > 20 {
+				return fmt.Errorf("want at most 20 intervals, got %d", len(ds))
+			}
+			c.Service.WebhookRetrySchedule = ds
+			return nil
+		}},
+		{"webhook-disable-after", "WEBHOOK_DISABLE_AFTER", itoa(svc.WebhookDisableAfter), "webhook deliveries that fail in a row before the webhook is disabled (its disabledReason says so)", num(1, func(c *Config) *int { return &c.Service.WebhookDisableAfter })},
+		{"webhook-allow-private", "WEBHOOK_ALLOW_PRIVATE", "false", "let webhooks reach loopback, private and link-local addresses (a receiver on the server's own network); off, such a URL is refused when a webhook is made and any attempt that resolves to one fails", boolean(func(c *Config) *bool { return &c.Webhooks.AllowPrivate })},
+		{"webhook-secret-key", "WEBHOOK_SECRET_KEY", "", "what the webhooks' signing secrets are sealed with in the database, at least 16 characters, the same on every replica (default: a key kept in the database, which keeps them out of the webhooks' rows but not from a reader of the whole database); changing it makes every webhook's secret unreadable until rotated", func(c *Config, v string) error {
+			if len(v) < 16 {
+				return fmt.Errorf("want at least 16 characters, got %d", len(v))
+			}
+			c.Service.WebhookSealKey = v
+			return nil
+		}},
+		{"webhook-workers", "WEBHOOK_WORKERS", itoa(svc.WebhookWorkers), "webhook attempts one server makes at once", num(1, func(c *Config) *int { return &c.Service.WebhookWorkers })},
+		{"webhook-poll", "WEBHOOK_POLL", fmtDur(svc.WebhookPoll), "how often a server looks for webhook deliveries due (retries, and those a replica that died left); a delivery written here is attempted at once", dur(10*time.Millisecond, func(c *Config) *time.Duration { return &c.Service.WebhookPoll })},
+		{"webhook-max-body-bytes", "WEBHOOK_MAX_BODY_BYTES", strconv.Itoa(webhook.DefaultMaxBody), "largest webhook body sent", num64(256, func(c *Config) *int64 { return &c.Webhooks.MaxBody })},
+		{"webhook-max-response-bytes", "WEBHOOK_MAX_RESPONSE_BYTES", strconv.Itoa(webhook.DefaultMaxResponse), "most bytes of a receiver's answer read (the rest is not)", num64(0, func(c *Config) *int64 { return &c.Webhooks.MaxResponse })},
+		{"webhook-deliveries-retention", "WEBHOOK_DELIVERIES_RETENTION", fmtDur(svc.DeliveryRetention), "how long a webhook delivery that ended (DELIVERED or FAILED) stays in its webhook's log", dur(time.Second, func(c *Config) *time.Duration { return &c.Service.DeliveryRetention })},
 		{"write-round-commands", "WRITE_ROUND_COMMANDS", itoa(svc.RoundCommands), "most commands (messages, stops, answers, ...) one write round takes; more wait for the next round, which begins once this one is written (streamed text is not counted)", num(1, func(c *Config) *int { return &c.Service.RoundCommands })},
 		{"flush-interval", "FLUSH_INTERVAL", fmtDur(svc.FlushInterval), "least time between two writes of one reply's streamed text, its first going at once (0: as soon as the writer is free; under load the writer batches anyway)", dur(0, func(c *Config) *time.Duration { return &c.Service.FlushInterval })},
 		{"demo-chunk-delay", "DEMO_CHUNK_DELAY", fmtDur(demo.DefaultChunkDelay), "pause between two words the demo agent streams (the first comes at once)", dur(0, func(c *Config) *time.Duration { return &c.DemoChunkDelay })},
@@ -474,7 +509,7 @@ func (c Config) meteredModels() []string {
 // query. A new setting that holds a secret is named here.
 func (s Setting) shown(v string) string {
 	switch s.Env {
-	case "AUTH_SECRET", "OPENAI_API_KEY":
+	case "AUTH_SECRET", "OPENAI_API_KEY", "WEBHOOK_SECRET_KEY":
 		return "[redacted]"
 	case "DATABASE_URL", "NATS_URL", "AUTH_JWKS_URL", "OPENAI_BASE_URL", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT":
 		u, err := url.Parse(v)
@@ -523,6 +558,15 @@ func RedactArgs(args []string) []string {
 }
 
 // fmtDur writes a duration the short way: 720h, 15m, 5s, 0s.
+// fmtDurs is a list of durations as WEBHOOK_RETRY_SCHEDULE takes it.
+func fmtDurs(ds []time.Duration) string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = fmtDur(d)
+	}
+	return strings.Join(out, ",")
+}
+
 func fmtDur(d time.Duration) string {
 	s := d.String()
 	for _, zero := range []string{"0s", "0m"} {

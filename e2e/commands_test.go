@@ -41,9 +41,16 @@ var mutationCalls = map[string]struct {
 	"forkSharedSession": {`mutation { forkSharedSession(token: "no such token") { id } }`, nil},
 	"createSchedule": {`mutation($s: ID!) { createSchedule(input: {content: "hi", sessionId: $s, cron: "0 9 * * *"}) { id } }`,
 		sessionVar},
-	"updateSchedule": {`mutation($m: ID!) { updateSchedule(input: {id: $m, enabled: false}) { id } }`, messageVar},
-	"deleteSchedule": {`mutation($m: ID!) { deleteSchedule(id: $m) }`, messageVar},
-	"runScheduleNow": {`mutation($m: ID!) { runScheduleNow(id: $m) { id } }`, messageVar},
+	"updateSchedule":  {`mutation($m: ID!) { updateSchedule(input: {id: $m, enabled: false}) { id } }`, messageVar},
+	"deleteSchedule":  {`mutation($m: ID!) { deleteSchedule(id: $m) }`, messageVar},
+	"runScheduleNow":  {`mutation($m: ID!) { runScheduleNow(id: $m) { id } }`, messageVar},
+	"markSessionRead": {`mutation($s: ID!) { markSessionRead(sessionId: $s) { id } }`, sessionVar},
+	"createWebhook": {`mutation { createWebhook(input: {url: "https://example.com/hook", events: ["run.completed"]}) { secret } }`,
+		nil},
+	"updateWebhook":       {`mutation($m: ID!) { updateWebhook(input: {id: $m, enabled: false}) { id } }`, messageVar},
+	"deleteWebhook":       {`mutation($m: ID!) { deleteWebhook(id: $m) }`, messageVar},
+	"rotateWebhookSecret": {`mutation($m: ID!) { rotateWebhookSecret(id: $m) { secret } }`, messageVar},
+	"redeliverWebhook":    {`mutation($m: ID!) { redeliverWebhook(deliveryId: $m) { id } }`, messageVar},
 }
 
 // otherEdges are the operations that no mutation asks for, each with the edge that does:

@@ -24,6 +24,9 @@ var codes = map[string]string{
 	service.EUNAVAILABLE:  "UNAVAILABLE",
 	service.EBUDGET:       "BUDGET_EXCEEDED",
 	service.EINTERNAL:     "INTERNAL",
+	// A cursor of a log that no longer holds what follows it (viewerEvents past
+	// VIEWER_EVENTS_RETENTION): read the state again.
+	service.ECURSOREXPIRED: "CURSOR_EXPIRED",
 }
 
 // Code returns the extensions.code of err: its service code's, or INTERNAL.

@@ -232,6 +232,36 @@ func (r *mutationResolver) RunScheduleNow(ctx context.Context, id string) (*mode
 	return &model.ScheduleFire{ScheduleFire: f, Svc: r.Service}, nil
 }
 
+// MarkSessionRead is the resolver for the markSessionRead field.
+func (r *mutationResolver) MarkSessionRead(ctx context.Context, sessionID string) (*service.SessionView, error) {
+	return r.Service.MarkSessionRead(ctx, sessionID)
+}
+
+// CreateWebhook is the resolver for the createWebhook field.
+func (r *mutationResolver) CreateWebhook(ctx context.Context, input model.CreateWebhookInput) (*service.WebhookSecret, error) {
+	return r.Service.CreateWebhook(ctx, input.URL, input.Events, deref(input.Description))
+}
+
+// UpdateWebhook is the resolver for the updateWebhook field.
+func (r *mutationResolver) UpdateWebhook(ctx context.Context, input model.UpdateWebhookInput) (*service.Webhook, error) {
+	return r.Service.UpdateWebhook(ctx, service.UpdateWebhookArgs{ID: input.ID, URL: input.URL, Events: input.Events, Enabled: input.Enabled, Description: input.Description})
+}
+
+// DeleteWebhook is the resolver for the deleteWebhook field.
+func (r *mutationResolver) DeleteWebhook(ctx context.Context, id string) (bool, error) {
+	return true, r.Service.DeleteWebhook(ctx, id)
+}
+
+// RotateWebhookSecret is the resolver for the rotateWebhookSecret field.
+func (r *mutationResolver) RotateWebhookSecret(ctx context.Context, id string) (*service.WebhookSecret, error) {
+	return r.Service.RotateWebhookSecret(ctx, id)
+}
+
+// RedeliverWebhook is the resolver for the redeliverWebhook field.
+func (r *mutationResolver) RedeliverWebhook(ctx context.Context, deliveryID string) (*service.Delivery, error) {
+	return r.Service.RedeliverWebhook(ctx, deliveryID)
+}
+
 // Viewer is the resolver for the viewer field.
 func (r *queryResolver) Viewer(ctx context.Context) (*model.Viewer, error) {
 	u := service.UserFrom(ctx)
@@ -243,10 +273,8 @@ func (r *queryResolver) Viewer(ctx context.Context) (*model.Viewer, error) {
 
 // Sessions is the resolver for the sessions field.
 func (r *queryResolver) Sessions(ctx context.Context, first *int, after *string) (*model.TalkSessionConnection, error) {
-	var cursor string
-	if after != nil {
-		cursor = *after
-	}
+	cursor := deref(after)
+	r.beforeSessions(ctx)
 	page, hasNext, err := r.Service.Sessions(ctx, first, cursor)
 	if err != nil {
 		return nil, err
@@ -309,6 +337,16 @@ func (r *queryResolver) CronPreview(ctx context.Context, cron string, timezone *
 	return timesOf(r.Service.CronPreview(ctx, cron, deref(timezone), deref(count)))
 }
 
+// Webhooks is the resolver for the webhooks field.
+func (r *queryResolver) Webhooks(ctx context.Context) ([]*service.Webhook, error) {
+	return r.Service.Webhooks(ctx)
+}
+
+// WebhookEventTypes is the resolver for the webhookEventTypes field.
+func (r *queryResolver) WebhookEventTypes(ctx context.Context) ([]string, error) {
+	return service.HookTypes(), nil
+}
+
 // AnswerSchema is the resolver for the answerSchema field.
 func (r *questionResolver) AnswerSchema(ctx context.Context, obj *service.Question) (*string, error) {
 	return optional(obj.AnswerSchema), nil
@@ -364,16 +402,16 @@ func (r *subscriptionResolver) MessageStream(ctx context.Context, sessionID stri
 	if st == nil {
 		return nil, service.Errorf(service.EINTERNAL, "messageStream needs a transport that drives a graph.Stream")
 	}
-	if st.sub == nil {
-		var cursor string
-		if after != nil {
-			cursor = *after
-		}
-		if err := st.open(ctx, r.Resolver, sessionID, cursor); err != nil {
+	if st.src == nil {
+		if err := st.openSession(ctx, r.Resolver, sessionID, deref(after)); err != nil {
 			return nil, err
 		}
 	}
-	return st.ch, nil
+	f, ok := st.src.(*sessionFeed)
+	if !ok {
+		return nil, service.Errorf(service.EINTERNAL, "one subscription per operation")
+	}
+	return f.ch, nil
 }
 
 // SharedStream is the resolver for the sharedStream field.
@@ -382,12 +420,21 @@ func (r *subscriptionResolver) SharedStream(ctx context.Context, token string, a
 	if st == nil {
 		return nil, service.Errorf(service.EINTERNAL, "sharedStream needs a transport that drives a graph.Stream")
 	}
-	if st.sub == nil {
+	if st.src == nil {
 		if err := st.openShared(ctx, r.Resolver, token, after); err != nil {
 			return nil, err
 		}
 	}
-	return st.ch, nil
+	f, ok := st.src.(*sessionFeed)
+	if !ok {
+		return nil, service.Errorf(service.EINTERNAL, "this stream reads no session")
+	}
+	return f.ch, nil
+}
+
+// ViewerEvents is the resolver for the viewerEvents field.
+func (r *subscriptionResolver) ViewerEvents(ctx context.Context, after *string) (<-chan model.ViewerEvent, error) {
+	return r.viewerEvents(ctx, deref(after))
 }
 
 // Messages is the resolver for the messages field.
@@ -465,6 +512,39 @@ func (r *toolInfoResolver) Policy(ctx context.Context, obj *service.ToolInfo) (*
 	return &p, nil
 }
 
+// EventsCursor is the resolver for the eventsCursor field.
+func (r *viewerResolver) EventsCursor(ctx context.Context, obj *model.Viewer) (string, error) {
+	return r.eventsCursor(ctx)
+}
+
+// DisabledReason is the resolver for the disabledReason field.
+func (r *webhookResolver) DisabledReason(ctx context.Context, obj *service.Webhook) (*string, error) {
+	return optional(obj.DisabledReason), nil
+}
+
+// Description is the resolver for the description field.
+func (r *webhookResolver) Description(ctx context.Context, obj *service.Webhook) (*string, error) {
+	return optional(obj.Description), nil
+}
+
+// Deliveries is the resolver for the deliveries field.
+func (r *webhookResolver) Deliveries(ctx context.Context, obj *service.Webhook, first *int, after *string) (*model.WebhookDeliveryConnection, error) {
+	return r.deliveries(ctx, obj, first, deref(after))
+}
+
+// LastStatusCode is the resolver for the lastStatusCode field.
+func (r *webhookDeliveryResolver) LastStatusCode(ctx context.Context, obj *service.Delivery) (*int, error) {
+	if obj.LastStatusCode == 0 {
+		return nil, nil
+	}
+	return &obj.LastStatusCode, nil
+}
+
+// LastError is the resolver for the lastError field.
+func (r *webhookDeliveryResolver) LastError(ctx context.Context, obj *service.Delivery) (*string, error) {
+	return optional(obj.LastError), nil
+}
+
 // Message returns generated.MessageResolver implementation.
 func (r *Resolver) Message() generated.MessageResolver { return &messageResolver{r} }
 
@@ -506,6 +586,17 @@ func (r *Resolver) ToolCall() generated.ToolCallResolver { return &toolCallResol
 // ToolInfo returns generated.ToolInfoResolver implementation.
 func (r *Resolver) ToolInfo() generated.ToolInfoResolver { return &toolInfoResolver{r} }
 
+// Viewer returns generated.ViewerResolver implementation.
+func (r *Resolver) Viewer() generated.ViewerResolver { return &viewerResolver{r} }
+
+// Webhook returns generated.WebhookResolver implementation.
+func (r *Resolver) Webhook() generated.WebhookResolver { return &webhookResolver{r} }
+
+// WebhookDelivery returns generated.WebhookDeliveryResolver implementation.
+func (r *Resolver) WebhookDelivery() generated.WebhookDeliveryResolver {
+	return &webhookDeliveryResolver{r}
+}
+
 type (
 	messageResolver         struct{ *Resolver }
 	mutationResolver        struct{ *Resolver }
@@ -520,4 +611,7 @@ type (
 	toolApprovalResolver    struct{ *Resolver }
 	toolCallResolver        struct{ *Resolver }
 	toolInfoResolver        struct{ *Resolver }
+	viewerResolver          struct{ *Resolver }
+	webhookResolver         struct{ *Resolver }
+	webhookDeliveryResolver struct{ *Resolver }
 )

@@ -29,24 +29,22 @@ func ShareURL(ctx context.Context, token string) string {
 	return base + "/s/" + token
 }
 
-// openShared opens the share link's stream st drives, for the resolver in ctx.
+// openShared opens a feed of the share link's stream for the sharedStream resolver in ctx,
+// after after (or where SubscribeFrom said), and makes the stream's plans.
 func (st *Stream) openShared(ctx context.Context, r *Resolver, token string, after *string) error {
 	var cursor string
 	if after != nil {
 		cursor = *after
 	}
-	if st.resuming {
-		cursor = st.resume
-	}
-	sub, err := r.Service.SubscribeShared(ctx, token, cursor, st.notify)
+	sub, err := r.Service.SubscribeShared(ctx, token, st.from(cursor), st.notify)
 	if err != nil {
 		return err
 	}
 	mask := sub.Mask()
-	st.r, st.sub = r, sub
-	st.view = func(ctx context.Context, ev *service.Event) model.SessionEvent {
+	view := func(ctx context.Context, ev *service.Event) model.SessionEvent {
 		return r.eventAt(ctx, ev, service.EncodeShareCursor(service.CursorOf(ev)), mask)
 	}
+	st.src = &sessionFeed{sub: sub, view: view, ch: make(chan model.SessionEvent, 1)}
 	st.planFrom(ctx)
 	return nil
 }

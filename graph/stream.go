@@ -17,11 +17,12 @@ import (
 	"github.com/talkgraph/talkgraph/service"
 )
 
-// Stream drives one messageStream subscription for the transport that serves it, with the
-// rules every transport shares, so that a transport only says how a result is sent (an
-// Output) and how a subscription ends (Pump's StreamState). It has no goroutine: it is a
-// position in the session's log (a service.Subscription); Subscribe opens it, and whenever
-// its notify function is called the transport calls Pump, one call at a time, which
+// Stream drives one subscription (messageStream or viewerEvents) for the transport that
+// serves it, with the rules every transport shares, so that a transport only says how a
+// result is sent (an Output) and how a subscription ends (Pump's StreamState). It has no
+// goroutine: it is a position in a log (a feed: a session's log, or a user's viewer log);
+// Subscribe opens it, and whenever its notify function is called the transport calls
+// Pump, one call at a time, which
 //
 //   - reads what is new in the log and turns each event into its GraphQL type;
 //   - renders an event a plan covers with the fast renderer (see plan), and any other with
@@ -34,18 +35,12 @@ import (
 //   - ends: the session deleted (complete), the server shutting down (the client resumes
 //     with its cursor), or a failure (an internal error).
 type Stream struct {
-	r      *Resolver
-	sub    reader // nil until the resolver has opened it (see withStream)
+	src    feed // nil until the resolver has opened it (see withStream)
 	notify func()
-	// view maps an event of sub to its GraphQL type (nil: not shown): Resolver.event for
-	// messageStream, through the link's mask for sharedStream.
-	view func(ctx context.Context, ev *service.Event) model.SessionEvent
-	exec graphql.GraphExecutor
-	op   operation
-	log  *slog.Logger
+	exec   graphql.GraphExecutor
+	op     operation
+	log    *slog.Logger
 
-	buf []*service.Event        // read from the log, not yet sent
-	ch  chan model.SessionEvent // buffered(1): the event the executor renders next
 	// plans render the commonest events without the executor (see planFrom); rootKey is
 	// the messageStream field's response key as JSON, with its colon.
 	rootKey string
@@ -63,13 +58,6 @@ type Stream struct {
 	mu     sync.Mutex // guards retry and closed: Close may come while Pump runs
 	retry  *time.Timer
 	closed bool
-}
-
-// reader is what a Stream reads: a session's log (service.Subscription), or a share
-// link's (service.SharedSubscription).
-type reader interface {
-	Read(ctx context.Context, max int) ([]*service.Event, error)
-	Close()
 }
 
 // Output is how a transport sends a subscription's results: Pump calls Send with each.
@@ -145,18 +133,18 @@ func subscribe(ctx context.Context, exec graphql.GraphExecutor, rc *graphql.Oper
 		log = slog.Default()
 	}
 	st = made
-	st.exec, st.log, st.ch = exec, log, make(chan model.SessionEvent, 1)
+	st.exec, st.log = exec, log
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("subscription panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			if st != nil && st.sub != nil {
-				st.sub.Close()
+			if st != nil && st.src != nil {
+				st.src.close()
 			}
 			st, refused = nil, internalError()
 		}
 	}()
 	responses, rctx := exec.DispatchOperation(withStream(ctx, st), rc)
-	if st.sub == nil {
+	if st.src == nil {
 		if responses != nil {
 			refused = responses(rctx)
 		}
@@ -201,22 +189,16 @@ func streamOf(ctx context.Context) *Stream {
 // interceptor can leave it alone (the tracing extension makes no span for it).
 func Resumed(ctx context.Context) bool {
 	st := streamOf(ctx)
-	return st != nil && st.sub != nil
+	return st != nil && st.src != nil
 }
 
-// open opens the subscription st drives, for the resolver in ctx: after after, or where
-// SubscribeFrom said.
-func (st *Stream) open(ctx context.Context, r *Resolver, sessionID, after string) error {
+// from is where the subscription st drives starts: after after, or where SubscribeFrom
+// said.
+func (st *Stream) from(after string) string {
 	if st.resuming {
-		after = st.resume
+		return st.resume
 	}
-	sub, err := r.Service.Subscribe(ctx, sessionID, after, st.notify)
-	if err != nil {
-		return err
-	}
-	st.r, st.sub, st.view = r, sub, r.event
-	st.planFrom(ctx)
-	return nil
+	return after
 }
 
 // Pump sends what is new in the stream to out, at most perTurn events, and reports where
@@ -239,14 +221,19 @@ func (st *Stream) Pump(ctx context.Context, out Output) (state StreamState) {
 		if ctx.Err() != nil {
 			return StreamIdle // stopped: nothing more is sent, as the executor would not
 		}
-		m, err := st.next(ctx)
+		m, err := st.src.next(ctx)
 		switch {
-		case errors.Is(err, service.ErrNoShare):
-			return StreamGone
 		case errors.Is(err, service.ErrSessionDeleted):
 			return StreamDeleted
 		case errors.Is(err, service.ErrShutdown):
 			return StreamShutDown
+		case errors.Is(err, service.ErrNoShare):
+			return StreamGone
+		case service.ErrorCode(err) == service.ECURSOREXPIRED:
+			// Behind for longer than the log keeps: the client subscribes again, and is
+			// told so.
+			st.log.Info("subscription fell behind what the log keeps", "err", err)
+			return StreamFailed
 		case err != nil:
 			if ctx.Err() != nil || service.ErrorCode(err) == service.ECONFLICT {
 				return StreamIdle // stopped meanwhile
@@ -261,7 +248,7 @@ func (st *Stream) Pump(ctx context.Context, out Output) (state StreamState) {
 			sc = scratches.Get().(*scratch)
 		}
 		sc.buf.Reset()
-		if st.render(&sc.buf, m) {
+		if se, ok := m.(model.SessionEvent); ok && st.render(&sc.buf, se) {
 			sc.resp.Data = sc.buf.Bytes()
 			if !out.Send(&sc.resp, m.GetCursor()) {
 				return StreamIdle
@@ -279,32 +266,12 @@ func (st *Stream) Pump(ctx context.Context, out Output) (state StreamState) {
 	return StreamMore
 }
 
-// next is the next event of the log the schema shows, in its GraphQL type; nil with a nil
-// error when the stream has caught up.
-func (st *Stream) next(ctx context.Context) (model.SessionEvent, error) {
-	for {
-		if len(st.buf) == 0 {
-			evs, err := st.sub.Read(ctx, 0)
-			if err != nil || len(evs) == 0 {
-				return nil, err
-			}
-			st.buf = evs
-		}
-		ev := st.buf[0]
-		st.buf[0] = nil
-		st.buf = st.buf[1:]
-		if m := st.view(ctx, ev); m != nil {
-			return m, nil
-		}
-	}
-}
-
 // execute renders m with gqlgen's executor. The first time in a turn it executes the
 // operation again, from its compact copy, with the stream in the context (see withStream),
 // and keeps the response handler for the rest of the turn; the handler then takes m from
 // the stream's channel. resp is nil when ctx ended; ok is false when the executor answered
 // nothing.
-func (st *Stream) execute(ctx context.Context, m model.SessionEvent) (resp *graphql.Response, ok bool) {
+func (st *Stream) execute(ctx context.Context, m feedEvent) (resp *graphql.Response, ok bool) {
 	if st.responses == nil {
 		responses, rctx := st.exec.DispatchOperation(withStream(graphql.StartOperationTrace(ctx), st), st.op.context())
 		if responses == nil {
@@ -313,11 +280,7 @@ func (st *Stream) execute(ctx context.Context, m model.SessionEvent) (resp *grap
 		}
 		st.responses, st.rctx = responses, rctx
 	}
-	select {
-	case <-st.ch: // an event a handler whose context ended did not take
-	default:
-	}
-	st.ch <- m
+	st.src.hand(m)
 	return st.responses(st.rctx), true
 }
 
@@ -343,7 +306,7 @@ func (st *Stream) Close() {
 		st.retry.Stop()
 	}
 	st.mu.Unlock()
-	st.sub.Close()
+	st.src.close()
 }
 
 // scratch is what a turn of Pump renders events into, borrowed from scratches for the

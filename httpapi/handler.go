@@ -220,6 +220,7 @@ func New(svc *service.Service, cfg HandlerConfig) *Server {
 
 	m := newMetrics(svc, sockets)
 	gql.AroundOperations(m.aroundOperations)
+	gql.AroundOperations(graph.OperationMemo)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "talkgraph_build_info",

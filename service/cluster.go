@@ -9,6 +9,8 @@ import "context"
 //   - a session's new events, from the replica that wrote them to the replicas whose
 //     clients follow the session (a replica that misses some sees the gap in sequence
 //     numbers, or is told of a reconnection, and reads the log);
+//   - that a user's viewer log grew, to the replicas whose clients follow it (they read
+//     the log from the store);
 //   - commands (stop, answers, messages, deletion) from the replica a client called to the
 //     replica that runs the session's agent, which alone can act on it.
 type Cluster interface {
@@ -18,6 +20,12 @@ type Cluster interface {
 	// Follow calls deliver with what other replicas publish for sessionID, in the order
 	// they published it, until stop is called. deliver must return quickly.
 	Follow(sessionID string, deliver func(events []*Event)) (stop func(), err error)
+	// PublishViewer tells the replicas following userID's viewer log that a write told the
+	// user something (it is durable). It must not block.
+	PublishViewer(userID string)
+	// FollowViewer calls wake whenever another replica publishes for userID, until stop is
+	// called. wake must return quickly.
+	FollowViewer(userID string, wake func()) (stop func(), err error)
 	// Serve answers the commands sent to replicaID with handle, until stop is called.
 	// A replica serves its own ID for as long as it runs: it answers a command for a
 	// session whose agent it does not run with NotServedReply.

@@ -173,6 +173,9 @@ type Reply struct {
 	// view is the session as the command left it, when it was done here (a reply from
 	// another replica has none: the view is read again).
 	view *SessionView
+	// out is the answer of a local operation (never sent between replicas), which its
+	// caller reads as it is.
+	out any
 }
 
 // NotServedReply is the reply of a replica that does not run the session's agent.

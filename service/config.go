@@ -63,6 +63,29 @@ type Config struct {
 	// (ToolInfo.Host: the shell); by default they are not offered to guests.
 	GuestHostTools bool
 
+	// ViewerRetention is how long a user's viewer events are kept; a cursor from before
+	// the oldest kept is refused (ECURSOREXPIRED). DeliveryRetention is how long a webhook
+	// delivery that ended stays in its webhook's log.
+	ViewerRetention   time.Duration
+	DeliveryRetention time.Duration
+	// Webhooks: MaxWebhooksPerUser bounds a user's webhooks; an attempt waits
+	// WebhookTimeout at most for its answer; a delivery that failed is tried again after
+	// each interval of WebhookRetrySchedule in turn (up to 20% longer), then ends FAILED;
+	// WebhookDisableAfter deliveries failed in a row disable the webhook. WebhookWorkers
+	// attempts run at once in this process, which looks for due deliveries (retries,
+	// those another process left) every WebhookPoll. Hooks sends them (package webhook);
+	// nil: webhooks cannot be created.
+	MaxWebhooksPerUser   int
+	WebhookTimeout       time.Duration
+	WebhookRetrySchedule []time.Duration
+	WebhookDisableAfter  int
+	WebhookWorkers       int
+	WebhookPoll          time.Duration
+	Hooks                HookSender
+	// WebhookSealKey, when set, is what the webhook secrets kept in the store are sealed
+	// with (see sealer); otherwise a key kept in the store is.
+	WebhookSealKey string
+
 	// With a store shared by several replicas (one that implements Coordinator):
 	// ReplicaID names this replica (unique among them; default: random), RunLease is how
 	// long its runs stay its own after its last heartbeat, and Cluster connects it to the
@@ -147,6 +170,14 @@ func DefaultConfig() Config {
 		ScheduleMaxCatchUp:  10,
 		ScheduleTick:        time.Second,
 		ScheduleGrace:       time.Minute,
+		ViewerRetention:      168 * time.Hour,
+		DeliveryRetention:    168 * time.Hour,
+		MaxWebhooksPerUser:   10,
+		WebhookTimeout:       15 * time.Second,
+		WebhookRetrySchedule: []time.Duration{5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 5 * time.Hour, 10 * time.Hour, 10 * time.Hour},
+		WebhookDisableAfter:  20,
+		WebhookWorkers:       8,
+		WebhookPoll:          time.Second,
 	}
 }
 
@@ -218,4 +249,18 @@ func (c *Config) fill() {
 	}
 	pick(&c.MaxSchedulesPerUser, d.MaxSchedulesPerUser)
 	pick(&c.ScheduleMaxCatchUp, d.ScheduleMaxCatchUp)
+	for _, p := range []struct{ v, def *time.Duration }{
+		{&c.ViewerRetention, &d.ViewerRetention}, {&c.DeliveryRetention, &d.DeliveryRetention},
+		{&c.WebhookTimeout, &d.WebhookTimeout}, {&c.WebhookPoll, &d.WebhookPoll},
+	} {
+		if *p.v <= 0 {
+			*p.v = *p.def
+		}
+	}
+	pick(&c.MaxWebhooksPerUser, d.MaxWebhooksPerUser)
+	pick(&c.WebhookDisableAfter, d.WebhookDisableAfter)
+	pick(&c.WebhookWorkers, d.WebhookWorkers)
+	if len(c.WebhookRetrySchedule) == 0 {
+		c.WebhookRetrySchedule = d.WebhookRetrySchedule
+	}
 }

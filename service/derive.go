@@ -35,7 +35,22 @@ type Changes struct {
 	// Bytes is what the events add to the session's size as its user's quota counts it:
 	// what the user wrote (messages, answers) and set (a title, settings).
 	Bytes int64
+	// Unread is what the events leave of the session's unread flag: set by an assistant
+	// message that completed (or failed) and by an input requested, cleared by a
+	// SessionRead; nil when they do not touch it. Stores keep it in the session's row.
+	Unread *bool
+
+	// Viewer and Hooks are what the batch tells its session's user: the events of their
+	// viewer log (numbered by the store, per user, in commit order) and those their
+	// webhooks are sent (an outbox row per enabled webhook that takes the type), both
+	// written in the transaction that writes the batch. Only a batch that carries a Mark
+	// tells anything (see Tell); chunks never do.
+	Viewer []*ViewerEvent
+	Hooks  []*HookEvent
 }
+
+// flag returns a pointer to a new bool b.
+func flag(b bool) *bool { return &b }
 
 // Derive returns the row changes of events, appended in this order. It is a pure function
 // of the events; chunk events change no row (a streaming message's text and a running tool's
@@ -55,6 +70,9 @@ func Derive(events []*Event) Changes {
 					c.Activity = ev.At
 					c.Bytes += int64(len(m.Content))
 				}
+				if ev.Type == EventMessageCompleted && m.Role == RoleAssistant && (m.Status == MessageComplete || m.Status == MessageFailed) {
+					c.Unread = flag(true)
+				}
 			}
 		case EventRunStatusChanged:
 			if r := ev.Run; r != nil {
@@ -71,10 +89,18 @@ func Derive(events []*Event) Changes {
 			if q := ev.Question; q != nil {
 				c.Questions = upsertRow(c.Questions, qs, q.ID, q)
 			}
+			if ev.Type == EventQuestionAsked && ev.Question != nil {
+				c.Unread = flag(true)
+			}
 		case EventToolCallStarted, EventToolCallFinished, EventToolApprovalRequested, EventToolApprovalDecided:
 			if tc := ev.ToolCall; tc != nil {
 				c.ToolCalls = upsertRow(c.ToolCalls, calls, tc.ID, tc)
 			}
+			if ev.Type == EventToolApprovalRequested && ev.ToolCall != nil {
+				c.Unread = flag(true)
+			}
+		case EventSessionRead:
+			c.Unread = flag(false)
 		case EventBranchSelected:
 			if b := ev.Branch; b != nil {
 				if switched == nil {
@@ -199,8 +225,12 @@ func (c *Changes) SessionRow() (snapshot *TalkSession, touch time.Time) {
 }
 
 // ApplySession changes sess as SessionRow says, keeping its ID, owner, creation time and
-// LastSeq; it reports whether anything changed.
+// LastSeq, and its unread flag as Unread says; it reports whether anything changed.
 func (c *Changes) ApplySession(sess *TalkSession) bool {
+	changed := false
+	if c.Unread != nil && sess.Unread != *c.Unread {
+		sess.Unread, changed = *c.Unread, true
+	}
 	snap, touch := c.SessionRow()
 	switch {
 	case snap != nil:
@@ -210,7 +240,7 @@ func (c *Changes) ApplySession(sess *TalkSession) bool {
 		sess.UpdatedAt = touch
 		return true
 	}
-	return false
+	return changed
 }
 
 // Withdraws reports whether the events withdraw q, a question of their session as it

@@ -200,6 +200,10 @@ type TalkSession struct {
 	// LastSeq is the sequence number of the session's last event (0 before any); stores
 	// derive it from the log.
 	LastSeq int64 `json:"-"`
+	// Unread is set when an assistant message completed or an input was requested after
+	// the user last read the session (a SessionRead event); stores keep it as
+	// Changes.Unread says.
+	Unread bool `json:",omitempty"`
 }
 
 // Message is one entry of a session's history.
@@ -336,6 +340,9 @@ const (
 	// EventBranchSelected: the current branch changed; Key is its last message (the
 	// leaf) and Branch says which messages left it and which joined it.
 	EventBranchSelected EventType = "BranchSelected"
+	// EventSessionRead: the user read the session (markSessionRead): it is no longer
+	// unread. Only the viewer's stream shows it (a SessionChanged).
+	EventSessionRead EventType = "SessionRead"
 )
 
 // Chunky reports whether events of type t stream text (a delta at an offset) that the log

@@ -16,6 +16,9 @@ const (
 	EUNAVAILABLE  = "unavailable"  // shutting down, or storage cannot be written
 	EBUDGET       = "budget"       // a token budget is spent: the user's for the period
 	EINTERNAL     = "internal"     // a bug or an unexpected failure; details stay in the log
+	// ECURSOREXPIRED: a cursor of a log that no longer holds what follows it (a viewer
+	// cursor older than the retention): read the state again.
+	ECURSOREXPIRED = "cursor_expired"
 )
 
 // Error is a failure with a code and a message fit to show a user.

@@ -14,6 +14,26 @@ func (r *replicas) published(st *sessionState, evs []*Event) {
 	r.cluster.Publish(st.id, evs)
 }
 
+// toldViewer tells the replicas following userID's viewer log that it grew.
+func (r *replicas) toldViewer(userID string) { r.cluster.PublishViewer(userID) }
+
+// followViewer calls wake whenever another replica tells userID something, and once the
+// broker knows this replica follows (what another published just before never comes).
+func (r *replicas) followViewer(userID string, wake func()) func() {
+	s := r.s
+	stop, err := r.cluster.FollowViewer(userID, wake)
+	if err != nil {
+		s.log.Warn("cannot follow a viewer on the broker; other replicas' events reach this one late", "err", err)
+		return func() {}
+	}
+	go func() {
+		if r.cluster.Flush() == nil {
+			wake()
+		}
+	}()
+	return stop
+}
+
 // follow makes st receive the events other replicas write to its session, while it has
 // subscribers here; st.mu must be held.
 func (r *replicas) follow(st *sessionState) {
@@ -88,6 +108,7 @@ func (r *replicas) resync() {
 	for _, st := range r.s.liveStates() {
 		r.resyncState(ctx, st)
 	}
+	r.s.viewers.wakeAll()
 }
 
 // resyncState moves st's end of the log to the store's, when the store's is further

@@ -36,6 +36,12 @@ type peers interface {
 	// has subscribers here; unfollow ends that. st.mu must be held.
 	follow(st *sessionState)
 	unfollow(st *sessionState)
+	// toldViewer is told that a write made here told userID something (see told): the
+	// other processes' viewer subscriptions of the user are woken. It must not block.
+	toldViewer(userID string)
+	// followViewer calls wake whenever another process tells userID something, until the
+	// returned func is called.
+	followViewer(userID string, wake func()) (unfollow func())
 	// lostTrack is told that a write of st found the log moved on without this process
 	// (ErrNotNext). st.mu must be held.
 	lostTrack(st *sessionState)
@@ -91,10 +97,12 @@ func (solo) route(ctx context.Context, _ *Command, local func(context.Context) (
 // routeAttempts is how many times a command is tried before its error is answered.
 const routeAttempts = 4
 
-func (solo) published(*sessionState, []*Event) {}
-func (solo) follow(*sessionState)              {}
-func (solo) unfollow(*sessionState)            {}
-func (solo) lostTrack(*sessionState)           {}
+func (solo) published(*sessionState, []*Event)  {}
+func (solo) toldViewer(string)                  {}
+func (solo) followViewer(string, func()) func() { return func() {} }
+func (solo) follow(*sessionState)               {}
+func (solo) unfollow(*sessionState)             {}
+func (solo) lostTrack(*sessionState)            {}
 
 func (p solo) reconcileLocked(ctx context.Context, st *sessionState) error {
 	st.log.lostSync()

@@ -24,6 +24,10 @@ func (lone) Follow(string, func([]*Event)) (func(), error) {
 	return func() {}, nil
 }
 
+func (lone) PublishViewer(string) {}
+
+func (lone) FollowViewer(string, func()) (func(), error) { return func() {}, nil }
+
 func (lone) Serve(string, func(context.Context, *Command) *Reply) (func(), error) {
 	return func() {}, nil
 }

@@ -50,6 +50,10 @@ type core struct {
 
 	states registry // the sessions held in memory
 
+	viewers viewerHub   // the viewer subscriptions open here
+	hooks   *hookWorker // attempts webhook deliveries
+	seal    *sealer     // seals webhook secrets
+
 	models  map[string]bool // Config.Models
 	runs    sync.WaitGroup  // runner goroutines
 	closing chan struct{}   // closed when Close begins ending subscriptions
@@ -111,6 +115,13 @@ func New(ctx context.Context, store Store, agents *Agents, cfg Config, log *slog
 		s.sole = ok && w.SoleWriter()
 	}
 	s.writer = newWriter(store, cfg.RoundCommands)
+	seal, err := newSealer(ctx, store, cfg.WebhookSealKey)
+	if err != nil {
+		s.writer.stop()
+		return nil, err
+	}
+	s.seal = seal
+	s.hooks = newHookWorker(s.core)
 	go s.compactor()
 	if err := s.peers.start(ctx); err != nil {
 		close(s.firerDone)
@@ -118,6 +129,8 @@ func New(ctx context.Context, store Store, agents *Agents, cfg Config, log *slog
 		return nil, err
 	}
 	go s.fireLoop()
+	go s.pruneViewer()
+	s.hooks.start()
 	return s, nil
 }
 
@@ -300,6 +313,7 @@ func (s *Service) Close() {
 		st.log.wake()
 		st.mu.Unlock()
 	}
+	s.viewers.wakeAll()
 	done := make(chan struct{})
 	go func() { s.runs.Wait(); close(done) }()
 	select {
@@ -310,8 +324,12 @@ func (s *Service) Close() {
 	s.stop()
 }
 
-// stop ends the writer and the compactor, once they have done what waits.
+// stop ends the writer and the compactor, once they have done what waits, and the
+// webhook worker once its attempts under way are recorded.
 func (s *Service) stop() {
+	if s.hooks != nil {
+		s.hooks.stop()
+	}
 	s.writer.stop()
 	close(s.compactorQuit)
 	<-s.compactorDone

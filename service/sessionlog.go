@@ -93,7 +93,7 @@ func (l *sessionLog) commit(ctx context.Context, w *writer, t *txn) error {
 	if t.b.Empty() {
 		return l.settle(t, nil)
 	}
-	t.b.derive()
+	t.prepareLocked()
 	l.writing = true
 	err := w.write(ctx, &t.b)
 	l.writing = false
@@ -104,7 +104,7 @@ func (l *sessionLog) commit(ctx context.Context, w *writer, t *txn) error {
 // takeOut hands t, a write of streamed text, to the writer's round: the gate stays closed
 // until written settles it.
 func (l *sessionLog) takeOut(t *txn) *Batch {
-	t.b.derive()
+	t.prepareLocked()
 	l.writing = true
 	l.flush.out = t
 	l.flush.last = time.Now()

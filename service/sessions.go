@@ -167,6 +167,12 @@ func init() {
 			return viewReply(s.changeSession(ctx, cmd.SessionID, func(sess *TalkSession) error { return s.applySettings(&sess.Settings, in) }))
 		},
 	})
+	addOperation("markSessionRead", &operation{
+		args: func() any { return new(struct{}) },
+		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
+			return viewReply(s.markRead(ctx, cmd.SessionID))
+		},
+	})
 	addOperation("deleteTalkSession", &operation{
 		args: func() any { return new(struct{}) },
 		do: func(ctx context.Context, s *Service, cmd *Command) (*Reply, error) {
@@ -192,11 +198,24 @@ func (s *core) createSession(ctx context.Context, u string, guest bool, id, titl
 	if err := s.checkQuota(ctx, u, 1, sess.Size()); err != nil {
 		return nil, err
 	}
-	if err := s.writer.write(ctx, &Batch{SessionID: sess.ID, Create: sess}); err != nil {
+	if err := s.writeCreation(ctx, &Batch{SessionID: sess.ID, Create: sess}); err != nil {
 		return nil, err
 	}
 	s.counted(u, 1, sess.Size())
 	return &SessionView{TalkSession: sess, Status: SessionIdle, StreamCursor: EncodeCursor(sess.ID, Cursor{})}, nil
+}
+
+// writeCreation writes b, which creates a session (with its first events, for a fork),
+// telling its user.
+func (s *core) writeCreation(ctx context.Context, b *Batch) error {
+	cp := *b.Create
+	b.Mark = &Mark{UserID: cp.UserID, Row: &cp, Before: SessionIdle, After: SessionIdle, At: cp.CreatedAt}
+	b.derive()
+	if err := s.writer.write(ctx, b); err != nil {
+		return err
+	}
+	s.told(b)
+	return nil
 }
 
 // trimTitle trims white space around a title; a title that shows nothing (see blank) is
@@ -394,6 +413,34 @@ func (s *core) changeSession(ctx context.Context, id string, change func(*TalkSe
 		return nil, err
 	}
 	return st.viewLocked(&updated), nil
+}
+
+// MarkSessionRead clears a session's unread flag (see TalkSession.Unread); every tab of
+// the user hears of it (a SessionChanged). ENOTFOUND when missing or another user's.
+func (s *Service) MarkSessionRead(ctx context.Context, id string) (*SessionView, error) {
+	return s.changeRow(ctx, &Command{Op: "markSessionRead", SessionID: id})
+}
+
+// markRead is MarkSessionRead where the session's agent runs: a SessionRead event when
+// the session is unread, nothing otherwise.
+func (s *core) markRead(ctx context.Context, id string) (*SessionView, error) {
+	sess, st, unlock, err := s.lockSession(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if !sess.Unread {
+		return st.viewLocked(sess), nil
+	}
+	t := st.beginLocked()
+	t.add(&Event{Type: EventSessionRead})
+	if err := t.commitLocked(ctx); err != nil {
+		return nil, err
+	}
+	read := *sess
+	read.Unread = false
+	read.LastSeq = st.log.end.Seq
+	return st.viewLocked(&read), nil
 }
 
 // DeleteTalkSession deletes a session and its history, stopping its run; subscriptions to

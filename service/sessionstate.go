@@ -235,7 +235,7 @@ func (st *sessionState) noteDurableLocked(evs []*Event, ch *Changes) {
 		c := Derive(evs)
 		ch = &c
 	}
-	if snap, touch := ch.SessionRow(); snap != nil || !touch.IsZero() {
+	if snap, touch := ch.SessionRow(); snap != nil || !touch.IsZero() || ch.Unread != nil {
 		cp := *st.sess
 		ch.ApplySession(&cp)
 		cp.LastSeq = st.log.end.Seq

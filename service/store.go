@@ -127,6 +127,9 @@ type Store interface {
 	// sum of their creations' Size and of the Bytes that Derive counted for their events.
 	Footprint(ctx context.Context, userID string) (sessions int, bytes int64, err error)
 
+	// UserStore is what a store keeps per user: the viewer log, webhooks and deliveries.
+	UserStore
+
 	// Ping returns nil while the store can be written.
 	Ping(ctx context.Context) error
 
@@ -173,6 +176,10 @@ type Batch struct {
 	// Spend, when set, is what the session's runs spent since its last write (see
 	// UsageStore): counted with the batch.
 	Spend *Spend
+	// Mark is what the service knew of the session before the batch, from which Derive
+	// tells the session's user what the batch changes (Changes.Viewer and Hooks); nil
+	// tells nothing (a batch of chunks alone).
+	Mark *Mark
 
 	// derived is Derive(Events), made once by the service for a batch it hands over
 	// (see derive); nil for batches made elsewhere and for chunks only, whose changes are
@@ -199,6 +206,7 @@ func (b *Batch) Derive() (Changes, error) {
 		ch = *b.derived
 	} else {
 		ch = Derive(b.Events)
+		b.tell(&ch)
 	}
 	if err := b.checkRows(&ch); err != nil {
 		return Changes{}, err
@@ -207,14 +215,28 @@ func (b *Batch) Derive() (Changes, error) {
 }
 
 // derive makes b's changes once, before the service hands b over, so that the store and
-// the service share them; not for a batch of chunks only, which changes no row and whose
-// derivation costs nothing.
+// the service share them; not for a batch of chunks only, which changes no row, tells
+// nothing and whose derivation costs nothing.
 func (b *Batch) derive() {
-	if b.derived != nil || !slices.ContainsFunc(b.Events, func(e *Event) bool { return !e.Type.Chunky() }) {
+	if b.derived != nil || b.chunksOnly() {
 		return
 	}
 	c := Derive(b.Events)
+	b.tell(&c)
 	b.derived = &c
+}
+
+// chunksOnly reports whether b writes nothing but chunk events (or nothing at all).
+func (b *Batch) chunksOnly() bool {
+	return b.Create == nil && !b.Delete && !slices.ContainsFunc(b.Events, func(e *Event) bool { return !e.Type.Chunky() })
+}
+
+// told returns what the batch told its user, as derived (nil for a batch of chunks).
+func (b *Batch) told() (viewer []*ViewerEvent, hooks []*HookEvent) {
+	if b.derived == nil {
+		return nil, nil
+	}
+	return b.derived.Viewer, b.derived.Hooks
 }
 
 // Check reports what is wrong with b on its face, without the stored state: a missing

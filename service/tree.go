@@ -255,7 +255,7 @@ func (s *core) copySession(ctx context.Context, u, title string, settings Settin
 	if err := s.checkQuota(ctx, u, 1, sess.Size()+bytes); err != nil {
 		return nil, err
 	}
-	if err := s.writer.write(ctx, b); err != nil {
+	if err := s.writeCreation(ctx, b); err != nil {
 		return nil, err
 	}
 	s.counted(u, 1, sess.Size()+bytes)

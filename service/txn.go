@@ -75,6 +75,57 @@ func (t *txn) leafOf() string {
 	return t.leaf
 }
 
+// prepareLocked makes t's batch ready to be handed over: marked with what the service
+// knows of the session now, so that it tells its user what it changes (see Mark), unless
+// it writes chunks alone, and its changes derived once.
+func (t *txn) prepareLocked() {
+	if !t.b.chunksOnly() {
+		t.b.Mark = t.st.markLocked(t.b.Events)
+	}
+	t.b.derive()
+}
+
+// markLocked is the Mark of a write of evs to st now: its user, its row, and its status
+// before and after, from the runs st holds (its active run and queue) and those evs
+// change.
+func (st *sessionState) markLocked(evs []*Event) *Mark {
+	m := &Mark{UserID: st.userID, Row: st.rowLocked(), At: st.c.now()}
+	active := map[string]RunStatus{}
+	if ar := st.active; ar != nil {
+		active[ar.run.ID] = ar.run.Status
+	}
+	for _, r := range st.queue {
+		active[r.ID] = RunQueued
+	}
+	m.Before = statusOf(active)
+	for _, ev := range evs {
+		if r := ev.Run; ev.Type == EventRunStatusChanged && r != nil {
+			if r.Status.Final() {
+				delete(active, r.ID)
+			} else {
+				active[r.ID] = r.Status
+			}
+		}
+	}
+	m.After = statusOf(active)
+	return m
+}
+
+// rowLocked returns a copy of st's row, read from the store when this process does not
+// know it (its log was read again); a row with only its ID and owner when it cannot be.
+func (st *sessionState) rowLocked() *TalkSession {
+	if st.sess == nil {
+		if sess, err := st.c.store.Session(context.Background(), st.id); err == nil {
+			st.setRowLocked(sess)
+		}
+	}
+	if st.sess == nil {
+		return &TalkSession{ID: st.id, UserID: st.userID}
+	}
+	cp := *st.sess
+	return &cp
+}
+
 // commitLocked writes t and, once it is durable, applies it (see sessionLog.settle and
 // settled). When the write fails its undo funcs run and the error is returned, and the
 // running agent goes on as it was. st.mu must be held; it stays held throughout.
@@ -102,6 +153,9 @@ func (t *txn) commitLocked(ctx context.Context) error {
 func (t *txn) settled(err error) {
 	s := t.st.c
 	st := t.st
+	if err == nil {
+		s.told(&t.b)
+	}
 	switch {
 	case err == nil && t.b.Delete:
 		s.peers.published(st, nil)

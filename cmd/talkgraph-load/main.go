@@ -33,6 +33,11 @@
 //	         tool call; once the request is seen, decideToolCall approves it. Reports
 //	         decideToolCall sent -> the call's first output seen (the decision reached the
 //	         waiting agent, which ran the tool) on a quiet server.
+//	viewer   -sessions (default 1000) sessions as paced sets them up, each user also with a
+//	         viewerEvents subscription on a websocket of its own. Reports the server's RSS
+//	         and goroutines per viewer subscription (once steady, as idle does), then one
+//	         message per session as paced: CPU per 1,000 words with the viewers on, and
+//	         the viewers told of their run's end (each must be).
 //
 // Every user comes from this machine's address, so the server must be started with its
 // per-address limits raised (ANON_RATE_LIMIT, MAX_SOCKETS_PER_ADDRESS,
@@ -115,10 +120,10 @@ type config struct {
 }
 
 // scenarioNames lists the scenarios in the order "all" runs them.
-var scenarioNames = []string{"paced", "burst", "latency", "cancel", "idle", "approval"}
+var scenarioNames = []string{"paced", "burst", "latency", "cancel", "idle", "approval", "viewer"}
 
 // defaultSessions is each scenario's number of sessions when -sessions is 0.
-var defaultSessions = map[string]int{"paced": 1000, "burst": 1000, "latency": 1000, "cancel": 200, "idle": 5000, "approval": 100}
+var defaultSessions = map[string]int{"paced": 1000, "burst": 1000, "latency": 1000, "cancel": 200, "idle": 5000, "approval": 100, "viewer": 1000}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
@@ -128,7 +133,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&urls, "url", "http://localhost:8080", "the server's base URL; several, comma-separated, for replicas: session i uses the i-th (round robin)")
 	fs.BoolVar(&c.Cross, "cross", false, "with several -url: each session subscribes on one replica and sends its messages and stops through the next")
 	fs.StringVar(&scenarios, "scenario", "paced", "scenarios to run, comma-separated: "+strings.Join(scenarioNames, ", ")+", or all")
-	fs.IntVar(&c.Sessions, "sessions", 0, "sessions (one user and one websocket each); 0: the scenario's default (paced, burst, latency 1000; cancel 200; idle 5000; approval 100)")
+	fs.IntVar(&c.Sessions, "sessions", 0, "sessions (one user and one websocket each); 0: the scenario's default (paced, burst, latency, viewer 1000; cancel 200; idle 5000; approval 100)")
 	fs.IntVar(&c.Words, "words", 200, "words in each paced reply (at least 3: the demo agent answers X with \"You said: X\")")
 	fs.IntVar(&c.ShortWords, "short-words", 10, "words in each burst and latency reply (at least 3)")
 	fs.Float64Var(&c.Pace, "pace", 40, "the agent's words per second (the server's 1/DEMO_CHUNK_DELAY), for the paced ideal time")

@@ -38,6 +38,8 @@ func (r *runner) run(ctx context.Context, name string) {
 		r.idle(ctx, n)
 	case "approval":
 		r.approval(ctx, n)
+	case "viewer":
+		r.viewer(ctx, n)
 	}
 	r.log("%s: finished in %s with %d errors", name, time.Since(start).Round(time.Millisecond), r.errs.total(name))
 }

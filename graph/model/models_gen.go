@@ -20,6 +20,18 @@ type SessionEvent interface {
 	GetAt() time.Time
 }
 
+// One entry of your viewer log, and what viewerEvents delivers: what one of your sessions
+// did. Its payload is a snapshot taken when it was written, except where a field says
+// otherwise.
+type ViewerEvent interface {
+	IsViewerEvent()
+	// The event's position in your viewer log: viewerEvents(after: cursor) delivers every
+	// event after this one. Opaque: keep it and send it back.
+	GetCursor() string
+	// When it happened.
+	GetAt() time.Time
+}
+
 // A message to send.
 type AddMessageInput struct {
 	// The session.
@@ -135,6 +147,16 @@ type CreateTalkSessionInput struct {
 	Settings *SessionSettingsInput `json:"settings,omitempty"`
 }
 
+// Where to send which events.
+type CreateWebhookInput struct {
+	// An http or https URL whose host is public (see createWebhook).
+	URL string `json:"url"`
+	// The event types to send (see webhookEventTypes); at least one.
+	Events []string `json:"events"`
+	// What it is for, shown to you; at most 500 characters.
+	Description *string `json:"description,omitempty"`
+}
+
 // A decision on one tool call awaiting approval.
 type DecideToolCallInput struct {
 	// The call: pendingApprovals[].id, or ToolApprovalRequested.toolCall.id.
@@ -174,6 +196,30 @@ type ForkSessionInput struct {
 	// or empty.
 	Title *string `json:"title,omitempty"`
 }
+
+// The agent of one of your sessions waits on you: a question to answer, or a tool call to
+// approve. One event per input.
+type InputRequested struct {
+	// The event's position: resume after it with viewerEvents(after: cursor).
+	Cursor string `json:"cursor"`
+	// When it was asked.
+	At time.Time `json:"at"`
+	// The session that waits.
+	SessionID string `json:"sessionId"`
+	// The question, as asked; null when the input is a tool call.
+	Question *service.Question `json:"question,omitempty"`
+	// The tool call awaiting approval, as requested; null when the input is a question.
+	ToolCall *service.ToolCall `json:"toolCall,omitempty"`
+}
+
+func (InputRequested) IsViewerEvent() {}
+
+// The event's position in your viewer log: viewerEvents(after: cursor) delivers every
+// event after this one. Opaque: keep it and send it back.
+func (this InputRequested) GetCursor() string { return this.Cursor }
+
+// When it happened.
+func (this InputRequested) GetAt() time.Time { return this.At }
 
 // A message began: yours (addMessage, editMessage, a steer, respondToQuestion), or the
 // agent's (a reply, a question).
@@ -407,6 +453,25 @@ type RespondToQuestionPayload struct {
 	Run *service.Run `json:"run"`
 }
 
+// A run of one of your sessions ended, whatever its status.
+type RunEnded struct {
+	// The event's position: resume after it with viewerEvents(after: cursor).
+	Cursor string `json:"cursor"`
+	// When it ended.
+	At time.Time `json:"at"`
+	// The run as it ended: its final status, error and usage.
+	Run *service.Run `json:"run"`
+}
+
+func (RunEnded) IsViewerEvent() {}
+
+// The event's position in your viewer log: viewerEvents(after: cursor) delivers every
+// event after this one. Opaque: keep it and send it back.
+func (this RunEnded) GetCursor() string { return this.Cursor }
+
+// When it happened.
+func (this RunEnded) GetAt() time.Time { return this.At }
+
 // A run was created or changed status: every status of every run is one such event, in order.
 type RunStatusChanged struct {
 	// The event's position: resume after it with messageStream(after: cursor).
@@ -447,6 +512,47 @@ type SelectBranchInput struct {
 	// Any message of yours: its branch becomes current.
 	MessageID string `json:"messageId"`
 }
+
+// A session of yours was created, renamed, its settings changed, its status changed, you
+// wrote in it, or its unread flag changed (here, in another tab, or on another replica).
+type SessionChanged struct {
+	// The event's position: resume after it with viewerEvents(after: cursor).
+	Cursor string `json:"cursor"`
+	// When it changed.
+	At time.Time `json:"at"`
+	// The session as the change left it: its title, settings, updatedAt, status and unread as
+	// of the event, and the streamCursor after it. Its activeRun, pending inputs and messages
+	// are read when the event is delivered.
+	Session *service.SessionView `json:"session"`
+}
+
+func (SessionChanged) IsViewerEvent() {}
+
+// The event's position in your viewer log: viewerEvents(after: cursor) delivers every
+// event after this one. Opaque: keep it and send it back.
+func (this SessionChanged) GetCursor() string { return this.Cursor }
+
+// When it happened.
+func (this SessionChanged) GetAt() time.Time { return this.At }
+
+// A session of yours was deleted.
+type SessionRemoved struct {
+	// The event's position: resume after it with viewerEvents(after: cursor).
+	Cursor string `json:"cursor"`
+	// When it was deleted.
+	At time.Time `json:"at"`
+	// The session that was deleted.
+	SessionID string `json:"sessionId"`
+}
+
+func (SessionRemoved) IsViewerEvent() {}
+
+// The event's position in your viewer log: viewerEvents(after: cursor) delivers every
+// event after this one. Opaque: keep it and send it back.
+func (this SessionRemoved) GetCursor() string { return this.Cursor }
+
+// When it happened.
+func (this SessionRemoved) GetAt() time.Time { return this.At }
 
 // Settings to set. A field left out or null stays as it is; on creation it takes its
 // default. An invalid field is BAD_USER_INPUT, and nothing changes.
@@ -664,4 +770,34 @@ type UpdateTalkSessionSettingsInput struct {
 	ID string `json:"id"`
 	// The settings to change; the fields left out stay.
 	Settings *SessionSettingsInput `json:"settings"`
+}
+
+// A webhook and what to change of it; a field left out stays as it is.
+type UpdateWebhookInput struct {
+	// The webhook's ID.
+	ID string `json:"id"`
+	// A new URL, checked as createWebhook checks it.
+	URL *string `json:"url,omitempty"`
+	// New event types; at least one.
+	Events []string `json:"events,omitempty"`
+	// false stops its deliveries (they wait, PENDING); true starts them again.
+	Enabled *bool `json:"enabled,omitempty"`
+	// A new description; empty clears it.
+	Description *string `json:"description,omitempty"`
+}
+
+// A page of a webhook's deliveries.
+type WebhookDeliveryConnection struct {
+	// The page's deliveries, newest first.
+	Edges []*WebhookDeliveryEdge `json:"edges"`
+	// Pass its endCursor as deliveries(after:) while hasNextPage.
+	PageInfo *PageInfo `json:"pageInfo"`
+}
+
+// A delivery in a page of deliveries.
+type WebhookDeliveryEdge struct {
+	// A delivery cursor, for deliveries(after:).
+	Cursor string `json:"cursor"`
+	// The delivery.
+	Node *service.Delivery `json:"node"`
 }

@@ -45,7 +45,7 @@ func (s *Store) append(b *service.Batch, ch *service.Changes) error {
 	}
 	if b.Delete {
 		s.deleteSession(sd)
-		return nil
+		return s.tell(ch)
 	}
 	var last int64
 	if sd != nil {
@@ -153,7 +153,7 @@ func (s *Store) append(b *service.Batch, ch *service.Changes) error {
 	if sp := b.Spend; sp != nil {
 		s.spend(b.SessionID, sp)
 	}
-	return nil
+	return s.tell(ch)
 }
 
 // owned checks that no row of ch belongs to another session than id; s.mu must be held.

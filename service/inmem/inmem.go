@@ -39,6 +39,8 @@ type Store struct {
 	schedules map[string]*service.Schedule
 	fires     map[string]*service.ScheduleFire
 	slots     map[slotKey]string // fire IDs by schedule and slot
+
+	u         users
 }
 
 type threadKey struct{ userID, threadID string }
@@ -65,7 +67,7 @@ var _ service.SoleWriter = (*Store)(nil)
 
 // New returns an empty Store.
 func New() *Store {
-	return &Store{
+	s := &Store{
 		sessions:  make(map[string]*sessionData),
 		messages:  make(map[string]*service.Message),
 		runs:      make(map[string]*service.Run),
@@ -84,6 +86,8 @@ func New() *Store {
 		fires:       make(map[string]*service.ScheduleFire),
 		slots:       make(map[slotKey]string),
 	}
+	s.u.init()
+	return s
 }
 
 func errClosed() error { return service.Errorf(service.EUNAVAILABLE, "storage is closed") }

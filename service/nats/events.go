@@ -12,6 +12,8 @@ import (
 type follow struct {
 	sub     *nats.Subscription
 	deliver func([]*service.Event)
+	// wake, for a user's viewer log rather than a session, is called for what opens.
+	wake func()
 	// last is, by sender, the send time of the last batch taken: a replica stamps what it
 	// sends with times that only grow, and publishes a session's events in order, so a
 	// batch that is not newer was seen before.
@@ -52,6 +54,37 @@ func (c *Cluster) Follow(sessionID string, deliver func([]*service.Event)) (func
 	}, nil
 }
 
+// PublishViewer implements service.Cluster: an empty message sealed for the user's
+// viewer subject (the followers read the log from the store).
+func (c *Cluster) PublishViewer(userID string) {
+	subject := c.names.viewer(userID)
+	env, _ := c.seal.seal([]byte(subject), c.opts.Name, nil)
+	if err := c.nc.Publish(subject, env); err != nil {
+		c.opts.Log.Debug("publishing a viewer's news", "err", err)
+	}
+}
+
+// FollowViewer implements service.Cluster, through the goroutine that delivers the
+// sessions' events: a follower costs a subscription, not a goroutine.
+func (c *Cluster) FollowViewer(userID string, wake func()) (func(), error) {
+	sub, err := c.nc.ChanSubscribe(c.names.viewer(userID), c.events)
+	if err != nil {
+		return nil, service.Errorf(service.EUNAVAILABLE, "cannot follow a viewer on NATS: %v", err)
+	}
+	f := &follow{sub: sub, wake: wake, last: map[string]time.Time{}}
+	c.mu.Lock()
+	c.followers[sub.Subject] = f
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		if c.followers[sub.Subject] == f {
+			delete(c.followers, sub.Subject)
+		}
+		c.mu.Unlock()
+		_ = sub.Unsubscribe()
+	}, nil
+}
+
 // deliverEvents hands every followed session's events to its follower, in order.
 func (c *Cluster) deliverEvents() {
 	for {
@@ -74,6 +107,10 @@ func (c *Cluster) deliverEvents() {
 				continue
 			}
 			f.last[o.sender] = o.sentAt
+			if f.wake != nil {
+				f.wake()
+				continue
+			}
 			var evs []*service.Event
 			if err := json.Unmarshal(o.body, &evs); err != nil {
 				c.opts.Log.Warn("undecodable events from NATS", "subject", m.Subject, "err", err)

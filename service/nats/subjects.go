@@ -35,6 +35,9 @@ func newSubjects(secret []byte, prefix string) (subjects, error) {
 // events is the subject of a session's events.
 func (s subjects) events(session string) string { return s.named("ev", session) }
 
+// viewer is the subject that tells a user's viewer log grew.
+func (s subjects) viewer(user string) string { return s.named("vw", user) }
+
 // commands is the subject of the commands for a replica.
 func (s subjects) commands(replica string) string { return s.named("cmd", replica) }
 

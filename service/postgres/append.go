@@ -277,10 +277,12 @@ func queueWrites(wb *pgx.Batch, preps []*prep, idxs []int) {
 		swSess   []string    // (session, message, on) triples
 		swMsg    []string
 		swOn     []bool
+		told     tellings
 	)
 	for _, i := range idxs {
 		p := preps[i]
 		b, id, ch := p.b, p.b.SessionID, &p.ch
+		told.add(p)
 		if b.Delete {
 			deletes = append(deletes, id)
 			continue
@@ -388,6 +390,7 @@ func queueWrites(wb *pgx.Batch, preps []*prep, idxs []int) {
 		wb.Queue(qWithdrawQuestions, ended[0], ended[1])
 	}
 	queueSpends(wb, preps, idxs)
+	told.queue(wb)
 }
 
 type runWithUsage struct {

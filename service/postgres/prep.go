@@ -19,6 +19,7 @@ type prep struct {
 	update  string   // the settings of ch.Session, as JSON
 	usage   []string // the usage of each of ch.Runs, as JSON ("" for none)
 	choices []string // the choices of each of ch.Questions, as JSON ("" for nil)
+	viewer  []string // the payload of each of ch.Viewer
 }
 
 // prepare checks b on its face (Batch.Check, and what PostgreSQL cannot store) and encodes
@@ -94,6 +95,15 @@ func (p *prep) encode() error {
 			choices = v.json(q.Choices)
 		}
 		p.choices = append(p.choices, choices)
+	}
+	for _, e := range ch.Viewer {
+		v.ids(e.UserID)
+		v.times(e.At)
+		p.viewer = append(p.viewer, v.json(e))
+	}
+	for _, h := range ch.Hooks {
+		v.ids(h.ID, h.UserID, h.Type, h.Body)
+		v.times(h.At)
 	}
 	for _, tc := range ch.ToolCalls {
 		v.ids(tc.ID, tc.RunID, tc.MessageID, string(tc.Status))

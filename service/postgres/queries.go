@@ -72,7 +72,7 @@ const (
 
 // Sessions.
 
-const sessionCols = `id, user_id, title, settings, created_at, updated_at`
+const sessionCols = `id, user_id, title, settings, created_at, updated_at, unread`
 
 // lastSeqOf is the Seq of a session's last event, 0 before any.
 const lastSeqOf = `coalesce((SELECT max(seq) FROM events WHERE events.session_id = sessions.id), 0)`
@@ -83,7 +83,7 @@ const (
 	qSessionsAft = `SELECT ` + sessionCols + `, ` + lastSeqOf + ` FROM sessions WHERE user_id = $1 AND (updated_at, id) < ($2, $3)
 		ORDER BY updated_at DESC, id DESC LIMIT $4`
 	qInsertSessions = `INSERT INTO sessions (` + sessionCols + `, bytes)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[])`
+		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::bool[], $8::bigint[])`
 	// qGrowSessions adds to sessions' weight against their users' quotas.
 	qGrowSessions = `UPDATE sessions s SET bytes = s.bytes + v.bytes
 		FROM unnest($1::text[], $2::bigint[]) AS v (id, bytes) WHERE s.id = v.id`
@@ -97,13 +97,15 @@ const (
 	qTouchSessions = `UPDATE sessions s SET updated_at = greatest(s.updated_at, v.at)
 		FROM unnest($1::text[], $2::bigint[]) AS v (id, at) WHERE s.id = v.id`
 	qDeleteSessions = `DELETE FROM sessions WHERE id = ANY($1::text[])` // the rest goes by ON DELETE CASCADE
+	// qSetUnread sets sessions' unread flags as Changes.Unread says.
+	qSetUnread = `UPDATE sessions s SET unread = v.unread FROM unnest($1::text[], $2::bool[]) AS v (id, unread) WHERE s.id = v.id`
 )
 
 func scanSession(row scanner) (*service.TalkSession, error) {
 	var s service.TalkSession
 	var settings []byte
 	var created, updated int64
-	err := row.Scan(&s.ID, &s.UserID, textCol{&s.Title}, &settings, &created, &updated, &s.LastSeq)
+	err := row.Scan(&s.ID, &s.UserID, textCol{&s.Title}, &settings, &created, &updated, &s.Unread, &s.LastSeq)
 	if err != nil {
 		return nil, err
 	}

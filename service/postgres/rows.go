@@ -22,6 +22,7 @@ type sessionRows struct {
 	title              [][]byte
 	settings           []string
 	createdAt, updated []int64
+	unread             []bool
 	bytes              []int64 // the creation's Size and what its events add
 }
 
@@ -33,10 +34,11 @@ func (r *sessionRows) add(s *service.TalkSession, settings string, bytes int64) 
 	r.settings = append(r.settings, settings)
 	r.createdAt = append(r.createdAt, dbTime(s.CreatedAt))
 	r.updated = append(r.updated, dbTime(s.UpdatedAt))
+	r.unread = append(r.unread, s.Unread)
 }
 
 func (r *sessionRows) args() []any {
-	return []any{r.id, r.userID, pgtype.FlatArray[[]byte](r.title), r.settings, r.createdAt, r.updated, r.bytes}
+	return []any{r.id, r.userID, pgtype.FlatArray[[]byte](r.title), r.settings, r.createdAt, r.updated, r.unread, r.bytes}
 }
 
 // sessionUpdates are the columns of qUpdateSessions.

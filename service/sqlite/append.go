@@ -86,7 +86,7 @@ func (s *Store) appendTx(todo []int, batches []*service.Batch, chs []service.Cha
 		return -1, err
 	}
 	defer tx.Rollback()
-	w := &txWriter{s: s, ctx: ctx, tx: tx, prepared: map[string]*sql.Stmt{}, last: map[string]int64{}}
+	w := &txWriter{s: s, ctx: ctx, tx: tx, prepared: map[string]*sql.Stmt{}, last: map[string]int64{}, viewerLast: map[string]int64{}}
 	accepted := make([]int, 0, len(todo))
 	for _, i := range todo {
 		refused, err := w.check(batches[i])
@@ -127,6 +127,9 @@ func (s *Store) appendTx(todo []int, batches []*service.Batch, chs []service.Cha
 	if err := w.spends(accepted, batches); err != nil {
 		return -1, err
 	}
+	if err := w.tell(accepted, batches, chs); err != nil {
+		return -1, err
+	}
 	if err := tx.Commit(); err != nil {
 		return -1, err
 	}
@@ -139,6 +142,12 @@ func (s *Store) appendTx(todo []int, batches []*service.Batch, chs []service.Cha
 	}
 	if len(s.last) > maxKnownSessions {
 		clear(s.last) // read again as needed
+	}
+	for u, last := range w.viewerLast {
+		s.viewerLast[u] = last
+	}
+	if len(s.viewerLast) > maxKnownSessions {
+		clear(s.viewerLast)
 	}
 	return -1, nil
 }

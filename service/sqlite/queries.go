@@ -14,7 +14,7 @@ import (
 // Sessions.
 
 // sessionCols are the columns of a session row; the derived LastSeq follows them in reads.
-const sessionCols = `id, user_id, title, settings, created_at, updated_at`
+const sessionCols = `id, user_id, title, settings, created_at, updated_at, unread`
 
 // lastSeqOf is the Seq of a session's last event, 0 before any: the log is the truth.
 const lastSeqOf = `(SELECT coalesce(max(seq), 0) FROM events WHERE events.session_id = sessions.id)`
@@ -26,7 +26,7 @@ const (
 		ORDER BY updated_at DESC, id DESC LIMIT ?`
 	// qSessionLast reads the Seq of a session's last event; no row when it does not exist.
 	qSessionLast   = `SELECT ` + lastSeqOf + ` FROM sessions WHERE id = ?`
-	qInsertSession = `INSERT INTO sessions (` + sessionCols + `, bytes) VALUES (?, ?, ?, ?, ?, ?, ?)`
+	qInsertSession = `INSERT INTO sessions (` + sessionCols + `, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 	// qGrowSession adds to a session's weight against its user's quota and moves its
 	// activity time forward (pass '' to leave it).
 	qGrowSession = `UPDATE sessions SET bytes = bytes + ?, updated_at = max(updated_at, ?) WHERE id = ?`
@@ -36,6 +36,8 @@ const (
 	// the latest activity after it (the snapshot's own time when none).
 	qUpdateSession = `UPDATE sessions SET bytes = bytes + ?, title = ?, settings = ?, updated_at = max(?, ?) WHERE id = ?`
 	qDeleteSession = `DELETE FROM sessions WHERE id = ?`
+	// qSetUnread sets a session's unread flag as Changes.Unread says.
+	qSetUnread = `UPDATE sessions SET unread = ? WHERE id = ?`
 )
 
 func sessionArgs(s *service.TalkSession) ([]any, error) {
@@ -43,12 +45,12 @@ func sessionArgs(s *service.TalkSession) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []any{s.ID, s.UserID, s.Title, string(settings), dbTime(s.CreatedAt), dbTime(s.UpdatedAt), s.Size()}, nil
+	return []any{s.ID, s.UserID, s.Title, string(settings), dbTime(s.CreatedAt), dbTime(s.UpdatedAt), s.Unread, s.Size()}, nil
 }
 
 func scanSession(sc scanner) (*service.TalkSession, error) {
 	var s service.TalkSession
-	err := sc.Scan(&s.ID, &s.UserID, &s.Title, jsonCol{&s.Settings}, timeCol{&s.CreatedAt}, timeCol{&s.UpdatedAt}, &s.LastSeq)
+	err := sc.Scan(&s.ID, &s.UserID, &s.Title, jsonCol{&s.Settings}, timeCol{&s.CreatedAt}, timeCol{&s.UpdatedAt}, &s.Unread, &s.LastSeq)
 	return &s, err
 }
 
@@ -406,11 +408,13 @@ var writes = []string{
 	qRewriteEvent, qDropEvents, qInsertIdempotency, qDeleteMessages, qDeleteRuns,
 	qDeleteQuestions, qDeleteToolCalls, qDeleteEvents, qDeleteIdempotency, qWithdrawQuestions,
 	qSwitchBranch, qPutShareLink, qDeleteShareLinks, qDeleteThreads,
+	qSetUnread, qViewerLast, qWebhooksToTell, qCountWebhooks, qDeleteDeliveries,
 }
 
 func init() {
 	for _, n := range rowBatchSizes {
-		writes = append(writes, qInsertEvents(n), qUpsertMessages(n), qUpsertRuns(n), qUpsertQuestions(n), qUpsertToolCalls(n))
+		writes = append(writes, qInsertEvents(n), qUpsertMessages(n), qUpsertRuns(n), qUpsertQuestions(n), qUpsertToolCalls(n),
+			qInsertViewerEvents(n), qInsertDeliveries(n))
 	}
 }
 
@@ -426,4 +430,5 @@ var reads = []string{
 	qSession, qSessions, qSessionsAft, qMessage, qMessagesFirst, qMessagesLast, qRun, qRunsByStatus,
 	qQuestion, qQuestions, qToolCalls, qToolCall, qEvents, qChunks, qCountEvents, qIdempotency, qFootprint,
 	qChildren, qCountMessages, qSessionRuns, qShareLink, qShareLinkByID, qShareLinks, qThread,
+	qViewerEvents, qViewerSeq, qWebhook, qWebhooks, qDelivery, qDeliveries, qDeliveriesAft, qAnyDue,
 }

@@ -14,7 +14,8 @@
 // mode lets run alongside the writer.
 //
 // The schema lives in migrations/ as goose migrations embedded in the binary; Open brings
-// the file up to date. The SQL itself is confined to queries.go.
+// the file up to date. The SQL itself is confined to queries.go (and userqueries.go, for what
+// the store keeps per user).
 //
 // The service writes through Append, which it calls once per round of its writer with
 // every session's pending batches: one transaction with prepared statements, so that a
@@ -86,7 +87,13 @@ type Store struct {
 	wmu   sync.Mutex           // one transaction at a time on the writer connection
 	stmts map[string]*sql.Stmt // the writes, prepared on the writer connection
 	last  map[string]int64     // the Seq of sessions' last events, as committed (see appendTx)
-	hold  time.Duration        // Options.CompactHold
+	// viewerLast is the Seq of users' last viewer events, as committed, and hooked
+	// whether a user has webhooks (enabled or not), for the users Append met: this store
+	// is its file's only writer, so neither is read again (see tell.go). Both are guarded
+	// by wmu.
+	viewerLast map[string]int64
+	hooked     map[string]bool
+	hold       time.Duration // Options.CompactHold
 	// compactSliced, when set (by tests), is called after each of Compact's transactions
 	// with how many streams it folded and how many are left.
 	compactSliced func(done, left int)
@@ -241,6 +248,7 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 		return err
 	}
 	s.stmts, s.last = map[string]*sql.Stmt{}, map[string]int64{}
+	s.viewerLast, s.hooked = map[string]int64{}, map[string]bool{}
 	for _, q := range writes {
 		st, err := w.PrepareContext(ctx, q)
 		if err != nil {

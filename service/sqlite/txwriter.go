@@ -17,8 +17,10 @@ type txWriter struct {
 	ctx      context.Context
 	tx       *sql.Tx
 	prepared map[string]*sql.Stmt
-	// last is the end of each session's log as this transaction leaves it (-1: deleted).
-	last map[string]int64
+	// last is the end of each session's log as this transaction leaves it (-1: deleted);
+	// viewerLast the Seq of users' last viewer events.
+	last       map[string]int64
+	viewerLast map[string]int64
 }
 
 func (w *txWriter) stmt(query string) *sql.Stmt {

@@ -69,6 +69,7 @@ func Run(t *testing.T, open func(t *testing.T) service.Store) {
 	tests = append(tests, threadTests...)
 	tests = append(tests, budgetTests...)
 	tests = append(tests, scheduleTests...)
+	tests = append(tests, userTests...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
 	}

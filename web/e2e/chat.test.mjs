@@ -476,7 +476,7 @@ if (!SKIP) describe('chat app', { timeout: 600_000 }, () => {
       await page.locator(sel.question).waitFor();
       await page.locator(sel.question).getByLabel('Your answer').fill('Mushrooms and olives');
       // The chat list follows: this chat needs an answer.
-      await page.locator('.session-item.current .session-meta', { hasText: 'needs answer' }).waitFor();
+      await page.locator('.session-item.current .session-meta', { hasText: 'waiting for you' }).waitFor();
       await page.mouse.move(0, 0);
       await screenshot(page, 'overview');
       // The whole app fits the window: header and composer in view, only the messages scroll.

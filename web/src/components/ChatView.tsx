@@ -1,4 +1,4 @@
-import { useFragment, useQuery } from '@apollo/client/react';
+import { useApolloClient, useFragment, useQuery } from '@apollo/client/react';
 import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import { AgentsDocument, SessionStateFieldsFragmentDoc } from '../gql/graphql';
 import { isFinishedRun } from '../lib/cache';
@@ -6,6 +6,7 @@ import { describeError } from '../lib/errors';
 import { openChat } from '../lib/route';
 import { useChat } from '../lib/useChat';
 import { BudgetPause } from './BudgetPause';
+import { markRead } from '../lib/viewer';
 import { Composer } from './Composer';
 import { GearIcon, StopIcon } from './icons';
 import { MessageActionsContext, type MessageActions } from './messageActions';
@@ -51,6 +52,20 @@ export function ChatView({ sessionId, bar }: { sessionId: string; bar: TopBarPro
   );
   const [settingsOpen, setSettingsOpen] = useState(false);
   const [shareOpen, setShareOpen] = useState(false);
+
+  // A chat on screen is read: its unread flag is cleared (for every tab) when it shows,
+  // and when the page comes back into view.
+  const client = useApolloClient();
+  const unread = session?.unread ?? false;
+  useEffect(() => {
+    if (!unread) return;
+    const look = () => {
+      if (document.visibilityState === 'visible') markRead(client, sessionId);
+    };
+    look();
+    document.addEventListener('visibilitychange', look);
+    return () => document.removeEventListener('visibilitychange', look);
+  }, [client, sessionId, unread]);
   const [stopError, setStopError] = useState<string | null>(null);
   const [stopping, setStopping] = useState(false);
 

@@ -1,9 +1,10 @@
 import { useCallback, useEffect, useState } from 'react';
 import { useConnectionState } from '../lib/connection';
-import { useSchedulesRoute, useSessionRoute } from '../lib/route';
+import { useSchedulesRoute, useSessionRoute, useWebhooksRoute } from '../lib/route';
 import { ChatView } from './ChatView';
 import { SchedulesPage } from './SchedulesPage';
 import { Sidebar } from './Sidebar';
+import { WebhooksPage } from './WebhooksPage';
 import { Welcome } from './Welcome';
 
 export interface TopBarProps {
@@ -15,6 +16,7 @@ export interface TopBarProps {
 export function Shell() {
   const sessionId = useSessionRoute();
   const schedules = useSchedulesRoute();
+  const webhooks = useWebhooksRoute();
   // The drawer (narrow screens) remembers the chat it was opened on: choosing another
   // chat closes it.
   const [openedOn, setOpenedOn] = useState<{ route: string | null } | null>(null);
@@ -59,6 +61,8 @@ export function Shell() {
           <ChatView key={sessionId} sessionId={sessionId} bar={bar} />
         ) : schedules ? (
           <SchedulesPage bar={bar} />
+        ) : webhooks ? (
+          <WebhooksPage bar={bar} />
         ) : (
           <Welcome bar={bar} />
         )}

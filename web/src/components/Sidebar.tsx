@@ -1,5 +1,5 @@
-import { useApolloClient, useMutation, useQuery } from '@apollo/client/react';
-import { useEffect, useRef, useState, type FormEvent } from 'react';
+import { useApolloClient, useFragment, useMutation, useQuery } from '@apollo/client/react';
+import { useCallback, useEffect, useRef, useState, type FormEvent } from 'react';
 import {
   DeleteTalkSessionDocument,
   RenameTalkSessionDocument,
@@ -9,7 +9,9 @@ import {
 import { describeError } from '../lib/errors';
 import { chatHref, openChat, openHome, SCHEDULES_HREF, useSchedulesRoute } from '../lib/route';
 import { createSession, forgetSession, SESSIONS_PAGE } from '../lib/sessions';
+import { askForNotifications, useNotificationPermission } from '../lib/notify';
 import { relativeTime } from '../lib/time';
+import { LAST_RUN, useViewerEvents } from '../lib/viewer';
 import { ConfirmDialog } from './ConfirmDialog';
 import { ClockIcon, PencilIcon, PlusIcon, TrashIcon } from './icons';
 
@@ -38,6 +40,19 @@ export function Sidebar({
   const [problem, setProblem] = useState<string | null>(null);
   const [, tick] = useState(0);
   const onSchedules = useSchedulesRoute();
+  const notifications = useNotificationPermission();
+
+  // The list lives from the viewer's stream, from the cursor read with it: a chat that
+  // changes in another tab, on another device or in the background shows here at once.
+  const currentRef = useRef(currentId);
+  useEffect(() => {
+    currentRef.current = currentId;
+  }, [currentId]);
+  const onScreen = useCallback(
+    () => ({ sessionId: currentRef.current, visible: document.visibilityState === 'visible' }),
+    [],
+  );
+  useViewerEvents(data?.viewer.eventsCursor ?? null, onScreen);
 
   // The drawer (narrow screens) takes the focus when it opens.
   const newChatButton = useRef<HTMLButtonElement>(null);
@@ -143,12 +158,13 @@ export function Sidebar({
                 aria-current={s.id === currentId ? 'page' : undefined}
                 onClick={onClose}
               >
-                <span className="session-title">{s.title || 'Untitled chat'}</span>
+                <span className="session-title">
+                  {s.unread && s.id !== currentId && <span className="unread-dot" title="New" />}
+                  {s.title || 'Untitled chat'}
+                  {s.unread && s.id !== currentId && <span className="visually-hidden"> (new)</span>}
+                </span>
                 <span className="session-meta">
-                  {s.status !== 'IDLE' && (
-                    <span className={`dot ${s.status.toLowerCase()}`} aria-hidden="true" />
-                  )}
-                  {s.status === 'RUNNING' ? 'working · ' : s.status === 'WAITING_FOR_INPUT' ? 'needs answer · ' : ''}
+                  <StatusOf item={s} />
                   {relativeTime(s.updatedAt)}
                 </span>
               </a>
@@ -181,6 +197,16 @@ export function Sidebar({
           {loadingMore ? 'Loading…' : 'Show more chats'}
         </button>
       )}
+      <div className="sidebar-foot">
+        {notifications === 'default' && (
+          <button type="button" className="btn subtle small" onClick={() => askForNotifications()}>
+            Notify me when a chat needs me
+          </button>
+        )}
+        <a className="btn subtle small" href="#/settings/webhooks" onClick={onClose}>
+          Webhooks
+        </a>
+      </div>
       <ConfirmDialog
         open={deleting !== null}
         title="Delete this chat?"
@@ -197,6 +223,36 @@ export function Sidebar({
       </ConfirmDialog>
     </nav>
   );
+}
+
+/** What a chat is doing, as the list shows it: working, waiting for you, failed. */
+function StatusOf({ item }: { item: Item }) {
+  const last = useFragment<{ lastRunStatus: string | null }>({ fragment: LAST_RUN, from: { __typename: 'TalkSession', id: item.id } });
+  if (item.status === 'RUNNING') {
+    return (
+      <>
+        <span className="dot running" aria-hidden="true" />
+        working ·{' '}
+      </>
+    );
+  }
+  if (item.status === 'WAITING_FOR_INPUT') {
+    return (
+      <>
+        <span className="dot waiting_for_input" aria-hidden="true" />
+        <span className="waiting-label">waiting for you</span> ·{' '}
+      </>
+    );
+  }
+  if (last.data?.lastRunStatus === 'FAILED') {
+    return (
+      <>
+        <span className="dot failed" aria-hidden="true" />
+        failed ·{' '}
+      </>
+    );
+  }
+  return null;
 }
 
 function RenameForm({ item, onDone }: { item: Item; onDone: () => void }) {

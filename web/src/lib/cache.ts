@@ -81,11 +81,14 @@ export const SESSION_EVENT_TYPES = [
   'BranchSelected',
 ];
 
+/** The types of ViewerEvent (schema.graphqls), checked against the schema by a unit test. */
+export const VIEWER_EVENT_TYPES = ['SessionChanged', 'SessionRemoved', 'RunEnded', 'InputRequested'];
+
 export function createCache(): InMemoryCache {
   return new InMemoryCache({
     // The stream's events are of an interface type; the cache matches each event's inline
     // fragments by its concrete type.
-    possibleTypes: { SessionEvent: SESSION_EVENT_TYPES },
+    possibleTypes: { SessionEvent: SESSION_EVENT_TYPES, ViewerEvent: VIEWER_EVENT_TYPES },
     typePolicies: {
       Query: {
         fields: {
@@ -101,7 +104,10 @@ export function createCache(): InMemoryCache {
       },
       Subscription: {
         // Each event replaces the previous one here; what it carries is normalised elsewhere.
-        fields: { messageStream: { keyArgs: ['sessionId'], merge: (_, incoming) => incoming } },
+        fields: {
+          messageStream: { keyArgs: ['sessionId'], merge: (_, incoming) => incoming },
+          viewerEvents: { keyArgs: false, merge: (_, incoming) => incoming },
+        },
       },
       TalkSession: {
         fields: {
@@ -111,6 +117,8 @@ export function createCache(): InMemoryCache {
           messages: relayStylePagination(),
           // Kept by the events (see events.ts); each copy from the server replaces.
           queuedRuns: { merge: false },
+          // Client-only (client-schema.graphql): how its latest run ended (viewer.ts).
+          lastRunStatus: { read: (existing: RunStatus | undefined) => existing ?? null, merge: keepKnown },
         },
       },
       Run: {

@@ -128,7 +128,7 @@ function toolCall(id: string, over: Record<string, unknown> = {}) {
 }
 
 function listed(id: string, updatedAt = AT) {
-  return { __typename: 'TalkSession' as const, id, title: id, updatedAt, status: 'IDLE' as const };
+  return { __typename: 'TalkSession' as const, id, title: id, updatedAt, status: 'IDLE' as const, unread: false };
 }
 
 /** A cache holding session s1 as the chat loads it, with the given messages, and the list. */
@@ -138,6 +138,7 @@ function loaded(messages: ReturnType<typeof message>[] = [], activeRun: ReturnTy
     query: SessionsDocument,
     variables: { first: 50 },
     data: {
+      viewer: { __typename: 'Viewer', id: 'u1', eventsCursor: 'v0' },
       sessions: {
         __typename: 'TalkSessionConnection',
         edges: ['s3', 's2', 's1'].map((id) => ({ __typename: 'TalkSessionEdge', cursor: `l:${id}`, node: listed(id) })),

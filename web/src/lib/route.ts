@@ -1,7 +1,8 @@
 import { useSyncExternalStore } from 'react';
 
 // Hash routes work behind any static file server: `#/` is the start page,
-// `#/c/<session id>` one chat and `#/schedules` the schedules.
+// `#/c/<session id>` one chat, `#/schedules` the schedules and `#/settings/webhooks` the
+// webhooks.
 
 function subscribe(fn: () => void) {
   window.addEventListener('hashchange', fn);
@@ -11,6 +12,15 @@ function subscribe(fn: () => void) {
 function currentSessionId(): string | null {
   const m = /^#\/c\/([^/?#]+)/.exec(location.hash);
   return m ? decodeURIComponent(m[1]) : null;
+}
+
+function onWebhooksPage(): boolean {
+  return /^#\/settings\/webhooks\b/.test(location.hash);
+}
+
+/** Whether the page shows the webhooks settings (`#/settings/webhooks`). */
+export function useWebhooksRoute(): boolean {
+  return useSyncExternalStore(subscribe, onWebhooksPage);
 }
 
 export function useSessionRoute(): string | null {
