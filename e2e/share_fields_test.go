@@ -47,7 +47,8 @@ var readerFields = map[string]string{
 	"ToolApproval.reason": "never reached", "ToolApproval.decidedAt": "never reached", "ToolApproval.expiresAt": "never reached",
 
 	"Run.id": "a run of the branch", "Run.sessionId": "read empty by a reader", "Run.status": "whether the agent works",
-	"Run.error": "fit to show", "Run.agent": "read empty by a reader: a setting", "Run.usage": "what the reply cost, in tokens",
+	"Run.error": "fit to show", "Run.agent": "read empty by a reader: a setting",
+	"Run.waitsForBudget": "read null by a reader: which of the owner's caps holds the run", "Run.usage": "what the reply cost, in tokens",
 	"Run.createdAt": "shown", "Run.startedAt": "shown", "Run.finishedAt": "shown",
 	"Usage.inputTokens": "shown", "Usage.outputTokens": "shown", "Usage.cachedInputTokens": "shown",
 

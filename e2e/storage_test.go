@@ -39,6 +39,9 @@ func TestFullStorageGivesClearErrorsAndFailsReadiness(t *testing.T) {
 	if last[0] != "UNAVAILABLE" || !strings.Contains(last[1], "full") {
 		t.Errorf("error when full = %v, want UNAVAILABLE saying the storage is full", last)
 	}
+	// A message too big for what is left may leave room for smaller writes: fill that
+	// too, so that nothing fits any more, as a disk that filled up.
+	fillStorage(t, c, sid)
 	resp, err := http.Get(a.URL + "/readyz")
 	if err != nil {
 		t.Fatal(err)

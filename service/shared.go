@@ -244,6 +244,7 @@ func (m *ShareMask) toolCall(c *ToolCall) *ToolCall {
 func (m *ShareMask) run(r *Run) *Run {
 	cp := *r
 	cp.SessionID, cp.UserID, cp.Owner, cp.ReplyTo, cp.Agent = "", "", "", "", ""
+	cp.Budget = "" // which of the owner's caps holds it: theirs to know
 	return &cp
 }
 
