@@ -96,6 +96,19 @@ func decisionInput(in *model.DecideToolCallInput) service.Decision {
 	return d
 }
 
+// inputsOf is respondToInputs' answers and decisions as the service takes them.
+func inputsOf(in *model.RespondToInputsInput) ([]service.Answer, []service.Decision) {
+	var answers []service.Answer
+	for _, a := range in.Answers {
+		answers = append(answers, service.Answer{QuestionID: a.QuestionID, Answer: a.Answer})
+	}
+	var decisions []service.Decision
+	for _, d := range in.Decisions {
+		decisions = append(decisions, decisionInput(d))
+	}
+	return answers, decisions
+}
+
 // optional is s as a nullable String: null when empty.
 func optional(s string) *string {
 	if s == "" {

@@ -15,7 +15,6 @@ import (
 	"github.com/talkgraph/talkgraph/service"
 )
 
-// Error is the resolver for the error field.
 func (r *messageResolver) Error(ctx context.Context, obj *service.HistoryMessage) (*string, error) {
 	if obj.Error == "" {
 		return nil, nil
@@ -23,12 +22,10 @@ func (r *messageResolver) Error(ctx context.Context, obj *service.HistoryMessage
 	return &obj.Error, nil
 }
 
-// RunID is the resolver for the runId field.
 func (r *messageResolver) RunID(ctx context.Context, obj *service.HistoryMessage) (*string, error) {
 	return optional(obj.RunID), nil
 }
 
-// ToolCalls is the resolver for the toolCalls field.
 func (r *messageResolver) ToolCalls(ctx context.Context, obj *service.HistoryMessage) ([]*service.ToolCall, error) {
 	if obj.Loaded || obj.Role != service.RoleAssistant {
 		return append([]*service.ToolCall{}, obj.ToolCalls...), nil
@@ -40,12 +37,10 @@ func (r *messageResolver) ToolCalls(ctx context.Context, obj *service.HistoryMes
 	return r.Service.ToolCalls(ctx, obj.SessionID, obj.ID)
 }
 
-// ParentID is the resolver for the parentId field.
 func (r *messageResolver) ParentID(ctx context.Context, obj *service.HistoryMessage) (*string, error) {
 	return optional(obj.ParentID), nil
 }
 
-// SiblingIds is the resolver for the siblingIds field.
 func (r *messageResolver) SiblingIds(ctx context.Context, obj *service.HistoryMessage) ([]string, error) {
 	if obj.Shared != nil { // a reader sees one branch
 		return []string{obj.ID}, nil
@@ -53,7 +48,6 @@ func (r *messageResolver) SiblingIds(ctx context.Context, obj *service.HistoryMe
 	return r.Service.Siblings(ctx, &obj.Message)
 }
 
-// CreateTalkSession is the resolver for the createTalkSession field.
 func (r *mutationResolver) CreateTalkSession(ctx context.Context, input *model.CreateTalkSessionInput) (*service.SessionView, error) {
 	var title string
 	var settings service.SettingsInput
@@ -66,17 +60,14 @@ func (r *mutationResolver) CreateTalkSession(ctx context.Context, input *model.C
 	return r.Service.CreateTalkSession(ctx, title, settings)
 }
 
-// RenameTalkSession is the resolver for the renameTalkSession field.
 func (r *mutationResolver) RenameTalkSession(ctx context.Context, input model.RenameTalkSessionInput) (*service.SessionView, error) {
 	return r.Service.RenameTalkSession(ctx, input.ID, input.Title)
 }
 
-// UpdateTalkSessionSettings is the resolver for the updateTalkSessionSettings field.
 func (r *mutationResolver) UpdateTalkSessionSettings(ctx context.Context, input model.UpdateTalkSessionSettingsInput) (*service.SessionView, error) {
 	return r.Service.UpdateSettings(ctx, input.ID, settingsInput(input.Settings))
 }
 
-// DeleteTalkSession is the resolver for the deleteTalkSession field.
 func (r *mutationResolver) DeleteTalkSession(ctx context.Context, id string) (string, error) {
 	if err := r.Service.DeleteTalkSession(ctx, id); err != nil {
 		return "", err
@@ -84,7 +75,6 @@ func (r *mutationResolver) DeleteTalkSession(ctx context.Context, id string) (st
 	return id, nil
 }
 
-// AddMessage is the resolver for the addMessage field.
 func (r *mutationResolver) AddMessage(ctx context.Context, input model.AddMessageInput) (*model.AddMessagePayload, error) {
 	var key string
 	if input.IdempotencyKey != nil {
@@ -101,7 +91,6 @@ func (r *mutationResolver) AddMessage(ctx context.Context, input model.AddMessag
 	return &model.AddMessagePayload{Message: &service.HistoryMessage{Message: *msg, Loaded: true}, Run: run}, nil
 }
 
-// RespondToQuestion is the resolver for the respondToQuestion field.
 func (r *mutationResolver) RespondToQuestion(ctx context.Context, input model.RespondToQuestionInput) (*model.RespondToQuestionPayload, error) {
 	q, run, err := r.Service.Respond(ctx, input.QuestionID, input.Answer)
 	if err != nil {
@@ -110,7 +99,6 @@ func (r *mutationResolver) RespondToQuestion(ctx context.Context, input model.Re
 	return &model.RespondToQuestionPayload{Question: q, Run: run}, nil
 }
 
-// DecideToolCall is the resolver for the decideToolCall field.
 func (r *mutationResolver) DecideToolCall(ctx context.Context, input model.DecideToolCallInput) (*model.DecideToolCallPayload, error) {
 	call, run, err := r.Service.DecideToolCall(ctx, decisionInput(&input))
 	if err != nil {
@@ -119,16 +107,8 @@ func (r *mutationResolver) DecideToolCall(ctx context.Context, input model.Decid
 	return &model.DecideToolCallPayload{ToolCall: call, Run: run}, nil
 }
 
-// RespondToInputs is the resolver for the respondToInputs field.
 func (r *mutationResolver) RespondToInputs(ctx context.Context, input model.RespondToInputsInput) (*model.RespondToInputsPayload, error) {
-	var answers []service.Answer
-	for _, a := range input.Answers {
-		answers = append(answers, service.Answer{QuestionID: a.QuestionID, Answer: a.Answer})
-	}
-	var decisions []service.Decision
-	for _, d := range input.Decisions {
-		decisions = append(decisions, decisionInput(d))
-	}
+	answers, decisions := inputsOf(&input)
 	res, err := r.Service.RespondToInputs(ctx, input.SessionID, answers, decisions)
 	if err != nil {
 		return nil, err
@@ -143,7 +123,6 @@ func (r *mutationResolver) RespondToInputs(ctx context.Context, input model.Resp
 	return out, nil
 }
 
-// CancelRun is the resolver for the cancelRun field.
 func (r *mutationResolver) CancelRun(ctx context.Context, sessionID string, runID *string) (*service.Run, error) {
 	var id string
 	if runID != nil {
@@ -152,7 +131,6 @@ func (r *mutationResolver) CancelRun(ctx context.Context, sessionID string, runI
 	return r.Service.StopRun(ctx, sessionID, id)
 }
 
-// EditMessage is the resolver for the editMessage field.
 func (r *mutationResolver) EditMessage(ctx context.Context, input model.EditMessageInput) (*model.AddMessagePayload, error) {
 	msg, run, err := r.Service.EditMessage(ctx, input.MessageID, input.Content)
 	if err != nil {
@@ -161,7 +139,6 @@ func (r *mutationResolver) EditMessage(ctx context.Context, input model.EditMess
 	return &model.AddMessagePayload{Message: &service.HistoryMessage{Message: *msg, Loaded: true}, Run: run}, nil
 }
 
-// Regenerate is the resolver for the regenerate field.
 func (r *mutationResolver) Regenerate(ctx context.Context, input model.RegenerateInput) (*model.RegeneratePayload, error) {
 	run, err := r.Service.Regenerate(ctx, input.MessageID)
 	if err != nil {
@@ -170,12 +147,10 @@ func (r *mutationResolver) Regenerate(ctx context.Context, input model.Regenerat
 	return &model.RegeneratePayload{Run: run}, nil
 }
 
-// SelectBranch is the resolver for the selectBranch field.
 func (r *mutationResolver) SelectBranch(ctx context.Context, input model.SelectBranchInput) (*service.SessionView, error) {
 	return r.Service.SelectBranch(ctx, input.MessageID)
 }
 
-// ForkSession is the resolver for the forkSession field.
 func (r *mutationResolver) ForkSession(ctx context.Context, input model.ForkSessionInput) (*service.SessionView, error) {
 	var title string
 	if input.Title != nil {
@@ -184,7 +159,6 @@ func (r *mutationResolver) ForkSession(ctx context.Context, input model.ForkSess
 	return r.Service.ForkSession(ctx, input.MessageID, title)
 }
 
-// CreateShareLink is the resolver for the createShareLink field.
 func (r *mutationResolver) CreateShareLink(ctx context.Context, input model.CreateShareLinkInput) (*model.CreateShareLinkPayload, error) {
 	l, token, err := r.Service.CreateShareLink(ctx, service.CreateShareLinkInput{SessionID: input.SessionID,
 		Live: input.Live != nil && *input.Live, IncludeTools: input.IncludeTools != nil && *input.IncludeTools, ExpiresAt: input.ExpiresAt})
@@ -194,12 +168,10 @@ func (r *mutationResolver) CreateShareLink(ctx context.Context, input model.Crea
 	return &model.CreateShareLinkPayload{ShareLink: l, Token: token, URL: ShareURL(ctx, token)}, nil
 }
 
-// RevokeShareLink is the resolver for the revokeShareLink field.
 func (r *mutationResolver) RevokeShareLink(ctx context.Context, id string) (*service.ShareLink, error) {
 	return r.Service.RevokeShareLink(ctx, id)
 }
 
-// ForkSharedSession is the resolver for the forkSharedSession field.
 func (r *mutationResolver) ForkSharedSession(ctx context.Context, token string, title *string) (*service.SessionView, error) {
 	var t string
 	if title != nil {
@@ -208,22 +180,18 @@ func (r *mutationResolver) ForkSharedSession(ctx context.Context, token string, 
 	return r.Service.ForkSharedSession(ctx, token, t)
 }
 
-// CreateSchedule is the resolver for the createSchedule field.
 func (r *mutationResolver) CreateSchedule(ctx context.Context, input model.CreateScheduleInput) (*model.Schedule, error) {
 	return schedule(r.Service)(r.Service.CreateSchedule(ctx, scheduleInput(input)))
 }
 
-// UpdateSchedule is the resolver for the updateSchedule field.
 func (r *mutationResolver) UpdateSchedule(ctx context.Context, input model.UpdateScheduleInput) (*model.Schedule, error) {
 	return schedule(r.Service)(r.Service.UpdateSchedule(ctx, input.ID, scheduleUpdate(input)))
 }
 
-// DeleteSchedule is the resolver for the deleteSchedule field.
 func (r *mutationResolver) DeleteSchedule(ctx context.Context, id string) (bool, error) {
 	return true, r.Service.DeleteSchedule(ctx, id)
 }
 
-// RunScheduleNow is the resolver for the runScheduleNow field.
 func (r *mutationResolver) RunScheduleNow(ctx context.Context, id string) (*model.ScheduleFire, error) {
 	f, err := r.Service.RunScheduleNow(ctx, id)
 	if err != nil {
@@ -232,37 +200,30 @@ func (r *mutationResolver) RunScheduleNow(ctx context.Context, id string) (*mode
 	return &model.ScheduleFire{ScheduleFire: f, Svc: r.Service}, nil
 }
 
-// MarkSessionRead is the resolver for the markSessionRead field.
 func (r *mutationResolver) MarkSessionRead(ctx context.Context, sessionID string) (*service.SessionView, error) {
 	return r.Service.MarkSessionRead(ctx, sessionID)
 }
 
-// CreateWebhook is the resolver for the createWebhook field.
 func (r *mutationResolver) CreateWebhook(ctx context.Context, input model.CreateWebhookInput) (*service.WebhookSecret, error) {
 	return r.Service.CreateWebhook(ctx, input.URL, input.Events, deref(input.Description))
 }
 
-// UpdateWebhook is the resolver for the updateWebhook field.
 func (r *mutationResolver) UpdateWebhook(ctx context.Context, input model.UpdateWebhookInput) (*service.Webhook, error) {
 	return r.Service.UpdateWebhook(ctx, service.UpdateWebhookArgs{ID: input.ID, URL: input.URL, Events: input.Events, Enabled: input.Enabled, Description: input.Description})
 }
 
-// DeleteWebhook is the resolver for the deleteWebhook field.
 func (r *mutationResolver) DeleteWebhook(ctx context.Context, id string) (bool, error) {
 	return true, r.Service.DeleteWebhook(ctx, id)
 }
 
-// RotateWebhookSecret is the resolver for the rotateWebhookSecret field.
 func (r *mutationResolver) RotateWebhookSecret(ctx context.Context, id string) (*service.WebhookSecret, error) {
 	return r.Service.RotateWebhookSecret(ctx, id)
 }
 
-// RedeliverWebhook is the resolver for the redeliverWebhook field.
 func (r *mutationResolver) RedeliverWebhook(ctx context.Context, deliveryID string) (*service.Delivery, error) {
 	return r.Service.RedeliverWebhook(ctx, deliveryID)
 }
 
-// Viewer is the resolver for the viewer field.
 func (r *queryResolver) Viewer(ctx context.Context) (*model.Viewer, error) {
 	u := service.UserFrom(ctx)
 	if u == "" {
@@ -271,26 +232,22 @@ func (r *queryResolver) Viewer(ctx context.Context) (*model.Viewer, error) {
 	return &model.Viewer{ID: u, Svc: r.Service}, nil
 }
 
-// Sessions is the resolver for the sessions field.
 func (r *queryResolver) Sessions(ctx context.Context, first *int, after *string) (*model.TalkSessionConnection, error) {
-	cursor := deref(after)
 	r.beforeSessions(ctx)
-	page, hasNext, err := r.Service.Sessions(ctx, first, cursor)
+	page, hasNext, err := r.Service.Sessions(ctx, first, deref(after))
 	if err != nil {
 		return nil, err
 	}
-	conn := &model.TalkSessionConnection{Edges: []*model.TalkSessionEdge{}, PageInfo: &model.PageInfo{HasNextPage: hasNext, HasPreviousPage: cursor != ""}}
-	for _, v := range page {
-		conn.Edges = append(conn.Edges, &model.TalkSessionEdge{Cursor: service.EncodeSessionCursor(v.TalkSession), Node: v})
+	conn := &model.TalkSessionConnection{Edges: make([]*model.TalkSessionEdge, len(page))}
+	cursors := make([]string, len(page))
+	for i, v := range page {
+		cursors[i] = service.EncodeSessionCursor(v.TalkSession)
+		conn.Edges[i] = &model.TalkSessionEdge{Cursor: cursors[i], Node: v}
 	}
-	if n := len(conn.Edges); n > 0 {
-		conn.PageInfo.StartCursor = &conn.Edges[0].Cursor
-		conn.PageInfo.EndCursor = &conn.Edges[n-1].Cursor
-	}
+	conn.PageInfo = pageInfo(cursors, deref(after) != "", hasNext)
 	return conn, nil
 }
 
-// Session is the resolver for the session field.
 func (r *queryResolver) Session(ctx context.Context, id string) (*service.SessionView, error) {
 	v, err := r.Service.View(ctx, id)
 	if service.ErrorCode(err) == service.ENOTFOUND {
@@ -299,7 +256,6 @@ func (r *queryResolver) Session(ctx context.Context, id string) (*service.Sessio
 	return v, err
 }
 
-// Run is the resolver for the run field.
 func (r *queryResolver) Run(ctx context.Context, id string) (*service.Run, error) {
 	run, err := r.Service.Run(ctx, id)
 	if service.ErrorCode(err) == service.ENOTFOUND {
@@ -308,7 +264,6 @@ func (r *queryResolver) Run(ctx context.Context, id string) (*service.Run, error
 	return run, err
 }
 
-// Agents is the resolver for the agents field.
 func (r *queryResolver) Agents(ctx context.Context) ([]*service.AgentInfo, error) {
 	if service.UserFrom(ctx) == "" {
 		return nil, service.Errorf(service.EUNAUTHORIZED, "sign in first")
@@ -321,43 +276,35 @@ func (r *queryResolver) Agents(ctx context.Context) ([]*service.AgentInfo, error
 	return out, nil
 }
 
-// SharedSession is the resolver for the sharedSession field.
 func (r *queryResolver) SharedSession(ctx context.Context, token string) (*service.SharedView, error) {
 	return r.Service.SharedSession(ctx, token)
 }
 
-// Schedules is the resolver for the schedules field.
 func (r *queryResolver) Schedules(ctx context.Context) ([]*model.Schedule, error) {
 	scs, err := r.Service.Schedules(ctx)
 	return model.NewSchedules(r.Service, scs), err
 }
 
-// CronPreview is the resolver for the cronPreview field.
 func (r *queryResolver) CronPreview(ctx context.Context, cron string, timezone *string, count *int) ([]*time.Time, error) {
 	return timesOf(r.Service.CronPreview(ctx, cron, deref(timezone), deref(count)))
 }
 
-// Webhooks is the resolver for the webhooks field.
 func (r *queryResolver) Webhooks(ctx context.Context) ([]*service.Webhook, error) {
 	return r.Service.Webhooks(ctx)
 }
 
-// WebhookEventTypes is the resolver for the webhookEventTypes field.
 func (r *queryResolver) WebhookEventTypes(ctx context.Context) ([]string, error) {
 	return service.HookTypes(), nil
 }
 
-// AnswerSchema is the resolver for the answerSchema field.
 func (r *questionResolver) AnswerSchema(ctx context.Context, obj *service.Question) (*string, error) {
 	return optional(obj.AnswerSchema), nil
 }
 
-// WithdrawnReason is the resolver for the withdrawnReason field.
 func (r *questionResolver) WithdrawnReason(ctx context.Context, obj *service.Question) (*string, error) {
 	return optional(obj.WithdrawnReason), nil
 }
 
-// Error is the resolver for the error field.
 func (r *runResolver) Error(ctx context.Context, obj *service.Run) (*string, error) {
 	if obj.Error == "" {
 		return nil, nil
@@ -365,7 +312,6 @@ func (r *runResolver) Error(ctx context.Context, obj *service.Run) (*string, err
 	return &obj.Error, nil
 }
 
-// WaitsForBudget is the resolver for the waitsForBudget field.
 func (r *runResolver) WaitsForBudget(ctx context.Context, obj *service.Run) (*service.BudgetScope, error) {
 	if obj.Budget == "" || obj.Status != service.RunWaitingForInput {
 		return nil, nil
@@ -373,7 +319,6 @@ func (r *runResolver) WaitsForBudget(ctx context.Context, obj *service.Run) (*se
 	return &obj.Budget, nil
 }
 
-// ToolPolicies is the resolver for the toolPolicies field.
 func (r *sessionSettingsResolver) ToolPolicies(ctx context.Context, obj *service.Settings) ([]*service.ToolPolicyEntry, error) {
 	list := r.Service.ToolPolicies(*obj)
 	out := make([]*service.ToolPolicyEntry, len(list))
@@ -383,111 +328,66 @@ func (r *sessionSettingsResolver) ToolPolicies(ctx context.Context, obj *service
 	return out, nil
 }
 
-// Views is the resolver for the views field.
 func (r *shareLinkResolver) Views(ctx context.Context, obj *service.ShareLink) (int, error) {
 	return int(min(obj.Views, math.MaxInt32)), nil
 }
 
-// StreamCursor is the resolver for the streamCursor field.
 func (r *sharedSessionResolver) StreamCursor(ctx context.Context, obj *service.SharedView) (*string, error) {
 	return optional(obj.StreamCursor), nil
 }
 
-// MessageStream is the resolver for the messageStream field.
 func (r *subscriptionResolver) MessageStream(ctx context.Context, sessionID string, after *string) (<-chan model.SessionEvent, error) {
-	// The transport drives the subscription with a Stream (see withStream): the resolver
-	// opens it, or, when it is open already and the operation is executed again to render
-	// an event no plan covers, answers with it as it is.
-	st := streamOf(ctx)
-	if st == nil {
-		return nil, service.Errorf(service.EINTERNAL, "messageStream needs a transport that drives a graph.Stream")
-	}
-	if st.src == nil {
-		if err := st.openSession(ctx, r.Resolver, sessionID, deref(after)); err != nil {
-			return nil, err
-		}
-	}
-	f, ok := st.src.(*sessionFeed)
-	if !ok {
-		return nil, service.Errorf(service.EINTERNAL, "one subscription per operation")
-	}
-	return f.ch, nil
+	return sessionEvents(ctx, "messageStream", func(st *Stream) error {
+		return st.openSession(ctx, r.Resolver, sessionID, deref(after))
+	})
 }
 
-// SharedStream is the resolver for the sharedStream field.
 func (r *subscriptionResolver) SharedStream(ctx context.Context, token string, after *string) (<-chan model.SessionEvent, error) {
-	st := streamOf(ctx) // as messageStream
-	if st == nil {
-		return nil, service.Errorf(service.EINTERNAL, "sharedStream needs a transport that drives a graph.Stream")
-	}
-	if st.src == nil {
-		if err := st.openShared(ctx, r.Resolver, token, after); err != nil {
-			return nil, err
-		}
-	}
-	f, ok := st.src.(*sessionFeed)
-	if !ok {
-		return nil, service.Errorf(service.EINTERNAL, "this stream reads no session")
-	}
-	return f.ch, nil
+	return sessionEvents(ctx, "sharedStream", func(st *Stream) error {
+		return st.openShared(ctx, r.Resolver, token, after)
+	})
 }
 
-// ViewerEvents is the resolver for the viewerEvents field.
 func (r *subscriptionResolver) ViewerEvents(ctx context.Context, after *string) (<-chan model.ViewerEvent, error) {
 	return r.viewerEvents(ctx, deref(after))
 }
 
-// Messages is the resolver for the messages field.
 func (r *talkSessionResolver) Messages(ctx context.Context, obj *service.SessionView, first *int, after *string, last *int, before *string) (*model.MessageConnection, error) {
-	var a, b string
-	if after != nil {
-		a = *after
-	}
-	if before != nil {
-		b = *before
-	}
-	msgs, hasPrev, hasNext, err := r.Service.History(ctx, obj.ID, obj, first, a, last, b)
+	msgs, hasPrev, hasNext, err := r.Service.History(ctx, obj.ID, obj, first, deref(after), last, deref(before))
 	if err != nil {
 		return nil, err
 	}
-	conn := &model.MessageConnection{Edges: []*model.MessageEdge{}, PageInfo: &model.PageInfo{HasNextPage: hasNext, HasPreviousPage: hasPrev}}
-	for _, m := range msgs {
-		conn.Edges = append(conn.Edges, &model.MessageEdge{Cursor: service.EncodeMessageCursor(&m.Message), Node: m})
+	conn := &model.MessageConnection{Edges: make([]*model.MessageEdge, len(msgs))}
+	cursors := make([]string, len(msgs))
+	for i, m := range msgs {
+		cursors[i] = service.EncodeMessageCursor(&m.Message)
+		conn.Edges[i] = &model.MessageEdge{Cursor: cursors[i], Node: m}
 	}
-	if n := len(conn.Edges); n > 0 {
-		conn.PageInfo.StartCursor = &conn.Edges[0].Cursor
-		conn.PageInfo.EndCursor = &conn.Edges[n-1].Cursor
-	}
+	conn.PageInfo = pageInfo(cursors, hasPrev, hasNext)
 	return conn, nil
 }
 
-// QueuedRuns is the resolver for the queuedRuns field.
 func (r *talkSessionResolver) QueuedRuns(ctx context.Context, obj *service.SessionView) ([]*service.Run, error) {
 	return r.Service.QueuedRuns(ctx, obj)
 }
 
-// ShareLinks is the resolver for the shareLinks field.
 func (r *talkSessionResolver) ShareLinks(ctx context.Context, obj *service.SessionView) ([]*service.ShareLink, error) {
 	return r.Service.ShareLinks(ctx, obj.ID)
 }
 
-// Usage is the resolver for the usage field.
 func (r *talkSessionResolver) Usage(ctx context.Context, obj *service.SessionView) (*service.Usage, error) {
 	u, err := r.Service.SessionUsage(ctx, obj)
 	return &u, err
 }
 
-// BudgetReached is the resolver for the budgetReached field.
 func (r *talkSessionResolver) BudgetReached(ctx context.Context, obj *service.SessionView) (bool, error) {
 	return r.Service.BudgetReached(ctx, obj)
 }
 
-// Reason is the resolver for the reason field.
 func (r *toolApprovalResolver) Reason(ctx context.Context, obj *service.ToolApproval) (*string, error) {
 	return optional(obj.Reason), nil
 }
 
-// CallID is the resolver for the callId field.
 func (r *toolCallResolver) CallID(ctx context.Context, obj *service.ToolCall) (*string, error) {
 	if obj.CallID == "" {
 		return nil, nil
@@ -495,12 +395,10 @@ func (r *toolCallResolver) CallID(ctx context.Context, obj *service.ToolCall) (*
 	return &obj.CallID, nil
 }
 
-// InputSchema is the resolver for the inputSchema field.
 func (r *toolInfoResolver) InputSchema(ctx context.Context, obj *service.ToolInfo) (*string, error) {
 	return optional(obj.InputSchema), nil
 }
 
-// Policy is the resolver for the policy field.
 func (r *toolInfoResolver) Policy(ctx context.Context, obj *service.ToolInfo) (*service.ToolPolicy, error) {
 	if obj.NoPolicy {
 		return nil, nil
@@ -512,27 +410,22 @@ func (r *toolInfoResolver) Policy(ctx context.Context, obj *service.ToolInfo) (*
 	return &p, nil
 }
 
-// EventsCursor is the resolver for the eventsCursor field.
 func (r *viewerResolver) EventsCursor(ctx context.Context, obj *model.Viewer) (string, error) {
 	return r.eventsCursor(ctx)
 }
 
-// DisabledReason is the resolver for the disabledReason field.
 func (r *webhookResolver) DisabledReason(ctx context.Context, obj *service.Webhook) (*string, error) {
 	return optional(obj.DisabledReason), nil
 }
 
-// Description is the resolver for the description field.
 func (r *webhookResolver) Description(ctx context.Context, obj *service.Webhook) (*string, error) {
 	return optional(obj.Description), nil
 }
 
-// Deliveries is the resolver for the deliveries field.
 func (r *webhookResolver) Deliveries(ctx context.Context, obj *service.Webhook, first *int, after *string) (*model.WebhookDeliveryConnection, error) {
 	return r.deliveries(ctx, obj, first, deref(after))
 }
 
-// LastStatusCode is the resolver for the lastStatusCode field.
 func (r *webhookDeliveryResolver) LastStatusCode(ctx context.Context, obj *service.Delivery) (*int, error) {
 	if obj.LastStatusCode == 0 {
 		return nil, nil
@@ -540,59 +433,42 @@ func (r *webhookDeliveryResolver) LastStatusCode(ctx context.Context, obj *servi
 	return &obj.LastStatusCode, nil
 }
 
-// LastError is the resolver for the lastError field.
 func (r *webhookDeliveryResolver) LastError(ctx context.Context, obj *service.Delivery) (*string, error) {
 	return optional(obj.LastError), nil
 }
 
-// Message returns generated.MessageResolver implementation.
 func (r *Resolver) Message() generated.MessageResolver { return &messageResolver{r} }
 
-// Mutation returns generated.MutationResolver implementation.
 func (r *Resolver) Mutation() generated.MutationResolver { return &mutationResolver{r} }
 
-// Query returns generated.QueryResolver implementation.
 func (r *Resolver) Query() generated.QueryResolver { return &queryResolver{r} }
 
-// Question returns generated.QuestionResolver implementation.
 func (r *Resolver) Question() generated.QuestionResolver { return &questionResolver{r} }
 
-// Run returns generated.RunResolver implementation.
 func (r *Resolver) Run() generated.RunResolver { return &runResolver{r} }
 
-// SessionSettings returns generated.SessionSettingsResolver implementation.
 func (r *Resolver) SessionSettings() generated.SessionSettingsResolver {
 	return &sessionSettingsResolver{r}
 }
 
-// ShareLink returns generated.ShareLinkResolver implementation.
 func (r *Resolver) ShareLink() generated.ShareLinkResolver { return &shareLinkResolver{r} }
 
-// SharedSession returns generated.SharedSessionResolver implementation.
 func (r *Resolver) SharedSession() generated.SharedSessionResolver { return &sharedSessionResolver{r} }
 
-// Subscription returns generated.SubscriptionResolver implementation.
 func (r *Resolver) Subscription() generated.SubscriptionResolver { return &subscriptionResolver{r} }
 
-// TalkSession returns generated.TalkSessionResolver implementation.
 func (r *Resolver) TalkSession() generated.TalkSessionResolver { return &talkSessionResolver{r} }
 
-// ToolApproval returns generated.ToolApprovalResolver implementation.
 func (r *Resolver) ToolApproval() generated.ToolApprovalResolver { return &toolApprovalResolver{r} }
 
-// ToolCall returns generated.ToolCallResolver implementation.
 func (r *Resolver) ToolCall() generated.ToolCallResolver { return &toolCallResolver{r} }
 
-// ToolInfo returns generated.ToolInfoResolver implementation.
 func (r *Resolver) ToolInfo() generated.ToolInfoResolver { return &toolInfoResolver{r} }
 
-// Viewer returns generated.ViewerResolver implementation.
 func (r *Resolver) Viewer() generated.ViewerResolver { return &viewerResolver{r} }
 
-// Webhook returns generated.WebhookResolver implementation.
 func (r *Resolver) Webhook() generated.WebhookResolver { return &webhookResolver{r} }
 
-// WebhookDelivery returns generated.WebhookDeliveryResolver implementation.
 func (r *Resolver) WebhookDelivery() generated.WebhookDeliveryResolver {
 	return &webhookDeliveryResolver{r}
 }

@@ -178,6 +178,26 @@ func withStream(ctx context.Context, st *Stream) context.Context {
 	return context.WithValue(ctx, streamKey{}, st)
 }
 
+// sessionEvents is the channel of the session feed that the stream in ctx drives for the
+// field: open opens it on the first execution; when it is open already and the operation is
+// executed again to render an event no plan covers, the resolver answers with it as it is.
+func sessionEvents(ctx context.Context, field string, open func(*Stream) error) (<-chan model.SessionEvent, error) {
+	st := streamOf(ctx)
+	if st == nil {
+		return nil, service.Errorf(service.EINTERNAL, "%s needs a transport that drives a graph.Stream", field)
+	}
+	if st.src == nil {
+		if err := open(st); err != nil {
+			return nil, err
+		}
+	}
+	f, ok := st.src.(*sessionFeed)
+	if !ok {
+		return nil, service.Errorf(service.EINTERNAL, "one subscription per operation")
+	}
+	return f.ch, nil
+}
+
 // streamOf is the Stream ctx executes a subscription for (see withStream), or nil.
 func streamOf(ctx context.Context) *Stream {
 	st, _ := ctx.Value(streamKey{}).(*Stream)

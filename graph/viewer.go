@@ -102,12 +102,12 @@ func (r *Resolver) deliveries(ctx context.Context, w *service.Webhook, first *in
 	if err != nil {
 		return nil, err
 	}
-	conn := &model.WebhookDeliveryConnection{Edges: make([]*model.WebhookDeliveryEdge, 0, len(page)), PageInfo: &model.PageInfo{HasNextPage: hasNext, HasPreviousPage: after != ""}}
-	for _, d := range page {
-		conn.Edges = append(conn.Edges, &model.WebhookDeliveryEdge{Cursor: service.EncodeDeliveryCursor(d), Node: d})
+	conn := &model.WebhookDeliveryConnection{Edges: make([]*model.WebhookDeliveryEdge, len(page))}
+	cursors := make([]string, len(page))
+	for i, d := range page {
+		cursors[i] = service.EncodeDeliveryCursor(d)
+		conn.Edges[i] = &model.WebhookDeliveryEdge{Cursor: cursors[i], Node: d}
 	}
-	if n := len(conn.Edges); n > 0 {
-		conn.PageInfo.StartCursor, conn.PageInfo.EndCursor = &conn.Edges[0].Cursor, &conn.Edges[n-1].Cursor
-	}
+	conn.PageInfo = pageInfo(cursors, after != "", hasNext)
 	return conn, nil
 }

@@ -40,7 +40,7 @@ type Store struct {
 	fires     map[string]*service.ScheduleFire
 	slots     map[slotKey]string // fire IDs by schedule and slot
 
-	u         users
+	u users
 }
 
 type threadKey struct{ userID, threadID string }
