@@ -15,7 +15,8 @@
 # With REPLICAS=N (N > 1) each build runs as N replicas on a fresh PostgreSQL database and
 # the machine's NATS (bash scripts/services.sh starts them), on ports from PORT on, and the
 # load is given every replica's URL; add -cross after -- to make every session cross
-# between two of them.
+# between two of them. The load then reads PostgreSQL's CPU too (its server runs on this
+# machine): every figure has the database's share and the total beside the replicas'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,6 +48,11 @@ for round in $(seq 1 "$rounds"); do
       psql "postgres://postgres@127.0.0.1:5432/postgres" -qc "CREATE DATABASE $db"
       env=("DATABASE_URL=postgres://postgres@127.0.0.1:5432/$db?sslmode=disable" "NATS_URL=${NATS_URL:-nats://127.0.0.1:4222}")
     fi
+    dbpid=()
+    if [ "$replicas" -gt 1 ]; then
+      pgdata=$(psql "postgres://postgres@127.0.0.1:5432/postgres" -Atc "SHOW data_directory")
+      dbpid=(-db-pid "$(head -1 "$pgdata/postmaster.pid")")
+    fi
     pids=() urls=()
     for i in $(seq 0 $((replicas - 1))); do
       p=$((port + i))
@@ -65,7 +71,7 @@ for round in $(seq 1 "$rounds"); do
     file="$out/$name-$round-${scenarios//,/+}.json"
     echo "round $round: $name ($scenarios) -> $file" >&2
     if ! "$load" -url "$(IFS=,; echo "${urls[*]}")" -auth-secret $secret -scenario "$scenarios" \
-      -json -quiet "${extra[@]}" >"$file"; then
+      -json -quiet "${dbpid[@]}" "${extra[@]}" >"$file"; then
       echo "  the load generator reported errors (see $file)" >&2
     fi
     kill "${pids[@]}"

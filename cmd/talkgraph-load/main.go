@@ -112,6 +112,7 @@ type config struct {
 	GoroutineSlack int
 	Pprof          string
 	PprofDir       string
+	DBPid          int
 	JSON           bool
 	Quiet          bool
 	// Compare and CompareBase: print what scripts/loadpair.sh measured (see compare)
@@ -154,6 +155,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.GoroutineSlack, "goroutine-slack", 20, "idle: goroutines above the baseline still counted as returned")
 	fs.StringVar(&c.Pprof, "pprof", "", "the server's pprof listener (its PPROF_ADDR), e.g. http://127.0.0.1:6061: record the server's CPU profile during each scenario's busy part")
 	fs.StringVar(&c.PprofDir, "pprof-dir", ".", "where -pprof saves the profiles (made if missing), one-second each, as SCENARIO-NNN.pprof (go tool pprof reads them together)")
+	fs.IntVar(&c.DBPid, "db-pid", 0, "the database server's process ID (PostgreSQL's postmaster, on this machine): its CPU and its children's is read with the server's and reported beside it")
 	fs.BoolVar(&c.JSON, "json", false, "print the figures and errors as JSON instead of a table")
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress lines on stderr")
 	fs.StringVar(&c.Compare, "compare", "", "instead of running scenarios, compare the runs scripts/loadpair.sh left in this directory: each build's median and range per figure, and its ratio to -compare-base")

@@ -422,12 +422,16 @@ type measure struct {
 	smp           *sampler
 	peaks         peaks
 	cpu0, cpu     time.Duration // the generator's own CPU
+	db0, db       time.Duration // the database's CPU (with -db-pid)
 	prof          *profiler
 }
 
 // startMeasure reads the server's metrics and starts the peak sampler.
 func (r *runner) startMeasure(ctx context.Context, scen string) *measure {
 	m := &measure{cpu0: processCPU(), prof: r.startProfiler(ctx, scen)}
+	if r.cfg.DBPid > 0 {
+		m.db0 = r.dbCPU(scen)
+	}
 	if r.sc.enabled() {
 		snap, err := r.sc.scrape(ctx)
 		if err != nil {
@@ -466,6 +470,32 @@ func (m *measure) stop(ctx context.Context, r *runner, scen string) {
 	}
 	m.after = snap
 	m.peaks = m.smp.finish(snap)
+	if r.cfg.DBPid > 0 {
+		m.db = r.dbCPU(scen) - m.db0
+	}
+}
+
+// dbCPU is the database's CPU so far (see treeCPU), with an error reported for scen.
+func (r *runner) dbCPU(scen string) time.Duration {
+	d, err := treeCPU(r.cfg.DBPid)
+	if err != nil {
+		r.errs.add(scen, "database CPU unreadable", err.Error())
+	}
+	return d
+}
+
+// perKWords adds the server's CPU per 1,000 of the words delivered, and with -db-pid the
+// database's and both together.
+func (r *runner) perKWords(scen string, m *measure, delivered int) {
+	if !m.ok || delivered == 0 {
+		return
+	}
+	per := func(s float64) float64 { return s * 1e6 / float64(delivered) }
+	r.rep.add(scen, "server CPU per 1,000 words", per(m.serverCPU()), "ms")
+	if r.cfg.DBPid > 0 {
+		r.rep.add(scen, "database CPU per 1,000 words", per(m.db.Seconds()), "ms")
+		r.rep.add(scen, "server and database CPU per 1,000 words", per(m.serverCPU()+m.db.Seconds()), "ms")
+	}
 }
 
 // serverCPU is the server's CPU seconds between the two readings.
@@ -477,6 +507,9 @@ func (m *measure) serverCPU() float64 {
 func (r *runner) addResources(scen string, m *measure) {
 	if m.ok {
 		r.rep.add(scen, "server CPU", m.serverCPU(), "s")
+		if r.cfg.DBPid > 0 {
+			r.rep.add(scen, "database CPU", m.db.Seconds(), "s")
+		}
 		if gc, ok := m.after.sum(metricGCCycles); ok {
 			r.rep.add(scen, "server GC cycles", gc-m.before.value(metricGCCycles), "")
 		}
@@ -526,9 +559,7 @@ func (r *runner) paced(ctx context.Context, n int) {
 		r.rep.add(scen, "time / ideal", total.Seconds()/ideal.Seconds(), "x")
 	}
 	r.rep.add(scen, "words delivered", float64(delivered), "")
-	if m.ok && delivered > 0 {
-		r.rep.add(scen, "server CPU per 1,000 words", m.serverCPU()*1e6/float64(delivered), "ms")
-	}
+	r.perKWords(scen, m, delivered)
 	r.rep.latency(scen, "run RUNNING seen", summarize(o.running))
 	r.rep.latency(scen, "first chunk", summarize(o.firstChunk))
 	r.rep.latency(scen, "longest pause in a reply", summarize(o.pause))

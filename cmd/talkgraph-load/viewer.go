@@ -220,9 +220,7 @@ func (r *runner) viewer(ctx context.Context, n int) {
 	r.rep.add(scen, "runs completed", float64(o.completed), "")
 	r.rep.add(scen, "viewers told of their run's end", float64(told), "")
 	r.rep.add(scen, "words delivered", float64(delivered), "")
-	if m.ok && delivered > 0 {
-		r.rep.add(scen, "server CPU per 1,000 words", m.serverCPU()*1e6/float64(delivered), "ms")
-	}
+	r.perKWords(scen, m, delivered)
 	if o.completed > 0 {
 		r.rep.add(scen, "time / ideal", o.lastEnd.Sub(o.firstSent).Seconds()/ideal.Seconds(), "x")
 	}
