@@ -170,13 +170,8 @@ func (o *output) openBudgetWait(scope BudgetScope, r *Reservation) (*waiting, er
 	if err := t.commitLocked(ar.ctx); err != nil {
 		return nil, err
 	}
-	s.budgetReached(st.id, ar.run.ID, scope)
 	return w, nil
 }
-
-// budgetReached is told of each run that began to wait for a budget: where the user is
-// told of it (the viewer stream's SessionChanged, the budget.reached webhook).
-func (s *core) budgetReached(sessionID, runID string, scope BudgetScope) {}
 
 // armBudgetLocked arms w, a budget wait: the user's cap lifts when the period turns.
 func (ar *activeRun) armBudgetLocked(w *waiting, b *budgetWait) {

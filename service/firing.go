@@ -210,7 +210,7 @@ func (s *Service) runScheduleNow(ctx context.Context, u, id string) (*ScheduleFi
 			f.Outcome, f.Reason = FireFailed, "the server could not send the message; try again"
 			fired := s.now()
 			f.FiredAt = &fired
-			if err := s.store.FinishFire(context.WithoutCancel(ctx), f, ""); err != nil {
+			if err := s.store.FinishFire(context.WithoutCancel(ctx), f, "", fireHook(&next, f)); err != nil {
 				return nil, err
 			}
 		}
@@ -293,17 +293,12 @@ func (s *Service) sendFire(ctx context.Context, sc *Schedule, f *ScheduleFire) b
 	}
 	now := s.now()
 	f.FiredAt = &now
-	if err := s.store.FinishFire(context.WithoutCancel(ctx), f, disable); err != nil {
+	if err := s.store.FinishFire(context.WithoutCancel(ctx), f, disable, fireHook(sc, f)); err != nil {
 		s.log.Warn("recording a schedule's fire; it is sent again later", "schedule", sc.ID, "fire", f.ID, "err", err)
 		return false
 	}
-	s.firedSchedule(sc, f)
 	return true
 }
-
-// firedSchedule is told of each fire whose outcome was recorded: where the user is told
-// of it (the viewer stream's SessionChanged, the schedule.fired webhook).
-func (s *Service) firedSchedule(*Schedule, *ScheduleFire) {}
 
 // TickSchedules looks once, at the service's clock, for the schedules that are due and
 // fires them, as the process does every ScheduleTick: for tests with a clock of their

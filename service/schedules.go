@@ -142,8 +142,10 @@ type ScheduleStore interface {
 	ClaimFires(ctx context.Context, s *Schedule, prev int64, fires []*ScheduleFire) (bool, error)
 	// FinishFire records how a fire ended (its FiredAt, Outcome, Reason, SessionID,
 	// RunID). A disable reason other than "" disables its schedule with that reason, its
-	// NextAt cleared and its Version moved on. ENOTFOUND when the fire is missing.
-	FinishFire(ctx context.Context, f *ScheduleFire, disable string) error
+	// NextAt cleared and its Version moved on. hook, when not nil, is the webhook event
+	// that tells of the fire: a delivery of it to each enabled webhook of its user that
+	// takes its type is made in the same write. ENOTFOUND when the fire is missing.
+	FinishFire(ctx context.Context, f *ScheduleFire, disable string, hook *HookEvent) error
 	// Fires returns up to limit fires of a schedule that have an outcome (a fire being
 	// sent has none yet), newest first (ScheduledAt, then ID, descending), strictly after
 	// the given position when before is not nil.

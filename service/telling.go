@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -92,6 +93,14 @@ type HookData struct {
 	// Cursor is the cursor of the session event the webhook tells of:
 	// messageStream(after: cursor) reads what came after it.
 	Cursor string `json:"cursor,omitempty"`
+	// Scope is the cap a budget.reached tells of: "session" or "user".
+	Scope string `json:"scope,omitempty"`
+	// A schedule.fired tells of one fire of a schedule: which, the instant it was for
+	// (RFC 3339) and how it ended (STARTED, SKIPPED or FAILED).
+	ScheduleID  string `json:"scheduleId,omitempty"`
+	FireID      string `json:"fireId,omitempty"`
+	ScheduledAt string `json:"scheduledAt,omitempty"`
+	Outcome     string `json:"outcome,omitempty"`
 }
 
 // HookBody is the JSON a webhook delivery posts.
@@ -104,8 +113,7 @@ type HookBody struct {
 // hookType is one webhook event type: its name and what it tells.
 type hookType struct{ name, doc string }
 
-// hookTypes are the webhook event types a webhook may take. budget.reached and
-// schedule.fired are taken already; what sends them comes with budgets and schedules.
+// hookTypes are the webhook event types a webhook may take.
 var hookTypes = []hookType{
 	{"session.created", "a session was created (data: sessionId)"},
 	{"session.deleted", "a session was deleted (data: sessionId)"},
@@ -115,8 +123,8 @@ var hookTypes = []hookType{
 	{"run.interrupted", "a run ended INTERRUPTED (data: sessionId, runId, status, cursor)"},
 	{"input.requested", "a run waits on a question or an approval (data: sessionId, runId, questionId or toolCallId, cursor)"},
 	{"input.expired", "a question or an approval expired unanswered (data: sessionId, runId, questionId or toolCallId, cursor)"},
-	{"budget.reached", "a run waits because a token budget is reached"},
-	{"schedule.fired", "a schedule fired"},
+	{"budget.reached", "a run waits because a token budget is reached (data: sessionId, runId, scope, cursor)"},
+	{"schedule.fired", "a schedule fired (data: scheduleId, fireId, scheduledAt, outcome; sessionId and runId when it started one)"},
 }
 
 // HookTypes returns the names of the webhook event types.
@@ -173,6 +181,9 @@ type telling struct {
 var tellers = map[EventType]func(t *telling, ev *Event){
 	EventRunStatusChanged: func(t *telling, ev *Event) {
 		r := ev.Run
+		if r != nil && r.Status == RunWaitingForInput && r.Budget != "" {
+			t.hook("budget.reached", ev.At, ev.Seq, HookData{RunID: r.ID, Scope: strings.ToLower(string(r.Budget)), Cursor: t.cursor(ev)})
+		}
 		if r == nil || !r.Status.Final() {
 			return
 		}
@@ -268,13 +279,28 @@ var hookSpace = uuid.MustParse("6d1f7f0e-5b7e-4f4c-9a55-2f1b1b4b8a10")
 // that the same write always tells the same event.
 func (t *telling) hook(typ string, at time.Time, seq int64, data HookData) {
 	data.SessionID = t.b.SessionID
-	body, err := json.Marshal(HookBody{Type: typ, Timestamp: at.UTC().Format(time.RFC3339Nano), Data: data})
-	if err != nil {
-		return // a struct of strings always marshals
-	}
 	key := t.b.SessionID + "/" + strconv.FormatInt(seq, 10) + "/" + typ + "/" + data.QuestionID + data.ToolCallID + data.RunID
+	t.ch.Hooks = append(t.ch.Hooks, newHookEvent(t.m.UserID, typ, at, key, data))
+}
+
+// newHookEvent returns user's webhook event of type typ: its ID is derived from key,
+// what makes it one event, so that telling it again tells the same event.
+func newHookEvent(user, typ string, at time.Time, key string, data HookData) *HookEvent {
+	body, _ := json.Marshal(HookBody{Type: typ, Timestamp: at.UTC().Format(time.RFC3339Nano), Data: data}) // strings always marshal
 	id := uuid.NewSHA1(hookSpace, []byte(key))
-	t.ch.Hooks = append(t.ch.Hooks, &HookEvent{ID: "msg_" + hex.EncodeToString(id[:]), UserID: t.m.UserID, Type: typ, At: at, Body: string(body)})
+	return &HookEvent{ID: "msg_" + hex.EncodeToString(id[:]), UserID: user, Type: typ, At: at, Body: string(body)}
+}
+
+// fireHook is the schedule.fired webhook event of f, a fire of sc whose outcome is known.
+// A fire is told once, when its outcome is recorded (FinishFire, in the same write).
+func fireHook(sc *Schedule, f *ScheduleFire) *HookEvent {
+	at := f.ScheduledAt
+	if f.FiredAt != nil {
+		at = *f.FiredAt
+	}
+	data := HookData{SessionID: f.SessionID, RunID: f.RunID, ScheduleID: sc.ID, FireID: f.ID,
+		ScheduledAt: f.ScheduledAt.UTC().Format(time.RFC3339Nano), Outcome: string(f.Outcome)}
+	return newHookEvent(sc.UserID, "schedule.fired", at, "fire/"+f.ID, data)
 }
 
 // statusOf is a session's status with the given active runs (by ID, their status), as a

@@ -200,7 +200,7 @@ func (s *Store) ClaimFires(ctx context.Context, sc *service.Schedule, prev int64
 }
 
 // FinishFire implements service.ScheduleStore.
-func (s *Store) FinishFire(ctx context.Context, f *service.ScheduleFire, disable string) error {
+func (s *Store) FinishFire(ctx context.Context, f *service.ScheduleFire, disable string, hook *service.HookEvent) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
@@ -213,6 +213,9 @@ func (s *Store) FinishFire(ctx context.Context, f *service.ScheduleFire, disable
 	if sc := s.schedules[old.ScheduleID]; sc != nil && disable != "" {
 		sc.Enabled, sc.DisabledReason, sc.NextAt = false, disable, nil
 		sc.Version++
+	}
+	if hook != nil {
+		s.deliver(hook)
 	}
 	return nil
 }

@@ -58,17 +58,23 @@ func (s *Store) tell(ch *service.Changes) error {
 		s.u.viewer[e.UserID] = append(s.u.viewer[e.UserID], rows[i])
 	}
 	for _, h := range ch.Hooks {
-		for _, w := range s.u.webhooks {
-			if w.UserID != h.UserID || !w.Enabled || !slices.Contains(w.Events, h.Type) {
-				continue
-			}
-			at := h.At.UTC()
-			id := uuid.NewString()
-			s.u.deliveries[id] = &deliveryRow{d: service.Delivery{ID: id, WebhookID: w.ID, UserID: w.UserID, EventID: h.ID,
-				Type: h.Type, Payload: h.Body, Status: service.DeliveryPending, NextAttemptAt: &at, CreatedAt: at}}
-		}
+		s.deliver(h)
 	}
 	return nil
+}
+
+// deliver makes a delivery of h to each enabled webhook of its user that takes its type;
+// s.mu must be held.
+func (s *Store) deliver(h *service.HookEvent) {
+	for _, w := range s.u.webhooks {
+		if w.UserID != h.UserID || !w.Enabled || !slices.Contains(w.Events, h.Type) {
+			continue
+		}
+		at := h.At.UTC()
+		id := uuid.NewString()
+		s.u.deliveries[id] = &deliveryRow{d: service.Delivery{ID: id, WebhookID: w.ID, UserID: w.UserID, EventID: h.ID,
+			Type: h.Type, Payload: h.Body, Status: service.DeliveryPending, NextAttemptAt: &at, CreatedAt: at}}
+	}
 }
 
 // ViewerEvents implements service.UserStore.

@@ -126,17 +126,26 @@ func (s *Store) ClaimFires(ctx context.Context, sc *service.Schedule, prev int64
 var errClaimed = service.Errorf(service.ECONFLICT, "claimed already")
 
 // FinishFire implements service.ScheduleStore.
-func (s *Store) FinishFire(ctx context.Context, f *service.ScheduleFire, disable string) error {
+func (s *Store) FinishFire(ctx context.Context, f *service.ScheduleFire, disable string, hook *service.HookEvent) error {
 	return s.inTx(ctx, "finish fire", func(tx pgx.Tx) error {
 		var schedule string
 		err := tx.QueryRow(ctx, qFinishFire, dbNullTime(f.FiredAt), string(f.Outcome), dbText(f.Reason), f.SessionID, f.RunID, f.ID).Scan(&schedule)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return service.Errorf(service.ENOTFOUND, "fire not found")
 		}
-		if err != nil || disable == "" {
+		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, qDisableSchedule, dbText(disable), schedule)
+		if disable != "" {
+			if _, err := tx.Exec(ctx, qDisableSchedule, dbText(disable), schedule); err != nil {
+				return err
+			}
+		}
+		if hook == nil {
+			return nil
+		}
+		_, err = tx.Exec(ctx, qInsertDeliveries, []string{hook.UserID}, []string{hook.ID}, []string{hook.Type},
+			[]string{hook.Body}, []int64{dbTime(hook.At)}, string(service.DeliveryPending))
 		return err
 	})
 }

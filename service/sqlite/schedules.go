@@ -3,8 +3,12 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"slices"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/talkgraph/talkgraph/service"
 )
@@ -130,19 +134,64 @@ func (s *Store) ClaimFires(ctx context.Context, sc *service.Schedule, prev int64
 var errClaimed = service.Errorf(service.ECONFLICT, "claimed already")
 
 // FinishFire implements service.ScheduleStore.
-func (s *Store) FinishFire(ctx context.Context, f *service.ScheduleFire, disable string) error {
+func (s *Store) FinishFire(ctx context.Context, f *service.ScheduleFire, disable string, hook *service.HookEvent) error {
 	return s.writeTx(ctx, "finish fire", func(tx *sql.Tx) error {
 		var schedule string
 		err := tx.QueryRow(qFinishFire, dbNullTime(f.FiredAt), string(f.Outcome), f.Reason, f.SessionID, f.RunID, f.ID).Scan(&schedule)
 		if errors.Is(err, sql.ErrNoRows) {
 			return service.Errorf(service.ENOTFOUND, "fire not found")
 		}
-		if err != nil || disable == "" {
+		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(qDisableSchedule, disable, schedule)
-		return err
+		if disable != "" {
+			if _, err := tx.Exec(qDisableSchedule, disable, schedule); err != nil {
+				return err
+			}
+		}
+		return deliverIn(tx, hook)
 	})
+}
+
+// deliverIn makes, in tx, a delivery of hook (when not nil) to each enabled webhook of
+// its user that takes its type: for a write outside a session's (see txWriter.tell).
+func deliverIn(tx *sql.Tx, hook *service.HookEvent) error {
+	if hook == nil {
+		return nil
+	}
+	rows, err := tx.Query(qWebhooksToTell, hook.UserID)
+	if err != nil {
+		return err
+	}
+	var targets []string
+	for rows.Next() {
+		var id string
+		var events sql.NullString
+		if err := rows.Scan(&id, &events); err != nil {
+			rows.Close()
+			return err
+		}
+		var types []string
+		if err := json.Unmarshal([]byte(events.String), &types); err != nil {
+			rows.Close()
+			return err
+		}
+		if slices.Contains(types, hook.Type) {
+			targets = append(targets, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	at := dbTime(hook.At)
+	for _, id := range targets {
+		if _, err := tx.Exec(qInsertDeliveries(1), uuid.NewString(), id, hook.UserID, hook.ID, hook.Type, hook.Body,
+			string(service.DeliveryPending), at, at); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Fires implements service.ScheduleStore.

@@ -139,7 +139,7 @@ func testScheduleDelete(t *testing.T, s service.Store) {
 	if fires, _ := s.Fires(t.Context(), "a", nil, 0); len(fires) != 0 {
 		t.Errorf("fires of a deleted schedule: %s", dump(fires))
 	}
-	wantCode(t, "finishing a fire of a deleted schedule", s.FinishFire(t.Context(), newFire("f1", "a", 0), ""), service.ENOTFOUND)
+	wantCode(t, "finishing a fire of a deleted schedule", s.FinishFire(t.Context(), newFire("f1", "a", 0), "", nil), service.ENOTFOUND)
 	wantCode(t, "deleting it again", s.DeleteSchedule(t.Context(), "a"), service.ENOTFOUND)
 }
 
@@ -252,7 +252,10 @@ func testFinishFire(t *testing.T, s service.Store) {
 		t.Fatal(ok, err)
 	}
 	f1.FiredAt, f1.Outcome, f1.SessionID, f1.RunID = ptr(at(time.Second)), service.FireStarted, "s1", "r1"
-	if err := s.FinishFire(t.Context(), f1, ""); err != nil {
+	mustCreateWebhook(t, s, webhook("w1", "u1", t0, "schedule.fired"))
+	mustCreateWebhook(t, s, webhook("w2", "u1", t0, "run.completed"))
+	mustCreateWebhook(t, s, webhook("w3", "u2", t0, "schedule.fired"))
+	if err := s.FinishFire(t.Context(), f1, "", fireHook("f1")); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := s.Schedule(t.Context(), "a")
@@ -260,7 +263,7 @@ func testFinishFire(t *testing.T, s service.Store) {
 		t.Errorf("a fire finished without disabling: the schedule %s", dump(got))
 	}
 	f2.FiredAt, f2.Outcome, f2.Reason = ptr(at(2*time.Second)), service.FireFailed, "the session was deleted"
-	if err := s.FinishFire(t.Context(), f2, "the session was deleted"); err != nil {
+	if err := s.FinishFire(t.Context(), f2, "the session was deleted", nil); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = s.Schedule(t.Context(), "a")
@@ -269,7 +272,25 @@ func testFinishFire(t *testing.T, s service.Store) {
 	}
 	fires, _ := s.Fires(t.Context(), "a", nil, 0)
 	wantEqual(t, "the fires", fires, []*service.ScheduleFire{utcFire(f2), utcFire(f1)})
-	wantCode(t, "finishing a missing fire", s.FinishFire(t.Context(), newFire("missing", "a", 0), ""), service.ENOTFOUND)
+	// f1's webhook event went to u1's webhook that takes schedule.fired, and nowhere else;
+	// f2 told nothing, and a fire not found makes no delivery.
+	ds := deliveriesOf(t, s, "w1")
+	if len(ds) != 1 || ds[0].EventID != "evt-f1" || ds[0].Type != "schedule.fired" || ds[0].Payload != `{"fire":"f1"}` ||
+		ds[0].UserID != "u1" || ds[0].Status != service.DeliveryPending {
+		t.Errorf("w1's deliveries: %s; want the one of f1's event, pending", dump(ds))
+	}
+	if n, m := len(deliveriesOf(t, s, "w2")), len(deliveriesOf(t, s, "w3")); n+m != 0 {
+		t.Errorf("a webhook of another type has %d deliveries, another user's %d; want none", n, m)
+	}
+	wantCode(t, "finishing a missing fire", s.FinishFire(t.Context(), newFire("missing", "a", 0), "", fireHook("missing")), service.ENOTFOUND)
+	if ds := deliveriesOf(t, s, "w1"); len(ds) != 1 {
+		t.Errorf("after a fire not found, w1 has %d deliveries; want 1", len(ds))
+	}
+}
+
+// fireHook is a schedule.fired webhook event of u1's, telling of fire id.
+func fireHook(id string) *service.HookEvent {
+	return &service.HookEvent{ID: "evt-" + id, UserID: "u1", Type: "schedule.fired", At: at(time.Second), Body: `{"fire":"` + id + `"}`}
 }
 
 func testFires(t *testing.T, s service.Store) {
