@@ -150,7 +150,7 @@ func DefaultConfig() Config {
 
 		MaxSessionsPerUser: 1000,
 		MaxUserBytes:       100 << 20,
-		FlushInterval:      50 * time.Millisecond,
+		FlushInterval:      100 * time.Millisecond,
 		RoundCommands:      128,
 		TailEvents:         1024,
 		ReadBatch:          256,
