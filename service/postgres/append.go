@@ -20,9 +20,9 @@ import (
 // round trips to the server whatever the number of sessions.
 //
 // The first round trip begins the transaction, takes the admission lock of each user
-// that admits a run (advisory locks, in a fixed order), locks the rows of the call's
-// sessions (SELECT … FOR UPDATE in ID order: replicas writing the same sessions wait for
-// each other and never deadlock), and then reads, in statements that see everything
+// that admits a run and the write lock of each of the call's sessions (advisory locks,
+// each kind in a fixed order: replicas writing the same sessions wait for each other and
+// never deadlock), and then reads, in statements that see everything
 // committed before the locks were granted: each session's last Seq (max(seq) of its log),
 // the idempotency keys already used, the admitting users' RUNNING runs, and any row the
 // batches write that belongs to another session. From that, Append decides in Go, batch
@@ -321,6 +321,7 @@ func queueWrites(wb *pgx.Batch, preps []*prep, idxs []int) {
 		})
 	}
 	if len(deletes) > 0 {
+		wb.Queue(qDeleteEvents, deletes)
 		wb.Queue(qDeleteSessions, deletes)
 		wb.Queue(qDeleteThreads, deletes)
 		wb.Queue(qDeleteSessionHolds, deletes)

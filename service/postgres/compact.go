@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -28,13 +27,15 @@ func (s *Store) Compact(ctx context.Context, cs []service.Compaction) error {
 // compact folds one stream; ENOTFOUND when its session does not exist.
 func (s *Store) compact(ctx context.Context, sessionID, key string, fromSeq int64) error {
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		var one int
-		err := tx.QueryRow(ctx, qLockSession, sessionID).Scan(&one)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return service.Errorf(service.ENOTFOUND, "session %s not found", sessionID)
-		}
-		if err != nil {
+		if _, err := tx.Exec(ctx, qLockSessions, []int32{sessionLockKey(sessionID)}); err != nil {
 			return err
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, qSessionExists, sessionID).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			return service.Errorf(service.ENOTFOUND, "session %s not found", sessionID)
 		}
 		rows, err := tx.Query(ctx, qEvents, sessionID, fromSeq-1, nil)
 		if err != nil {

@@ -39,11 +39,14 @@ const (
 	// qLockAdmissions takes the admission lock of each user key, in the order given
 	// (sorted, so that transactions never wait for each other in a circle).
 	qLockAdmissions = `SELECT pg_advisory_xact_lock(1950810114, k) FROM unnest($1::int[]) AS k`
-	// qLockSessions locks the session rows a call writes, in ID order (ORDER BY is applied
-	// before the rows are locked), so that two replicas never deadlock.
-	qLockSessions = `SELECT id FROM sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`
-	// qLockSession locks one session row (Compact).
-	qLockSession = `SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE`
+	// qLockSessions takes the write lock of each session key (sessionLockKey), in the order
+	// given (sorted: two replicas never deadlock). Every write of a session's log or rows
+	// takes it (Append, compact); an advisory lock, it writes nothing to the session's row,
+	// where a row lock would write to its page and the WAL on every round. Two sessions of
+	// one key only wait for each other.
+	qLockSessions = `SELECT pg_advisory_xact_lock(1950810115, k) FROM unnest($1::int[]) AS k`
+	// qSessionExists tells whether a session is stored (compact, after its lock).
+	qSessionExists = `SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1)`
 )
 
 // Append's reads, after the locks.
@@ -96,7 +99,10 @@ const (
 	// qTouchSessions moves sessions' activity times forward.
 	qTouchSessions = `UPDATE sessions s SET updated_at = greatest(s.updated_at, v.at)
 		FROM unnest($1::text[], $2::bigint[]) AS v (id, at) WHERE s.id = v.id`
-	qDeleteSessions = `DELETE FROM sessions WHERE id = ANY($1::text[])` // the rest goes by ON DELETE CASCADE
+	// qDeleteSessions deletes sessions and, by ON DELETE CASCADE, their rows; their events,
+	// which no foreign key ties to them, go by qDeleteEvents in the same write.
+	qDeleteSessions = `DELETE FROM sessions WHERE id = ANY($1::text[])`
+	qDeleteEvents   = `DELETE FROM events WHERE session_id = ANY($1::text[])`
 	// qSetUnread sets sessions' unread flags as Changes.Unread says.
 	qSetUnread = `UPDATE sessions s SET unread = v.unread FROM unnest($1::text[], $2::bool[]) AS v (id, unread) WHERE s.id = v.id`
 )

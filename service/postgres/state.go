@@ -78,7 +78,12 @@ func readState(ctx context.Context, conn *pgxpool.Conn, preps []*prep, todo []in
 	if len(lockKeys) > 0 {
 		b.Queue(qLockAdmissions, lockKeys)
 	}
-	b.Queue(qLockSessions, sessions)
+	sessionKeys := make([]int32, len(sessions))
+	for i, id := range sessions {
+		sessionKeys[i] = sessionLockKey(id)
+	}
+	slices.Sort(sessionKeys)
+	b.Queue(qLockSessions, slices.Compact(sessionKeys))
 	b.Queue(qSessionStates, sessions).Query(func(rows pgx.Rows) error {
 		var id string
 		var last int64
@@ -129,9 +134,14 @@ func readState(ctx context.Context, conn *pgxpool.Conn, preps []*prep, todo []in
 }
 
 // userLockKey is the key of a user's admission lock.
-func userLockKey(userID string) int32 {
+func userLockKey(userID string) int32 { return lockKey(userID) }
+
+// sessionLockKey is the key of a session's write lock (qLockSessions).
+func sessionLockKey(sessionID string) int32 { return lockKey(sessionID) }
+
+func lockKey(id string) int32 {
 	h := fnv.New32a()
-	h.Write([]byte(userID))
+	h.Write([]byte(id))
 	return int32(h.Sum32())
 }
 
