@@ -11,18 +11,21 @@ import (
 // (MessageCompleted, ToolCallFinished) carries its whole text.
 
 // textStream is text an agent streams (a message's text or a tool's output): what is
-// durable, what a write has taken and is writing, and what waits to be taken.
+// durable, what a write has taken and is writing, and what waits to be taken. The
+// pending text is a byte slice used again after each take: a model's pieces arrive a few
+// words at a time, many times between two writes, and a builder started anew each time
+// grew by several allocations for every write.
 type textStream struct {
 	written  strings.Builder
 	inflight string
-	pending  strings.Builder
+	pending  []byte
 	wlen     int // code points written
 	length   int // code points in all
 	bytes    int // bytes in all
 }
 
 func (t *textStream) add(delta string) {
-	t.pending.WriteString(delta)
+	t.pending = append(t.pending, delta...)
 	t.length += utf8.RuneCountInString(delta)
 	t.bytes += len(delta)
 }
@@ -30,11 +33,11 @@ func (t *textStream) add(delta string) {
 // take moves the pending text in flight and returns it with its offset in code points; ok
 // is false when nothing was pending. The caller then calls commit or abort.
 func (t *textStream) take() (delta string, offset int, ok bool) {
-	if t.pending.Len() == 0 {
+	if len(t.pending) == 0 {
 		return "", 0, false
 	}
-	t.inflight = t.pending.String()
-	t.pending.Reset()
+	t.inflight = string(t.pending)
+	t.pending = t.pending[:0]
 	return t.inflight, t.wlen, true
 }
 
@@ -50,16 +53,13 @@ func (t *textStream) abort() {
 	if t.inflight == "" {
 		return
 	}
-	rest := t.pending.String()
-	t.pending.Reset()
-	t.pending.WriteString(t.inflight)
-	t.pending.WriteString(rest)
+	t.pending = append([]byte(t.inflight), t.pending...)
 	t.inflight = ""
 }
 
 // all returns every character streamed so far, written or not.
 func (t *textStream) all() string {
-	return t.written.String() + t.inflight + t.pending.String()
+	return t.written.String() + t.inflight + string(t.pending)
 }
 
 // restore makes t, empty, hold text that is already durable. (In place: a strings.Builder
@@ -107,7 +107,7 @@ func (ar *activeRun) announceLocked(t *txn) int64 {
 // message's text, announcing the message first if need be, then the output of its
 // running tools.
 func (ar *activeRun) writeTextLocked(t *txn) {
-	if ar.msg != nil && ar.text.pending.Len() > 0 {
+	if ar.msg != nil && len(ar.text.pending) > 0 {
 		ar.announceLocked(t)
 		t.chunk(&ar.text, EventMessageChunk, ar.msg.ID, ar.msg.ID)
 	}
