@@ -8,7 +8,7 @@ import (
 
 // awayData is the data of a budget.reached or schedule.fired delivery.
 type awayData struct {
-	SessionID, RunID, Scope, Cursor         string
+	SessionID, RunID, Scope, Cursor          string
 	ScheduleID, FireID, ScheduledAt, Outcome string
 }
 
