@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	jsonv1 "github.com/go-json-experiment/json/v1"
 	"github.com/nats-io/nats.go"
 
 	"github.com/talkgraph/talkgraph/service"
@@ -112,7 +113,10 @@ func (c *Cluster) deliverEvents() {
 				continue
 			}
 			var evs []*service.Event
-			if err := json.Unmarshal(o.body, &evs); err != nil {
+			// The v1 semantics of encoding/json on the v2 engine: the same values from the
+			// same bytes, at about half the time and a quarter of the allocations
+			// (BenchmarkDecodeEvents); a follower decodes every batch its sessions write.
+			if err := jsonv1.Unmarshal(o.body, &evs); err != nil {
 				c.opts.Log.Warn("undecodable events from NATS", "subject", m.Subject, "err", err)
 				continue
 			}
