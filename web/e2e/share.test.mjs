@@ -39,10 +39,16 @@ if (!SKIP) describe('sharing a conversation', { timeout: 600_000 }, () => {
     if (!(await dialog.isVisible())) await page.getByRole('button', { name: 'Share' }).click();
     await dialog.waitFor();
     await dialog.getByLabel(live ? /^Live/ : /^Snapshot/).check();
+    const made = Object.values(links).filter((v) => typeof v === 'string');
     await dialog.getByRole('button', { name: 'Create link' }).click();
-    const url = await dialog.locator('#share-url').inputValue({ timeout: 15_000 });
-    await until(page, 'the new link in the list', (n) => document.querySelectorAll('.share-link').length === n, Object.keys(links).length + 1);
-    return url;
+    await until(page, 'the new link in the list', (n) => document.querySelectorAll('.share-link').length === n, made.length + 1);
+    // The field shows the link made last: until the new one's answer arrives, it still
+    // shows the one before.
+    await until(page, "the new link's URL", (old) => {
+      const url = document.querySelector('#share-url')?.value;
+      return Boolean(url) && !old.includes(url);
+    }, made);
+    return dialog.locator('#share-url').inputValue();
   }
 
   async function closeDialog() {
