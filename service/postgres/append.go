@@ -173,7 +173,12 @@ func (s *Store) appendTx(ctx context.Context, preps []*prep, todo []int, errs []
 		}
 	}()
 
-	st, err := readState(ctx, conn, preps, todo)
+	// What this store knew of the call's sessions stands only if the transaction commits.
+	ids := make([]string, 0, len(todo))
+	for _, i := range todo {
+		ids = append(ids, preps[i].b.SessionID)
+	}
+	st, err := readState(ctx, conn, preps, todo, s.tails.take(ids))
 	if err != nil {
 		return -1, &readError{err}
 	}
@@ -181,13 +186,19 @@ func (s *Store) appendTx(ctx context.Context, preps []*prep, todo []int, errs []
 	if len(rounds) == 0 {
 		return -1, nil // everything was refused: the deferred ROLLBACK ends the transaction
 	}
+	ep, known := st.epochs(preps, rounds)
 	if !isolate {
 		wb := &pgx.Batch{}
 		for _, round := range rounds {
 			queueWrites(wb, preps, round)
 		}
+		ep.queue(wb)
 		wb.Queue(qCommit)
-		return -1, s.commitOutcome(ctx, st.txid, sendAll(ctx, conn, wb))
+		err := s.commitOutcome(ctx, st.txid, sendAll(ctx, conn, wb))
+		if err == nil {
+			s.tails.set(known)
+		}
+		return -1, err
 	}
 	for _, round := range rounds {
 		for _, i := range round {
@@ -202,8 +213,14 @@ func (s *Store) appendTx(ctx context.Context, preps []*prep, todo []int, errs []
 			}
 		}
 	}
-	_, err = conn.Exec(ctx, qCommit)
-	return -1, s.commitOutcome(ctx, st.txid, err)
+	wb := &pgx.Batch{}
+	ep.queue(wb)
+	wb.Queue(qCommit)
+	if err := s.commitOutcome(ctx, st.txid, sendAll(ctx, conn, wb)); err != nil {
+		return -1, err
+	}
+	s.tails.set(known)
+	return -1, nil
 }
 
 // commitOutcome returns what became of transaction txid, whose last round trip (its

@@ -38,3 +38,32 @@ func TestDeletedSessionLeavesNoEvents(t *testing.T) {
 	must(t, appendOne(s, chunkBatch("s1", 1, "anew")))
 	wantCode(t, "appending to a session that does not exist", appendOne(s, chunkBatch("missing", 1, "x")), service.ENOTFOUND)
 }
+
+// TestStoresNeverTrustAnEndAnotherWrote: a store knows where the logs it wrote end, but
+// only while the session's epoch is the one it left. Here another store (a second
+// replica) deletes the session and makes it again under the same ID with a shorter log;
+// the first store's next append, one past the end it knew, is refused, and the log holds
+// no gap; an append at the log's real end goes through.
+func TestStoresNeverTrustAnEndAnotherWrote(t *testing.T) {
+	url := newSchema(t, newDatabase(t))
+	a := mustOpen(t, url, postgres.Options{})
+	b := mustOpen(t, url, postgres.Options{})
+	must(t, create(a, "s1"))
+	for seq := int64(1); seq <= 3; seq++ {
+		must(t, appendOne(a, chunkBatch("s1", seq, "a ")))
+	}
+	must(t, appendOne(b, &service.Batch{SessionID: "s1", Delete: true}))
+	must(t, create(b, "s1"))
+	must(t, appendOne(b, chunkBatch("s1", 1, "b ")))
+
+	wantCode(t, "the first store appending where its old log ended", appendOne(a, chunkBatch("s1", 4, "a ")), service.ECONFLICT)
+	if got := lastSeq(t, a, "s1"); got != 1 {
+		t.Fatalf("the log ends at %d; want 1, as the second store left it", got)
+	}
+	must(t, appendOne(a, chunkBatch("s1", 2, "a ")))
+	must(t, appendOne(b, chunkBatch("s1", 3, "b ")))
+	must(t, appendOne(a, chunkBatch("s1", 4, "a ")))
+	if got := lastSeq(t, b, "s1"); got != 4 {
+		t.Fatalf("after turns of both stores the log ends at %d; want 4", got)
+	}
+}

@@ -81,6 +81,8 @@ type Store struct {
 	pool   *pgxpool.Pool
 	opts   Options
 	closed atomic.Bool
+	// tails is where the logs of the sessions this store wrote end (see tails.go).
+	tails tails
 	// forgotSeen is when FirstSeen last deleted the IDs whose time has passed (unix
 	// nanoseconds).
 	forgotSeen atomic.Int64

@@ -52,10 +52,18 @@ const (
 // Append's reads, after the locks.
 
 const (
-	// qSessionStates returns each existing session of the call with the Seq of its last
-	// event (the log is the truth: one backward probe of the events' primary key).
-	qSessionStates = `SELECT s.id, coalesce((SELECT max(e.seq) FROM events e WHERE e.session_id = s.id), 0)
-		FROM sessions s WHERE s.id = ANY($1::text[])`
+	// qSessionStates returns each existing session of the call with its epoch and the Seq
+	// of its last event: the one the store knows when the epoch is the one it left ($2,
+	// $3, $4: whether it knows one, the epoch, the Seq), otherwise read from the log (one
+	// backward probe of the events' primary key; see tails.go); and whether it was known.
+	qSessionStates = `SELECT s.id, s.epoch, CASE WHEN v.known AND s.epoch = v.epoch THEN v.last
+			ELSE coalesce((SELECT max(e.seq) FROM events e WHERE e.session_id = s.id), 0) END,
+			v.known AND s.epoch = v.epoch
+		FROM unnest($1::text[], $2::bool[], $3::bigint[], $4::bigint[]) AS v (id, known, epoch, last)
+		JOIN sessions s ON s.id = v.id`
+	// qSetEpochs gives sessions the epochs of the transaction that wrote them without
+	// having found its own.
+	qSetEpochs = `UPDATE sessions s SET epoch = v.epoch FROM unnest($1::text[], $2::bigint[]) AS v (id, epoch) WHERE s.id = v.id`
 	// qUsedKeys returns the idempotency keys of the call that are taken.
 	qUsedKeys = `SELECT i.user_id, i.idem_key FROM idempotency i
 		JOIN unnest($1::text[], $2::text[]) AS v (user_id, idem_key) ON i.user_id = v.user_id AND i.idem_key = v.idem_key`

@@ -18,6 +18,8 @@ import (
 type state struct {
 	exists  map[string]bool              // sessions, by ID
 	last    map[string]int64             // their last Seq
+	epoch   map[string]int64             // their epochs, as read
+	mine    map[string]bool              // those whose epoch is the one this store left
 	used    map[[2]string]bool           // idempotency (user, key) pairs taken
 	running map[string]map[string]string // admitting user → RUNNING run → its session
 	owner   map[[2]string]string         // (table, row ID) → the session that has it
@@ -26,9 +28,9 @@ type state struct {
 
 // readState begins the transaction, takes the locks and reads the state of the batches
 // todo, in one round trip.
-func readState(ctx context.Context, conn *pgxpool.Conn, preps []*prep, todo []int) (*state, error) {
-	st := &state{exists: map[string]bool{}, last: map[string]int64{}, used: map[[2]string]bool{},
-		running: map[string]map[string]string{}, owner: map[[2]string]string{}}
+func readState(ctx context.Context, conn *pgxpool.Conn, preps []*prep, todo []int, known map[string]tail) (*state, error) {
+	st := &state{exists: map[string]bool{}, last: map[string]int64{}, epoch: map[string]int64{}, mine: map[string]bool{},
+		used: map[[2]string]bool{}, running: map[string]map[string]string{}, owner: map[[2]string]string{}}
 	var sessions, keyUsers, keys []string
 	var lockKeys []int32
 	var rows [8][]string // (ID, session) arrays of messages, runs, questions, tool calls
@@ -84,11 +86,19 @@ func readState(ctx context.Context, conn *pgxpool.Conn, preps []*prep, todo []in
 	}
 	slices.Sort(sessionKeys)
 	b.Queue(qLockSessions, slices.Compact(sessionKeys))
-	b.Queue(qSessionStates, sessions).Query(func(rows pgx.Rows) error {
+	isKnown := make([]bool, len(sessions))
+	knownEpoch, knownLast := make([]int64, len(sessions)), make([]int64, len(sessions))
+	for i, id := range sessions {
+		if t, ok := known[id]; ok {
+			isKnown[i], knownEpoch[i], knownLast[i] = true, t.epoch, t.last
+		}
+	}
+	b.Queue(qSessionStates, sessions, isKnown, knownEpoch, knownLast).Query(func(rows pgx.Rows) error {
 		var id string
-		var last int64
-		_, err := pgx.ForEachRow(rows, []any{&id, &last}, func() error {
-			st.exists[id], st.last[id] = true, last
+		var epoch, last int64
+		var mine bool
+		_, err := pgx.ForEachRow(rows, []any{&id, &epoch, &last, &mine}, func() error {
+			st.exists[id], st.last[id], st.epoch[id], st.mine[id] = true, last, epoch, mine
 			return nil
 		})
 		return err
@@ -242,4 +252,27 @@ func (st *state) refuses(p *prep) error {
 		}
 	})
 	return err
+}
+
+// epochs returns, for the sessions the accepted batches (rounds) write and leave
+// standing, the epochs the transaction sets (those whose epoch was not the one this store
+// left, and those it creates) and what the store knows of each once it commits.
+func (st *state) epochs(preps []*prep, rounds [][]int) (*epochs, map[string]tail) {
+	ep := &epochs{}
+	known := map[string]tail{}
+	for _, round := range rounds {
+		for _, i := range round {
+			id := preps[i].b.SessionID
+			if _, done := known[id]; done || !st.exists[id] {
+				continue
+			}
+			epoch := st.epoch[id]
+			if !st.mine[id] {
+				epoch = newEpoch()
+				ep.ids, ep.values = append(ep.ids, id), append(ep.values, epoch)
+			}
+			known[id] = tail{epoch: epoch, last: st.last[id]}
+		}
+	}
+	return ep, known
 }
