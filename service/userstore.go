@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -96,6 +97,29 @@ type WebhookChange struct {
 	// until PreviousUntil.
 	Secret        []byte
 	PreviousUntil time.Time
+}
+
+// Apply changes w as c says: the one rule every store's UpdateWebhook follows.
+func (c WebhookChange) Apply(w *Webhook) {
+	if c.URL != nil {
+		w.URL = *c.URL
+	}
+	if c.Events != nil {
+		w.Events = slices.Clone(c.Events)
+	}
+	if c.Description != nil {
+		w.Description = *c.Description
+	}
+	if c.Enabled != nil {
+		w.Enabled = *c.Enabled
+		if w.Enabled {
+			w.DisabledReason, w.Failures = "", 0
+		}
+	}
+	if c.Secret != nil {
+		until := c.PreviousUntil.UTC()
+		w.PreviousSecret, w.PreviousUntil, w.Secret = w.Secret, &until, slices.Clone(c.Secret)
+	}
 }
 
 // DeliveryStatus is where a delivery is in its life.

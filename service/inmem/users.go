@@ -187,25 +187,7 @@ func (s *Store) UpdateWebhook(ctx context.Context, id string, c service.WebhookC
 	if w == nil {
 		return nil, service.Errorf(service.ENOTFOUND, "webhook not found")
 	}
-	if c.URL != nil {
-		w.URL = *c.URL
-	}
-	if c.Events != nil {
-		w.Events = slices.Clone(c.Events)
-	}
-	if c.Description != nil {
-		w.Description = *c.Description
-	}
-	if c.Enabled != nil {
-		w.Enabled = *c.Enabled
-		if w.Enabled {
-			w.DisabledReason, w.Failures = "", 0
-		}
-	}
-	if c.Secret != nil {
-		until := c.PreviousUntil.UTC()
-		w.PreviousSecret, w.PreviousUntil, w.Secret = w.Secret, &until, slices.Clone(c.Secret)
-	}
+	c.Apply(w)
 	return cloneWebhook(w), nil
 }
 

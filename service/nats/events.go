@@ -37,11 +37,17 @@ func (c *Cluster) Publish(sessionID string, events []*service.Event) {
 
 // Follow implements service.Cluster.
 func (c *Cluster) Follow(sessionID string, deliver func([]*service.Event)) (func(), error) {
-	sub, err := c.nc.ChanSubscribe(c.names.events(sessionID), c.events)
+	return c.follow(c.names.events(sessionID), "a session", &follow{deliver: deliver})
+}
+
+// follow subscribes f to subject, its messages going through the goroutine that delivers
+// events (deliverEvents), and returns what ends it; what names what f follows.
+func (c *Cluster) follow(subject, what string, f *follow) (func(), error) {
+	sub, err := c.nc.ChanSubscribe(subject, c.events)
 	if err != nil {
-		return nil, service.Errorf(service.EUNAVAILABLE, "cannot follow a session on NATS: %v", err)
+		return nil, service.Errorf(service.EUNAVAILABLE, "cannot follow %s on NATS: %v", what, err)
 	}
-	f := &follow{sub: sub, deliver: deliver, last: map[string]time.Time{}}
+	f.sub, f.last = sub, map[string]time.Time{}
 	c.mu.Lock()
 	c.followers[sub.Subject] = f
 	c.mu.Unlock()
@@ -68,22 +74,7 @@ func (c *Cluster) PublishViewer(userID string) {
 // FollowViewer implements service.Cluster, through the goroutine that delivers the
 // sessions' events: a follower costs a subscription, not a goroutine.
 func (c *Cluster) FollowViewer(userID string, wake func()) (func(), error) {
-	sub, err := c.nc.ChanSubscribe(c.names.viewer(userID), c.events)
-	if err != nil {
-		return nil, service.Errorf(service.EUNAVAILABLE, "cannot follow a viewer on NATS: %v", err)
-	}
-	f := &follow{sub: sub, wake: wake, last: map[string]time.Time{}}
-	c.mu.Lock()
-	c.followers[sub.Subject] = f
-	c.mu.Unlock()
-	return func() {
-		c.mu.Lock()
-		if c.followers[sub.Subject] == f {
-			delete(c.followers, sub.Subject)
-		}
-		c.mu.Unlock()
-		_ = sub.Unsubscribe()
-	}, nil
+	return c.follow(c.names.viewer(userID), "a viewer", &follow{wake: wake})
 }
 
 // deliverEvents hands every followed session's events to its follower, in order.

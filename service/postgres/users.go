@@ -105,35 +105,12 @@ func (s *Store) UpdateWebhook(ctx context.Context, id string, c service.WebhookC
 		} else if err != nil {
 			return err
 		}
-		applyWebhookChange(w, c)
+		c.Apply(w)
 		_, err = tx.Exec(ctx, qUpdateWebhook, id, dbText(w.URL), w.Events, w.Enabled, dbText(w.DisabledReason),
 			dbText(w.Description), w.Secret, w.PreviousSecret, dbNullTime(w.PreviousUntil), w.Failures)
 		return err
 	})
 	return w, err
-}
-
-// applyWebhookChange changes w as c says (see service.WebhookChange).
-func applyWebhookChange(w *service.Webhook, c service.WebhookChange) {
-	if c.URL != nil {
-		w.URL = *c.URL
-	}
-	if c.Events != nil {
-		w.Events = slices.Clone(c.Events)
-	}
-	if c.Description != nil {
-		w.Description = *c.Description
-	}
-	if c.Enabled != nil {
-		w.Enabled = *c.Enabled
-		if w.Enabled {
-			w.DisabledReason, w.Failures = "", 0
-		}
-	}
-	if c.Secret != nil {
-		until := c.PreviousUntil.UTC()
-		w.PreviousSecret, w.PreviousUntil, w.Secret = w.Secret, &until, c.Secret
-	}
 }
 
 // DeleteWebhook implements service.UserStore.

@@ -3,12 +3,8 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
-	"slices"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/talkgraph/talkgraph/service"
 )
@@ -149,49 +145,12 @@ func (s *Store) FinishFire(ctx context.Context, f *service.ScheduleFire, disable
 				return err
 			}
 		}
-		return deliverIn(tx, hook)
+		if hook == nil {
+			return nil
+		}
+		w := &txWriter{s: s, ctx: ctx, tx: tx, prepared: map[string]*sql.Stmt{}}
+		return w.insertDeliveries([]*service.HookEvent{hook})
 	})
-}
-
-// deliverIn makes, in tx, a delivery of hook (when not nil) to each enabled webhook of
-// its user that takes its type: for a write outside a session's (see txWriter.tell).
-func deliverIn(tx *sql.Tx, hook *service.HookEvent) error {
-	if hook == nil {
-		return nil
-	}
-	rows, err := tx.Query(qWebhooksToTell, hook.UserID)
-	if err != nil {
-		return err
-	}
-	var targets []string
-	for rows.Next() {
-		var id string
-		var events sql.NullString
-		if err := rows.Scan(&id, &events); err != nil {
-			rows.Close()
-			return err
-		}
-		var types []string
-		if err := json.Unmarshal([]byte(events.String), &types); err != nil {
-			rows.Close()
-			return err
-		}
-		if slices.Contains(types, hook.Type) {
-			targets = append(targets, id)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	at := dbTime(hook.At)
-	for _, id := range targets {
-		if _, err := tx.Exec(qInsertDeliveries(1), uuid.NewString(), id, hook.UserID, hook.ID, hook.Type, hook.Body,
-			string(service.DeliveryPending), at, at); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Fires implements service.ScheduleStore.

@@ -137,7 +137,7 @@ func (s *Store) UpdateWebhook(ctx context.Context, id string, c service.WebhookC
 		} else if err != nil {
 			return err
 		}
-		applyWebhookChange(w, c)
+		c.Apply(w)
 		args, err := webhookArgs(w)
 		if err != nil {
 			return err
@@ -147,29 +147,6 @@ func (s *Store) UpdateWebhook(ctx context.Context, id string, c service.WebhookC
 		return err
 	})
 	return w, err
-}
-
-// applyWebhookChange changes w as c says (see service.WebhookChange).
-func applyWebhookChange(w *service.Webhook, c service.WebhookChange) {
-	if c.URL != nil {
-		w.URL = *c.URL
-	}
-	if c.Events != nil {
-		w.Events = slices.Clone(c.Events)
-	}
-	if c.Description != nil {
-		w.Description = *c.Description
-	}
-	if c.Enabled != nil {
-		w.Enabled = *c.Enabled
-		if w.Enabled {
-			w.DisabledReason, w.Failures = "", 0
-		}
-	}
-	if c.Secret != nil {
-		until := c.PreviousUntil.UTC()
-		w.PreviousSecret, w.PreviousUntil, w.Secret = w.Secret, &until, c.Secret
-	}
 }
 
 // DeleteWebhook implements service.UserStore.
