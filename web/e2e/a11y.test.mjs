@@ -236,6 +236,7 @@ if (!SKIP) describe('accessibility', { timeout: 600_000 }, () => {
     await page.keyboard.press('Enter');
     await until(page, 'the reason box to have the focus', () => document.activeElement?.closest('.approval-reject') !== null);
     await page.keyboard.type('by keyboard, no');
+    await until(page, 'the reason typed in the box', () => document.activeElement?.value === 'by keyboard, no');
     await page.keyboard.press('Enter');
     await waitForReply(page, { contains: 'did not run' });
     assert.equal(await lastReply(page), 'The echo tool did not run: the user rejected this call: by keyboard, no');
