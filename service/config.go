@@ -37,6 +37,11 @@ type Config struct {
 	// RoundCommands is how many commands one round of the writer takes at most; more
 	// wait for the next round, which begins once this one is written.
 	RoundCommands int
+	// RoundGap is the least time from one write round's start to the next's when only
+	// timed streamed text waits: the text of the sessions that come due meanwhile joins
+	// one transaction instead of one each. Commands, and text that goes at once (a run's
+	// first), never wait for it. Zero starts a round as soon as the last one is written.
+	RoundGap time.Duration
 	// TailEvents is how many recent events of a session stay in memory for its
 	// subscribers; those further behind read the store.
 	TailEvents int
@@ -152,6 +157,7 @@ func DefaultConfig() Config {
 		MaxUserBytes:       100 << 20,
 		FlushInterval:      100 * time.Millisecond,
 		RoundCommands:      128,
+		RoundGap:           20 * time.Millisecond,
 		TailEvents:         1024,
 		ReadBatch:          256,
 		MaxSubscriptions:   100000,
@@ -209,6 +215,9 @@ func (c *Config) fill() {
 	pick(&c.ReadBatch, d.ReadBatch)
 	pick(&c.MaxSubscriptions, d.MaxSubscriptions)
 	pick(&c.RoundCommands, d.RoundCommands)
+	if c.RoundGap < 0 {
+		c.RoundGap = d.RoundGap
+	}
 	if c.FlushInterval < 0 {
 		c.FlushInterval = d.FlushInterval
 	}

@@ -114,7 +114,7 @@ func New(ctx context.Context, store Store, agents *Agents, cfg Config, log *slog
 		w, ok := store.(SoleWriter)
 		s.sole = ok && w.SoleWriter()
 	}
-	s.writer = newWriter(store, cfg.RoundCommands)
+	s.writer = newWriter(store, cfg.RoundCommands, cfg.RoundGap)
 	seal, err := newSealer(ctx, store, cfg.WebhookSealKey)
 	if err != nil {
 		s.writer.stop()

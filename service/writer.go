@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,7 @@ import (
 type writer struct {
 	store         Store
 	roundCommands int
+	roundGap      time.Duration // see Config.RoundGap
 
 	mu     sync.Mutex
 	reqs   []*writeReq
@@ -89,8 +91,8 @@ type WriterStats struct {
 	Waiting int           // commands waiting for a round now
 }
 
-func newWriter(store Store, roundCommands int) *writer {
-	w := &writer{store: store, roundCommands: roundCommands, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+func newWriter(store Store, roundCommands int, roundGap time.Duration) *writer {
+	w := &writer{store: store, roundCommands: roundCommands, roundGap: roundGap, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	go w.run()
 	return w
 }
@@ -232,6 +234,7 @@ func (w *writer) run() {
 	defer close(w.done)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	var began time.Time // when the last round began
 	for {
 		select {
 		case <-w.wake:
@@ -240,6 +243,13 @@ func (w *writer) run() {
 			w.round(true) // every command queued before stop, whatever RoundCommands says
 			return
 		}
+		urgent := w.urgent()
+		if hold := w.hold(began, urgent); hold > 0 {
+			timer.Reset(hold) // a command or text listed meanwhile wakes the writer at once
+			continue
+		}
+		w.gather(urgent)
+		began = time.Now()
 		if progress := w.round(false); !progress {
 			// Every session on the list was busy with a command: give them a moment.
 			t := time.NewTimer(time.Millisecond)
@@ -259,6 +269,52 @@ func (w *writer) run() {
 			timer.Reset(time.Until(next))
 		}
 	}
+}
+
+// hold is how long the next round waits for RoundGap to pass since the last one began:
+// zero when a command or text to go at once waits (urgent of them), or the gap has passed.
+func (w *writer) hold(began time.Time, urgent int) time.Duration {
+	if w.roundGap <= 0 || urgent > 0 {
+		return 0
+	}
+	return max(time.Until(began.Add(w.roundGap)), 0)
+}
+
+// gatherYields bounds how many times gather lets other goroutines go first.
+const gatherYields = 8
+
+// gather lets the goroutines waiting for a core run before a round is taken, for as long
+// as they add commands or text to go at once (at most gatherYields times, and not once a
+// round's worth of commands waits). Under load a burst's commands then share a
+// transaction, where the writer, woken by the first and run next, would write that one
+// alone and the rest in rounds as small. On a quiet server nothing waits for a core and
+// the yields come back at once. It stops after two yields that added nothing: now and
+// then the scheduler takes the writer back before the goroutines queued ahead of it. n is
+// what waits as it begins.
+func (w *writer) gather(n int) {
+	still := 0
+	for range gatherYields {
+		if n == 0 || (w.roundCommands > 0 && n >= w.roundCommands) {
+			return
+		}
+		runtime.Gosched()
+		m := w.urgent()
+		if m == n {
+			if still++; still == 2 {
+				return
+			}
+		} else {
+			still = 0
+		}
+		n = m
+	}
+}
+
+// urgent counts the commands and listed text waiting for the next round.
+func (w *writer) urgent() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.reqs) + len(w.listed)
 }
 
 // round writes one round: the commands waiting (up to RoundCommands; all of them when
