@@ -8,15 +8,16 @@ import (
 // compactSoonLocked asks the compactor to fold a finished stream's chunk events (see
 // Store.Compact). Compaction only keeps the log small, so a request is dropped, with a
 // note in the log, when too many wait. st.mu must be held: when the session's tail still
-// holds the stream whole, and the store is a SoleWriter, the folding is made from the
-// tail here, so that the store need not read the events back.
+// holds the stream whole, the folding is made from the tail here, so that the store need
+// not read the events back. (The tail holds only events made durable, in the log's order,
+// whichever replica wrote them; the store checks that the runs are still whole.)
 func (st *sessionState) compactSoonLocked(key string, fromSeq int64) {
 	s := st.c
 	if fromSeq <= 0 {
 		return
 	}
 	c := Compaction{SessionID: st.id, Key: key, FromSeq: fromSeq}
-	if evs, ok := st.log.since(fromSeq); s.sole && st.log.synced && ok {
+	if evs, ok := st.log.since(fromSeq); st.log.synced && ok {
 		c.Folded, _ = Coalesce(evs, key)
 		c.Prepared = true
 	}

@@ -249,12 +249,26 @@ func TestCompactionGathersFinishedReplies(t *testing.T) {
 
 // TestFinishedReplyIsFoldedFromTheLogInMemory: when a reply ends, the service folds its
 // chunks from the events it holds in memory and hands the folding to the store with the
-// compaction (Prepared), the same folding the store would make from what it holds.
+// compaction (Prepared), the same folding the store would make from what it holds;
+// whether the store is this process's alone or shared with other replicas (whose tail
+// holds only what was made durable, in order, too).
 func TestFinishedReplyIsFoldedFromTheLogInMemory(t *testing.T) {
-	store := &compactionLog{Store: inmem.New()}
+	for _, shared := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sole writer", true: "shared store"}[shared], func(t *testing.T) {
+			store := &compactionLog{Store: inmem.New()}
+			var on service.Store = store
+			if shared {
+				on = sharedStore{store}
+			}
+			finishedReplyIsPrepared(t, store, on)
+		})
+	}
+}
+
+func finishedReplyIsPrepared(t *testing.T, store *compactionLog, on service.Store) {
 	step := make(chan struct{}, 1)
 	words := lockstepRunner{[]string{"one ", "two ", "three ", "four ", "five"}, step} // a chunk each
-	svc, ctx := newServiceOn(t, store, words, func(c *service.Config) { c.CompactAfter = time.Hour })
+	svc, ctx := newServiceOn(t, on, words, func(c *service.Config) { c.CompactAfter = time.Hour })
 	sessID, _ := lockstepReply(t, svc, ctx, step)
 	stored, err := store.Events(context.Background(), sessID, 0, 0)
 	if err != nil {

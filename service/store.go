@@ -362,14 +362,28 @@ type Compaction struct {
 	SessionID, Key string
 	FromSeq        int64
 	// Prepared says that Folded is the folding the service made itself from the events it
-	// wrote (Coalesce of the session's log from FromSeq, as it held it in memory), which
-	// may be empty. The service prepares one only for a store that is a SoleWriter. Such
-	// a store may write Folded without reading the events back once it finds every folded
-	// run whole: each Seq from the run's first (its CoalescedFrom) to its last still in
-	// the log, none folded or dropped since. Otherwise it folds from what it reads, as
-	// without Prepared.
+	// held (Coalesce of the session's log from FromSeq, as it held it in memory: events
+	// made durable, in order), which may be empty. A store may write Folded without
+	// reading the events back once it finds every folded run whole: each Seq from the
+	// run's first (its CoalescedFrom) to its last still in the log, none folded or dropped
+	// since. Otherwise it folds from what it reads, as without Prepared.
 	Prepared bool
 	Folded   []*Event
+}
+
+// PreparedInRange reports whether c is Prepared with each folded run inside the stream:
+// its first Seq (CoalescedFrom) at FromSeq or after, and before its last. Only then may a
+// store go on to check that the runs are whole.
+func (c Compaction) PreparedInRange() bool {
+	if !c.Prepared {
+		return false
+	}
+	for _, e := range c.Folded {
+		if e.CoalescedFrom < c.FromSeq || e.CoalescedFrom >= e.Seq {
+			return false
+		}
+	}
+	return true
 }
 
 // Coordinator is what a Store shared by several replicas (PostgreSQL) offers to
@@ -394,9 +408,9 @@ type Coordinator interface {
 // SoleWriter is an ability of a Store that only one process writes (an SQLite file, the
 // process's memory). SoleWriter reports whether that holds for this store: the service
 // then trusts what it holds in memory of a session, since nobody else changes it, and
-// reads the store less: a session's row and a run's history come from memory, and it
-// prepares the foldings of Compact itself. A store without the ability, or that answers
-// false, is read every time (see Service: "Processes sharing a store").
+// reads the store less: a session's row and a run's history come from memory. A store
+// without the ability, or that answers false, is read every time (see Service: "Processes
+// sharing a store").
 type SoleWriter interface {
 	SoleWriter() bool
 }

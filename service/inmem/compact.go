@@ -39,7 +39,7 @@ func (s *Store) compactOne(c service.Compaction) error {
 func compact(sd *sessionData, c service.Compaction) {
 	i, _ := findEvent(sd.events, c.FromSeq)
 	folded := c.Folded
-	if !c.Prepared || !runsWhole(sd.events, c) {
+	if !c.PreparedInRange() || !runsWhole(sd.events, c) {
 		folded, _ = service.Coalesce(sd.events[i:], c.Key)
 	}
 	if len(folded) == 0 {
@@ -73,7 +73,7 @@ func runsWhole(events []*service.Event, c service.Compaction) bool {
 		first := e.CoalescedFrom
 		i, ok1 := findEvent(events, first)
 		j, ok2 := findEvent(events, e.Seq)
-		if first < c.FromSeq || !ok1 || !ok2 || int64(j-i) != e.Seq-first {
+		if !ok1 || !ok2 || int64(j-i) != e.Seq-first {
 			return false
 		}
 	}

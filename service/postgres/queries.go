@@ -56,11 +56,13 @@ const (
 	// of its last event: the one the store knows when the epoch is the one it left ($2,
 	// $3, $4: whether it knows one, the epoch, the Seq), otherwise read from the log (one
 	// backward probe of the events' primary key; see tails.go); and whether it was known.
+	// (Each session is looked up by its primary key, a LATERAL that the planner cannot
+	// make a join of: a join was planned as a scan of the whole table.)
 	qSessionStates = `SELECT s.id, s.epoch, CASE WHEN v.known AND s.epoch = v.epoch THEN v.last
 			ELSE coalesce((SELECT max(e.seq) FROM events e WHERE e.session_id = s.id), 0) END,
 			v.known AND s.epoch = v.epoch
 		FROM unnest($1::text[], $2::bool[], $3::bigint[], $4::bigint[]) AS v (id, known, epoch, last)
-		JOIN sessions s ON s.id = v.id`
+		CROSS JOIN LATERAL (SELECT id, epoch FROM sessions WHERE sessions.id = v.id LIMIT 1) s`
 	// qSetEpochs gives sessions the epochs of the transaction that wrote them without
 	// having found its own.
 	qSetEpochs = `UPDATE sessions s SET epoch = v.epoch FROM unnest($1::text[], $2::bigint[]) AS v (id, epoch) WHERE s.id = v.id`
@@ -69,16 +71,19 @@ const (
 		JOIN unnest($1::text[], $2::text[]) AS v (user_id, idem_key) ON i.user_id = v.user_id AND i.idem_key = v.idem_key`
 	// qRunningRuns returns the RUNNING runs of the users that admit runs.
 	qRunningRuns = `SELECT user_id, id, session_id FROM runs WHERE user_id = ANY($1::text[]) AND status = 'RUNNING'`
-	// qForeignRows returns the rows of the call that exist in another session than the
-	// batch that writes them: (table, ID, the session they belong to).
-	qForeignRows = `SELECT 'message', t.id, t.session_id FROM messages t
-			JOIN unnest($1::text[], $2::text[]) AS v (id, session_id) ON t.id = v.id AND t.session_id <> v.session_id
-		UNION ALL SELECT 'run', t.id, t.session_id FROM runs t
-			JOIN unnest($3::text[], $4::text[]) AS v (id, session_id) ON t.id = v.id AND t.session_id <> v.session_id
-		UNION ALL SELECT 'question', t.id, t.session_id FROM questions t
-			JOIN unnest($5::text[], $6::text[]) AS v (id, session_id) ON t.id = v.id AND t.session_id <> v.session_id
-		UNION ALL SELECT 'tool call', t.id, t.session_id FROM tool_calls t
-			JOIN unnest($7::text[], $8::text[]) AS v (id, session_id) ON t.id = v.id AND t.session_id <> v.session_id`
+	// qForeignRows returns the rows of the call that exist already, (table, ID, the
+	// session they belong to), for Append to find those of another session than the batch
+	// that writes them. Each is looked up by its table's primary key, in a LATERAL with a
+	// LIMIT, which the planner cannot make a join of (a join of the IDs with the table was
+	// planned as a scan of the whole table).
+	qForeignRows = `SELECT 'message', t.* FROM unnest($1::text[]) AS v (id)
+			CROSS JOIN LATERAL (SELECT id, session_id FROM messages WHERE messages.id = v.id LIMIT 1) t
+		UNION ALL SELECT 'run', t.* FROM unnest($2::text[]) AS v (id)
+			CROSS JOIN LATERAL (SELECT id, session_id FROM runs WHERE runs.id = v.id LIMIT 1) t
+		UNION ALL SELECT 'question', t.* FROM unnest($3::text[]) AS v (id)
+			CROSS JOIN LATERAL (SELECT id, session_id FROM questions WHERE questions.id = v.id LIMIT 1) t
+		UNION ALL SELECT 'tool call', t.* FROM unnest($4::text[]) AS v (id)
+			CROSS JOIN LATERAL (SELECT id, session_id FROM tool_calls WHERE tool_calls.id = v.id LIMIT 1) t`
 )
 
 // Sessions.
@@ -310,6 +315,25 @@ const (
 		FROM unnest($2::bigint[], $3::bytea[], $4::bigint[], $5::bigint[]) AS v (seq, delta, delta_offset, coalesced_from)
 		WHERE e.session_id = $1 AND e.seq = v.seq`
 	qDropEvents = `DELETE FROM events WHERE session_id = $1 AND seq = ANY($2::bigint[])`
+	// qFoldWhole writes prepared foldings (see foldPrepared): for each run ($1 the index of
+	// its compaction, its session, first and last Seq, text and offset), where the log holds
+	// every Seq of the run, its events but the last are dropped and the last rewritten; it
+	// returns the indexes of the runs not whole. The writes of a statement's WITH clauses
+	// are all made, and none of its reads sees them.
+	qFoldWhole = `WITH v AS (
+			SELECT * FROM unnest($1::int[], $2::text[], $3::bigint[], $4::bigint[], $5::bytea[], $6::bigint[])
+				AS v (i, session_id, first, last, delta, delta_offset)),
+		w AS (
+			SELECT v.*, (SELECT count(*) FROM events e
+				WHERE e.session_id = v.session_id AND e.seq >= v.first AND e.seq <= v.last) = v.last - v.first + 1 AS whole
+			FROM v),
+		d AS (
+			DELETE FROM events e USING w
+			WHERE w.whole AND e.session_id = w.session_id AND e.seq >= w.first AND e.seq < w.last),
+		u AS (
+			UPDATE events e SET delta = w.delta, delta_offset = w.delta_offset, coalesced_from = w.first
+			FROM w WHERE w.whole AND e.session_id = w.session_id AND e.seq = w.last)
+		SELECT i FROM w WHERE NOT whole`
 )
 
 func scanEvent(row scanner) (*service.Event, error) {

@@ -33,7 +33,7 @@ func readState(ctx context.Context, conn *pgxpool.Conn, preps []*prep, todo []in
 		used: map[[2]string]bool{}, running: map[string]map[string]string{}, owner: map[[2]string]string{}}
 	var sessions, keyUsers, keys []string
 	var lockKeys []int32
-	var rows [8][]string // (ID, session) arrays of messages, runs, questions, tool calls
+	var rows [4][]string // the IDs of the messages, runs, questions and tool calls written
 	anyRows := false
 	for _, i := range todo {
 		p := preps[i]
@@ -47,7 +47,7 @@ func readState(ctx context.Context, conn *pgxpool.Conn, preps []*prep, todo []in
 			lockKeys = append(lockKeys, userLockKey(a.UserID))
 		}
 		add := func(t int, id string) {
-			rows[2*t], rows[2*t+1] = append(rows[2*t], id), append(rows[2*t+1], b.SessionID)
+			rows[t] = append(rows[t], id)
 			anyRows = true
 		}
 		for _, m := range p.ch.Messages {
@@ -124,11 +124,9 @@ func readState(ctx context.Context, conn *pgxpool.Conn, preps []*prep, todo []in
 		})
 	}
 	if anyRows {
-		args := make([]any, len(rows))
-		for i, r := range rows {
-			args[i] = r
-		}
-		b.Queue(qForeignRows, args...).Query(func(rows pgx.Rows) error {
+		// The rows' IDs alone: each table's primary key finds those that exist, and decide
+		// compares their sessions.
+		b.Queue(qForeignRows, rows[0], rows[1], rows[2], rows[3]).Query(func(rows pgx.Rows) error {
 			var table, id, session string
 			_, err := pgx.ForEachRow(rows, []any{&table, &id, &session}, func() error {
 				st.owner[[2]string{table, id}] = session

@@ -65,7 +65,7 @@ func (s *Store) Compact(ctx context.Context, cs []service.Compaction) error {
 // a run whose Seqs are all there holds the events the service folded; one that lost some
 // (a session deleted, folded before) is folded from what is read.
 func (s *Store) runsWhole(ctx context.Context, c service.Compaction) (bool, error) {
-	if !c.Prepared {
+	if !c.PreparedInRange() {
 		return false, nil
 	}
 	if err := s.check(); err != nil {
@@ -73,9 +73,6 @@ func (s *Store) runsWhole(ctx context.Context, c service.Compaction) (bool, erro
 	}
 	for _, e := range c.Folded {
 		first := e.CoalescedFrom
-		if first < c.FromSeq || first >= e.Seq {
-			return false, nil
-		}
 		var n int64
 		err := s.stmt(qCountEvents).QueryRowContext(context.WithoutCancel(ctx), c.SessionID, first, e.Seq).Scan(&n)
 		if err != nil {

@@ -88,20 +88,42 @@ func testCompactPrepared(t *testing.T, s service.Store) {
 	}
 	wantHelloWorldFolded(t, s, "s1")
 
-	evs = written("s2")
-	stale := prepared("s2", evs)
-	if err := s.Compact(ctx, []service.Compaction{{SessionID: "s2", Key: "ms2", FromSeq: 2}}); err != nil {
-		t.Fatal(err)
+	// stale is a prepared folding of a stream written to id, which is then folded from
+	// what is read; its text is spoilt, to show should it be written.
+	stale := func(id string) service.Compaction {
+		c := prepared(id, written(id))
+		if err := s.Compact(ctx, []service.Compaction{{SessionID: id, Key: "m" + id, FromSeq: 2}}); err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range c.Folded {
+			cp := *e
+			cp.Delta = strings.Repeat("?", len(e.Delta))
+			c.Folded[i] = &cp
+		}
+		return c
 	}
-	for i, e := range stale.Folded {
-		cp := *e
-		cp.Delta = strings.Repeat("?", len(e.Delta))
-		stale.Folded[i] = &cp
-	}
-	if err := s.Compact(ctx, []service.Compaction{stale}); err != nil {
+	if err := s.Compact(ctx, []service.Compaction{stale("s2")}); err != nil {
 		t.Fatal(err)
 	}
 	wantHelloWorldFolded(t, s, "s2")
+
+	// Several streams in one call, as the compactor gathers them: prepared and whole,
+	// prepared and stale, not prepared, prepared for a session deleted meanwhile. Each
+	// ends as folding what is stored would leave it; the deleted one writes nothing.
+	whole := prepared("s3", written("s3"))
+	spoilt := stale("s4")
+	written("s5")
+	gone := prepared("s6", written("s6"))
+	mustAppend(t, s, &service.Batch{SessionID: "s6", Delete: true})
+	if err := s.Compact(ctx, []service.Compaction{whole, spoilt, {SessionID: "s5", Key: "ms5", FromSeq: 2}, gone}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"s3", "s4", "s5"} {
+		wantHelloWorldFolded(t, s, id)
+	}
+	if evs, err := s.Events(ctx, "s6", 0, 0); err == nil && len(evs) > 0 {
+		t.Errorf("a deleted session has %d events after compaction", len(evs))
+	}
 }
 
 // wantHelloWorldFolded checks session id's log as the stream "Hello, world" broken by a
