@@ -137,6 +137,23 @@ func (rs *replicaSet) dumpRuns() {
 // owner returns the replica that owns run, as the database has it.
 func (rs *replicaSet) owner(t *testing.T, run string) string {
 	t.Helper()
+	var owner string
+	rs.queryRow(t, `SELECT owner FROM runs WHERE id = $1`, []any{run}, &owner)
+	return owner
+}
+
+// lastSeq returns the Seq of the session's last stored event, as the database has it.
+func (rs *replicaSet) lastSeq(t *testing.T, sid string) int64 {
+	t.Helper()
+	var seq int64
+	rs.queryRow(t, `SELECT coalesce(max(seq), 0) FROM events WHERE session_id = $1`, []any{sid}, &seq)
+	return seq
+}
+
+// queryRow scans the one row q returns into dest, read from the set's database directly
+// (not through a test's proxy).
+func (rs *replicaSet) queryRow(t *testing.T, q string, args []any, dest ...any) {
+	t.Helper()
 	u, err := url.Parse(rs.db)
 	if err != nil {
 		t.Fatal(err)
@@ -145,17 +162,15 @@ func (rs *replicaSet) owner(t *testing.T, run string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.Host = admin.Host // not through a test's proxy
+	u.Host = admin.Host
 	conn, err := pgx.Connect(t.Context(), u.String())
 	if err != nil {
 		t.Fatalf("the database: %v", err)
 	}
 	defer conn.Close(context.Background())
-	var owner string
-	if err := conn.QueryRow(t.Context(), `SELECT owner FROM runs WHERE id = $1`, run).Scan(&owner); err != nil {
-		t.Fatalf("the owner of run %s: %v", run, err)
+	if err := conn.QueryRow(t.Context(), q, args...).Scan(dest...); err != nil {
+		t.Fatalf("%s %v: %v", q, args, err)
 	}
-	return owner
 }
 
 // start starts the replica's process (again), and waits until it is ready.
@@ -1160,22 +1175,45 @@ func TestReplicasNATSOutage(t *testing.T) {
 // lease: the other takes the run over and ends it INTERRUPTED, and when the first reaches
 // PostgreSQL again it learns that it lost the run and stops its agent without writing. The
 // run ends once, its stream has no gap and no duplicate, and the session works afterwards.
-func TestReplicasLeaseLost(t *testing.T) {
-	t.Parallel()
-	db := testsvc.NewDatabase(t)
-	target, err := url.Parse(testsvc.AdminURL())
+// behindProxy is two replicas, the first reaching PostgreSQL or NATS through a proxy the
+// test cuts, and a long reply that replica 0 runs, followed on replica 1 until its first
+// text.
+type behindProxy struct {
+	rs     *replicaSet
+	proxy  *pgProxy
+	c, on1 *tgtest.Client
+	sid    string
+	run    string
+	evs    *tgtest.Events
+}
+
+// streamBehindProxy starts the set of behindProxy: variable (DATABASE_URL or NATS_URL) of
+// replica 0 is rawURL reached through the proxy, o says the rest, and the reply is
+// "/slow words".
+func streamBehindProxy(t *testing.T, o setOptions, variable, rawURL string, words int) *behindProxy {
+	t.Helper()
+	target, err := url.Parse(rawURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := startProxy(t, target.Host)
-	rs := newReplicaSet(t, setOptions{n: 2, db: db, each: map[int][]string{0: {"DATABASE_URL=" + proxy.via(t, db)}}})
-	r := rs.reps
-	c := tgtest.Guest(t, r[0].URL)
-	sid := c.CreateSession(nil)
-	on1 := c.On(r[1].URL)
-	_, evs := on1.Connect("graphql-transport-ws").Stream(sid, c.Cursor(sid))
-	_, run := c.Send(sid, "/slow 100")
-	evs.Until("text", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" })
+	b := &behindProxy{proxy: startProxy(t, target.Host)}
+	o.n, o.each = 2, map[int][]string{0: {variable + "=" + b.proxy.via(t, rawURL)}}
+	b.rs = newReplicaSet(t, o)
+	r := b.rs.reps
+	b.c = tgtest.Guest(t, r[0].URL)
+	b.sid = b.c.CreateSession(nil)
+	b.on1 = b.c.On(r[1].URL)
+	_, b.evs = b.on1.Connect("graphql-transport-ws").Stream(b.sid, b.c.Cursor(b.sid))
+	_, b.run = b.c.Send(b.sid, "/slow "+strconv.Itoa(words)) // run by replica 0
+	b.evs.Until("text", func(e tgtest.Event) bool { return e.Typename == "MessageChunk" })
+	return b
+}
+
+func TestReplicasLeaseLost(t *testing.T) {
+	t.Parallel()
+	db := testsvc.NewDatabase(t)
+	b := streamBehindProxy(t, setOptions{db: db}, "DATABASE_URL", db, 100)
+	r, proxy, c, on1, sid, run, evs := b.rs.reps, b.proxy, b.c, b.on1, b.sid, b.run, b.evs
 
 	proxy.cut()
 	cut := time.Now()
@@ -1206,5 +1244,53 @@ func TestReplicasLeaseLost(t *testing.T) {
 	}
 	if st := stateOf(c, sid); st.ActiveRun != nil {
 		t.Errorf("a run is still active: %+v", st)
+	}
+}
+
+// TestReplicasTakeOverWhatWasNeverPublished kills a replica whose last events were stored
+// but never reached the broker (its connection to NATS was cut first, so they waited in
+// its client's buffer): the replica that takes the run over, and that followed the session
+// for a subscriber, reads the log from the store rather than trusting what it heard. It
+// ends the run INTERRUPTED, and its subscriber gets every event, those never published
+// included, with no gap.
+func TestReplicasTakeOverWhatWasNeverPublished(t *testing.T) {
+	t.Parallel()
+	nats := testsvc.NATS(t)
+	b := streamBehindProxy(t, setOptions{nats: nats}, "NATS_URL", nats, 300)
+	rs, r, proxy, on1, sid, run, evs := b.rs, b.rs.reps, b.proxy, b.on1, b.sid, b.run, b.evs
+
+	proxy.cut()
+	cut := rs.lastSeq(t, sid)
+	// Replica 0 goes on storing its reply; nothing of it from now on reaches replica 1.
+	var unheard int64
+	eventually(t, 15*time.Second, "replica 0 to store events after it lost NATS", func() bool {
+		unheard = rs.lastSeq(t, sid)
+		return unheard >= cut+3
+	})
+	r[0].kill()
+
+	end := evs.Until("the run's end", tgtest.RunEnds(run))
+	if end.Run.Status != "INTERRUPTED" {
+		t.Errorf("the run ended %s, want INTERRUPTED", end.Run.Status)
+	}
+	if got := seqOf(t, sid, end.Cursor); got <= unheard {
+		t.Errorf("the run's end is at Seq %d, not after the %d events replica 0 stored", got, unheard)
+	}
+	text := checkStream(t, sid, evs.All)
+	reply := lastAssistant(on1.Messages(sid))
+	if reply.Status != "INTERRUPTED" || text[reply.ID] != reply.Content {
+		t.Errorf("the reply %+v, streamed %q", reply, text[reply.ID])
+	}
+	var chunks int
+	for _, ev := range evs.All {
+		if ev.Typename == "MessageChunk" && seqOf(t, sid, ev.Cursor) > cut {
+			chunks++
+		}
+	}
+	if chunks == 0 {
+		t.Errorf("the subscriber got none of the chunks stored after replica 0 lost NATS (Seq %d to %d)", cut+1, unheard)
+	}
+	if _, next := on1.Send(sid, "after the takeover"); evs.Until("the next run", tgtest.RunEnds(next)).Run.Status != "COMPLETED" {
+		t.Errorf("the session is not usable after the takeover")
 	}
 }

@@ -117,6 +117,12 @@ func (solo) stats(*Stats)                            {}
 
 // recoverRun brings back one active run left by another process: this server's earlier
 // life, or a replica that is gone. Both start-up (peers.start) and a take-over come here.
+//
+// The log is read again from the store first, even when this process follows the session
+// and holds it as synced: the process that ran the run may have written events it never
+// published (its last write was stored, and it died, or lost the broker, before telling
+// anyone). A recovery that fails leaves nothing behind in memory; a take-over tries it
+// again at the next claim (replicas.unrecovered).
 func (s *core) recoverRun(ctx context.Context, run *Run) error {
 	sess, err := s.store.Session(ctx, run.SessionID)
 	if ErrorCode(err) == ENOTFOUND {
@@ -128,6 +134,7 @@ func (s *core) recoverRun(ctx context.Context, run *Run) error {
 	defer s.releaseState(st)
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.log.lostSync()
 	if err := st.readyLocked(ctx); err != nil {
 		return err
 	}
@@ -193,6 +200,7 @@ func (st *sessionState) recoverRunLocked(ctx context.Context, run *Run) error {
 		st.adoptLocked(ar, true)
 		ar.replied = true // it asked
 		t := st.beginLocked()
+		t.onAbort(func() { st.dropActiveLocked() })
 		// The agent that resumes writes a reply of its own: the messages it was writing
 		// end here with their durable text, COMPLETE (they hold what it wrote before it
 		// waited, and the calls it waits on), rather than stay STREAMING for ever.

@@ -99,6 +99,16 @@ func (l *crashLog) reply(run *service.Run) *service.Message {
 	return m
 }
 
+// streamingRun writes a user message, its run RUNNING and the reply it was streaming when
+// the process died: the deltas, as chunks from offset 0.
+func (l *crashLog) streamingRun(content string, deltas ...string) (*service.Message, *service.Run, *service.Message) {
+	m, run := l.userMessage(content)
+	l.runStatus(run, service.RunRunning)
+	reply := l.reply(run)
+	l.chunks(service.EventMessageChunk, reply.ID, reply.ID, 0, deltas...)
+	return m, run, reply
+}
+
 // chunks writes each delta as a chunk batch of the stream key, from offset.
 func (l *crashLog) chunks(typ service.EventType, key, messageID string, offset int, deltas ...string) {
 	for _, d := range deltas {
@@ -141,10 +151,7 @@ func TestRecoveryAfterACrash(t *testing.T) {
 	t.Run("a RUNNING run ends INTERRUPTED with exactly the durable text, and its agent is not run again", func(t *testing.T) {
 		store := inmem.New()
 		l := newCrashLog(t, store, "puppet")
-		m1, run := l.userMessage("tell me")
-		l.runStatus(run, service.RunRunning)
-		reply := l.reply(run)
-		l.chunks(service.EventMessageChunk, reply.ID, reply.ID, 0, "Hello ")
+		m1, run, reply := l.streamingRun("tell me", "Hello ")
 		mid := l.cursor() // a client saw this much
 		l.chunks(service.EventMessageChunk, reply.ID, reply.ID, 6, "wör", "ld")
 		crashed := l.cursor()
@@ -183,10 +190,7 @@ func TestRecoveryAfterACrash(t *testing.T) {
 	t.Run("a RUNNING run's running tool call ends FAILED, never run again, with its durable output", func(t *testing.T) {
 		store := inmem.New()
 		l := newCrashLog(t, store, "demo")
-		_, run := l.userMessage("go")
-		l.runStatus(run, service.RunRunning)
-		reply := l.reply(run)
-		l.chunks(service.EventMessageChunk, reply.ID, reply.ID, 0, "Running: ")
+		_, run, reply := l.streamingRun("go", "Running: ")
 		call := l.tool(run, reply, "shell")
 		l.chunks(service.EventToolCallOutput, call.ID, reply.ID, 0, "line 1\n", "line 2\n")
 		svc, _ := startService(t, setup{store: store})
@@ -244,10 +248,7 @@ func TestRecoveryAfterACrash(t *testing.T) {
 	t.Run("the resumed run gets the history as its checkpoint, and a tool call running when the question was asked gets the answer as its result", func(t *testing.T) {
 		store := inmem.New()
 		l := newCrashLog(t, store, "puppet")
-		_, run := l.userMessage("deploy")
-		l.runStatus(run, service.RunRunning)
-		reply := l.reply(run)
-		l.chunks(service.EventMessageChunk, reply.ID, reply.ID, 0, "Asking. ")
+		_, run, reply := l.streamingRun("deploy", "Asking. ")
 		call := l.tool(run, reply, "ask_user")
 		q := l.question(run, reply, "Asking. ", "Which region?")
 		p := newPuppet()

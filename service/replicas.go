@@ -31,13 +31,18 @@ type replicas struct {
 	cluster Cluster // lone{} without a broker: then no other replica may run beside this one
 	unserve func()  // stops answering the commands sent to this replica
 
-	live       atomic.Value // []string: the replicas alive at the last heartbeat
-	claimMu    sync.Mutex
-	leaseMu    sync.Mutex
-	leaseUntil time.Time // when this replica's lease runs out, as of its last heartbeat
-	claimNow   chan struct{}
-	leasesDone chan struct{}
-	takeovers  atomic.Int64
+	live    atomic.Value // []string: the replicas alive at the last heartbeat
+	claimMu sync.Mutex
+	// unrecovered holds the runs this replica claimed but could not bring back (the store
+	// failed meanwhile): they are its own now, so no other replica claims them, and each
+	// claim tries them again until they are back or no longer this replica's. claimMu
+	// guards it.
+	unrecovered map[string]bool
+	leaseMu     sync.Mutex
+	leaseUntil  time.Time // when this replica's lease runs out, as of its last heartbeat
+	claimNow    chan struct{}
+	leasesDone  chan struct{}
+	takeovers   atomic.Int64
 }
 
 var _ peers = (*replicas)(nil)
@@ -209,10 +214,37 @@ func (r *replicas) claim(ctx context.Context) {
 	for _, run := range runs {
 		r.takeovers.Add(1)
 		s.log.Info("took over a run", "run", run.ID, "session", run.SessionID, "status", string(run.Status), "replica", r.me)
+	}
+	for _, run := range append(r.stillUnrecovered(ctx), runs...) {
 		if err := s.recoverRun(ctx, run); err != nil {
-			s.log.Error("recovering a run taken over", "run", run.ID, "session", run.SessionID, "err", err)
+			s.log.Warn("recovering a run taken over failed; the next claim tries again", "run", run.ID, "session", run.SessionID, "err", err)
+			r.unrecovered[run.ID] = true
+			continue
+		}
+		delete(r.unrecovered, run.ID)
+	}
+}
+
+// stillUnrecovered returns the runs of unrecovered, read again, that are still active and
+// this replica's; the others leave the set. claimMu must be held.
+func (r *replicas) stillUnrecovered(ctx context.Context) []*Run {
+	if r.unrecovered == nil {
+		r.unrecovered = map[string]bool{}
+	}
+	var runs []*Run
+	for id := range r.unrecovered {
+		run, err := r.s.store.Run(ctx, id)
+		switch {
+		case ErrorCode(err) == ENOTFOUND:
+			delete(r.unrecovered, id)
+		case err != nil: // still out of reach: the next claim
+		case run.Owner != r.me || run.Status.Final():
+			delete(r.unrecovered, id)
+		default:
+			runs = append(runs, run)
 		}
 	}
+	return runs
 }
 
 // onLeft is called when another replica announces that it leaves: its runs are taken
