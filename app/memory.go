@@ -13,34 +13,41 @@ import (
 // restart, a load balancer draining, the end of a day) leave garbage behind: the buffers
 // of their setup, or the memory their connections held. Go collects it only when the heap
 // doubles again, which an idle server may not do for minutes, and returns it to the
-// operating system gradually after that. releaseMemory watches the subscription count and,
-// once it has moved by releaseAfter or more since the last release and then stayed put for
-// a tick, collects and returns the freed memory at once (when the crowd left, it has the
-// store give back its caches first: SQLite's page caches): one collection now and then,
-// at a moment when the server is quiet.
+// operating system gradually after that. releaseMemory looks at the subscription count
+// every second and, once it has moved by releaseAfter or more since the last release and
+// then stayed put for a second, collects and returns the freed memory at once (when the
+// crowd left, it has the store give back its caches first: SQLite's page caches): one
+// collection now and then, at a moment when the server is quiet, a second or two after
+// the crowd, so that the memory a crowd's setup left is back before anyone looks.
 //
-// Before deciding, every tick runs the sweeps: the caches that remember users and
-// sessions (rate limits, storage footprints) forget those gone long enough, so that what
-// a crowd that left had them remember is garbage by the time of the release.
+// Every sweepEvery, and before each release, it runs the sweeps: the caches that remember
+// users and sessions (rate limits, storage footprints) forget those gone long enough, so
+// that what a crowd that left had them remember is garbage by the time of the release.
 const (
-	releaseEvery = 5 * time.Second
+	lookEvery    = time.Second
+	sweepEvery   = 5 * time.Second
 	releaseAfter = 1000
 )
 
 func releaseMemory(ctx context.Context, log *slog.Logger, svc *service.Service, sweeps ...func()) {
-	t := time.NewTicker(releaseEvery)
+	t := time.NewTicker(lookEvery)
 	defer t.Stop()
 	var j janitor
+	var swept time.Time
 	for {
+		var now time.Time
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-		}
-		for _, sweep := range sweeps {
-			sweep()
+		case now = <-t.C:
 		}
 		release, left := j.tick(svc.Subscriptions())
+		if release || now.Sub(swept) >= sweepEvery {
+			for _, sweep := range sweeps {
+				sweep()
+			}
+			swept = now
+		}
 		if left {
 			// The store waits for its connections to be free: not for long, since reads
 			// wait for those it holds meanwhile.
