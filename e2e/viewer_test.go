@@ -194,7 +194,8 @@ func TestViewerCursorExpiresPastRetention(t *testing.T) {
 		eventually(t, tgtest.Wait, "CURSOR_EXPIRED for a cursor older than the retention", func() bool {
 			v := ws.Viewer(from)
 			if _, ok := v.TryNext(tgtest.Wait); ok {
-				return false // still kept
+				v.Stop() // still kept; a connection holds at most 100 subscriptions
+				return false
 			}
 			errs := v.Err()
 			return len(errs) == 1 && errs[0].Code() == "CURSOR_EXPIRED"

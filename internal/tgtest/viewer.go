@@ -57,6 +57,8 @@ func (e ViewerEvent) String() string {
 type ViewerEvents struct {
 	events *Events
 	All    []ViewerEvent
+	socket *Socket
+	id     string
 }
 
 // Viewer subscribes to viewerEvents after after ("": from now on).
@@ -65,9 +67,13 @@ func (s *Socket) Viewer(after string) *ViewerEvents {
 	if after != "" {
 		vars["a"] = after
 	}
-	_, ch := s.Subscribe(ViewerQuery, vars)
-	return &ViewerEvents{events: &Events{t: s.t, frames: ch}}
+	id, ch := s.Subscribe(ViewerQuery, vars)
+	return &ViewerEvents{events: &Events{t: s.t, frames: ch}, socket: s, id: id}
 }
+
+// Stop ends the subscription, so that it no longer counts against the connection's
+// limit of subscriptions.
+func (v *ViewerEvents) Stop() { v.socket.Stop(v.id) }
 
 // Err returns the errors the subscription ended with, if it ended.
 func (v *ViewerEvents) Err() []GQLError { return v.events.Err }
