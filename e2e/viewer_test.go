@@ -186,8 +186,8 @@ func TestViewerCursorExpiresPastRetention(t *testing.T) {
 		a := startApp(t, store, func(c *app.Config) { c.Service.ViewerRetention = time.Second })
 		c := guest(t, a)
 		from := c.EventsCursor()
-		// Two events: a store may keep a user's newest past the retention (SQLite numbers
-		// on from it), never the one before it.
+		// Two events: a store keeps a user's newest past the retention, never the one
+		// before it.
 		c.CreateSession(nil)
 		c.CreateSession(nil)
 		ws := c.Connect("graphql-transport-ws")

@@ -24,9 +24,11 @@ type UserStore interface {
 	// moves it back.
 	ViewerSeq(ctx context.Context, userID string) (int64, error)
 	// PruneViewerEvents deletes, for each user, their viewer events up to the last one
-	// whose At is before before: what stays of a log is always its end, with no hole. A
-	// store may keep each user's newest event whatever its age (one that numbers on from
-	// it). It returns how many it deleted.
+	// whose At is before before, but never the user's newest, whatever its age: what stays
+	// of a log is always its end, with no hole, and never empty once it had an event, so
+	// that a reader behind what was pruned finds the gap at its next read (the first event
+	// it reads is not the one after its position) rather than taking an empty log for
+	// caught up. It returns how many it deleted.
 	PruneViewerEvents(ctx context.Context, before time.Time) (int64, error)
 
 	// CreateWebhook stores w, a new webhook, unless its user has limit webhooks or more

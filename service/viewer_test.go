@@ -159,6 +159,29 @@ func TestViewerCursorExpiresWithTheEventsAfterIt(t *testing.T) {
 	}
 }
 
+// TestViewerSubscriptionBehindWhatIsPrunedIsTold: a subscription admitted while the events
+// after its cursor were still kept, whose events are all pruned before its first read,
+// ends with ECURSOREXPIRED at that read rather than taking the log for caught up and
+// waiting for ever (the store keeps a user's newest event, so the gap shows).
+func TestViewerSubscriptionBehindWhatIsPrunedIsTold(t *testing.T) {
+	svc, store := startService(t, setup{})
+	from, _ := svc.EventsCursor(alice)
+	newSession(t, svc, alice, "", "")
+	newSession(t, svc, alice, "", "")
+	sub, err := svc.SubscribeViewer(alice, from, func() {})
+	if err != nil {
+		t.Fatalf("SubscribeViewer while the events are kept: %v", err)
+	}
+	defer sub.Close()
+	if _, err := store.PruneViewerEvents(context.Background(), time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := sub.Read(context.Background(), 0)
+	if service.ErrorCode(err) != service.ECURSOREXPIRED {
+		t.Errorf("the first read after everything was pruned: %s, %v; want ECURSOREXPIRED", describeViewer(evs), err)
+	}
+}
+
 func TestMarkSessionReadClearsUnreadOnceAndTells(t *testing.T) {
 	svc := start(t, setup{})
 	s := newSession(t, svc, alice, "", "")

@@ -114,7 +114,7 @@ func (s *Store) PruneViewerEvents(ctx context.Context, before time.Time) (int64,
 	var n int64
 	for user, log := range s.u.viewer {
 		last := -1
-		for i, r := range log {
+		for i, r := range log[:max(len(log)-1, 0)] { // never the newest
 			if r.at.Before(before) {
 				last = i
 			}

@@ -26,10 +26,12 @@ const (
 	qViewerSeq    = `SELECT coalesce((SELECT seq FROM viewer_seqs WHERE user_id = $1), 0)`
 	qViewerEvents = `SELECT seq, payload FROM viewer_events WHERE user_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`
 	// qPruneViewer deletes each user's events up to the last one older than $1, so that
-	// what stays of a log is its end.
+	// what stays of a log is its end, but never the user's newest (viewer_seqs holds its
+	// Seq).
 	qPruneViewer = `DELETE FROM viewer_events v
 		USING (SELECT user_id, max(seq) AS seq FROM viewer_events WHERE at < $1 GROUP BY user_id) c
-		WHERE v.user_id = c.user_id AND v.seq <= c.seq`
+			JOIN viewer_seqs n ON n.user_id = c.user_id
+		WHERE v.user_id = c.user_id AND v.seq <= c.seq AND v.seq < n.seq`
 )
 
 // Webhooks.
