@@ -190,7 +190,7 @@ func (s *Store) appendTx(ctx context.Context, preps []*prep, todo []int, errs []
 	if !isolate {
 		wb := &pgx.Batch{}
 		for _, round := range rounds {
-			queueWrites(wb, preps, round)
+			queueWrites(wb, preps, round, ep)
 		}
 		ep.queue(wb)
 		wb.Queue(qCommit)
@@ -203,7 +203,7 @@ func (s *Store) appendTx(ctx context.Context, preps []*prep, todo []int, errs []
 	for _, round := range rounds {
 		for _, i := range round {
 			wb := &pgx.Batch{}
-			queueWrites(wb, preps, []int{i})
+			queueWrites(wb, preps, []int{i}, ep)
 			if err := sendAll(ctx, conn, wb); err != nil {
 				if !dataError(err) {
 					return -1, err
@@ -275,26 +275,22 @@ func sendAll(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch) error {
 // queueWrites queues the writes of the batches idxs, which write each session at most
 // once, as one multi-row statement per table and kind of write. Rows are sorted by key,
 // so that concurrent transactions that do meet on a row take its lock in the same order.
-func queueWrites(wb *pgx.Batch, preps []*prep, idxs []int) {
+func queueWrites(wb *pgx.Batch, preps []*prep, idxs []int, ep *epochs) {
 	var (
-		deletes  []string
-		creates  sessionRows
-		events   eventRows
-		idem     []*service.IdempotencyRecord
-		updates  sessionUpdates
-		touchIDs []string
-		touchAt  []int64
-		growIDs  []string
-		growBy   []int64
-		msgs     []*service.Message
-		runs     []runWithUsage
-		qs       []questionWithChoices
-		calls    []*service.ToolCall
-		ended    [2][]string // (run, session) pairs
-		swSess   []string    // (session, message, on) triples
-		swMsg    []string
-		swOn     []bool
-		told     tellings
+		deletes []string
+		creates sessionRows
+		events  eventRows
+		idem    []*service.IdempotencyRecord
+		changes sessionChanges
+		msgs    []*service.Message
+		runs    []runWithUsage
+		qs      []questionWithChoices
+		calls   []*service.ToolCall
+		ended   [2][]string // (run, session) pairs
+		swSess  []string    // (session, message, on) triples
+		swMsg   []string
+		swOn    []bool
+		told    tellings
 	)
 	for _, i := range idxs {
 		p := preps[i]
@@ -305,20 +301,16 @@ func queueWrites(wb *pgx.Batch, preps []*prep, idxs []int) {
 			continue
 		}
 		if b.Create != nil {
-			creates.add(b.Create, p.create, b.Create.Size()+ch.Bytes)
-		} else if ch.Bytes != 0 {
-			growIDs, growBy = append(growIDs, id), append(growBy, ch.Bytes)
+			creates.add(b.Create, p.create, b.Create.Size()+ch.Bytes, ep.created[id])
+			changes.add(p, 0)
+		} else {
+			changes.add(p, ch.Bytes)
 		}
 		for j := range p.events {
 			events.add(id, &p.events[j])
 		}
 		if b.Idempotency != nil {
 			idem = append(idem, b.Idempotency)
-		}
-		if snap, touch := ch.SessionRow(); snap != nil {
-			updates.add(id, snap, p.update)
-		} else if !touch.IsZero() {
-			touchIDs, touchAt = append(touchIDs, id), append(touchAt, dbTime(touch))
 		}
 		msgs = append(msgs, ch.Messages...)
 		for j, r := range ch.Runs {
@@ -359,14 +351,8 @@ func queueWrites(wb *pgx.Batch, preps []*prep, idxs []int) {
 		}
 		wb.Queue(qInsertIdempotency, rows.args()...)
 	}
-	if len(updates.id) > 0 {
-		wb.Queue(qUpdateSessions, updates.args()...)
-	}
-	if len(touchIDs) > 0 {
-		wb.Queue(qTouchSessions, touchIDs, touchAt)
-	}
-	if len(growIDs) > 0 {
-		wb.Queue(qGrowSessions, growIDs, growBy)
+	if len(changes.id) > 0 {
+		wb.Queue(qChangeSessions, changes.args()...)
 	}
 	if len(msgs) > 0 {
 		slices.SortFunc(msgs, func(a, b *service.Message) int { return strings.Compare(a.ID, b.ID) })

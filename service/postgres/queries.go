@@ -98,26 +98,29 @@ const (
 	qSessions    = `SELECT ` + sessionCols + `, ` + lastSeqOf + ` FROM sessions WHERE user_id = $1 ORDER BY updated_at DESC, id DESC LIMIT $2`
 	qSessionsAft = `SELECT ` + sessionCols + `, ` + lastSeqOf + ` FROM sessions WHERE user_id = $1 AND (updated_at, id) < ($2, $3)
 		ORDER BY updated_at DESC, id DESC LIMIT $4`
-	qInsertSessions = `INSERT INTO sessions (` + sessionCols + `, bytes)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::bool[], $8::bigint[])`
-	// qGrowSessions adds to sessions' weight against their users' quotas.
-	qGrowSessions = `UPDATE sessions s SET bytes = s.bytes + v.bytes
-		FROM unnest($1::text[], $2::bigint[]) AS v (id, bytes) WHERE s.id = v.id`
+	qInsertSessions = `INSERT INTO sessions (` + sessionCols + `, bytes, epoch)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::bool[], $8::bigint[],
+			$9::bigint[])`
 	// qFootprint counts a user's sessions and their weight.
 	qFootprint = `SELECT count(*), coalesce(sum(bytes), 0)::bigint FROM sessions WHERE user_id = $1`
-	// qUpdateSessions applies SessionUpdated snapshots.
-	qUpdateSessions = `UPDATE sessions s SET title = v.title, settings = v.settings, updated_at = v.updated_at
-		FROM unnest($1::text[], $2::bytea[], $3::text[], $4::bigint[]) AS v (id, title, settings, updated_at)
+	// qChangeSessions writes what a round changes of each session's row, as one update
+	// (one row version) per session: a SessionUpdated snapshot (title, settings, time) or
+	// else an activity time that only moves forward (zeroTime: none), the weight added
+	// against the user's quota, and the unread flag where Changes.Unread sets it. Columns
+	// it leaves as they were keep the update HOT when no indexed one changes.
+	qChangeSessions = `UPDATE sessions s SET
+			title = CASE WHEN v.snap THEN v.title ELSE s.title END,
+			settings = CASE WHEN v.snap THEN v.settings ELSE s.settings END,
+			updated_at = CASE WHEN v.snap THEN v.at ELSE greatest(s.updated_at, v.at) END,
+			bytes = s.bytes + v.bytes,
+			unread = CASE WHEN v.set_unread THEN v.unread ELSE s.unread END
+		FROM unnest($1::text[], $2::bool[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::bool[], $8::bool[])
+			AS v (id, snap, title, settings, at, bytes, set_unread, unread)
 		WHERE s.id = v.id`
-	// qTouchSessions moves sessions' activity times forward.
-	qTouchSessions = `UPDATE sessions s SET updated_at = greatest(s.updated_at, v.at)
-		FROM unnest($1::text[], $2::bigint[]) AS v (id, at) WHERE s.id = v.id`
 	// qDeleteSessions deletes sessions and, by ON DELETE CASCADE, their rows; their events,
 	// which no foreign key ties to them, go by qDeleteEvents in the same write.
 	qDeleteSessions = `DELETE FROM sessions WHERE id = ANY($1::text[])`
 	qDeleteEvents   = `DELETE FROM events WHERE session_id = ANY($1::text[])`
-	// qSetUnread sets sessions' unread flags as Changes.Unread says.
-	qSetUnread = `UPDATE sessions s SET unread = v.unread FROM unnest($1::text[], $2::bool[]) AS v (id, unread) WHERE s.id = v.id`
 )
 
 func scanSession(row scanner) (*service.TalkSession, error) {

@@ -24,10 +24,11 @@ type sessionRows struct {
 	createdAt, updated []int64
 	unread             []bool
 	bytes              []int64 // the creation's Size and what its events add
+	epoch              []int64
 }
 
-func (r *sessionRows) add(s *service.TalkSession, settings string, bytes int64) {
-	r.bytes = append(r.bytes, bytes)
+func (r *sessionRows) add(s *service.TalkSession, settings string, bytes, epoch int64) {
+	r.bytes, r.epoch = append(r.bytes, bytes), append(r.epoch, epoch)
 	r.id = append(r.id, s.ID)
 	r.userID = append(r.userID, s.UserID)
 	r.title = append(r.title, dbText(s.Title))
@@ -38,26 +39,42 @@ func (r *sessionRows) add(s *service.TalkSession, settings string, bytes int64) 
 }
 
 func (r *sessionRows) args() []any {
-	return []any{r.id, r.userID, pgtype.FlatArray[[]byte](r.title), r.settings, r.createdAt, r.updated, r.unread, r.bytes}
+	return []any{r.id, r.userID, pgtype.FlatArray[[]byte](r.title), r.settings, r.createdAt, r.updated, r.unread, r.bytes, r.epoch}
 }
 
-// sessionUpdates are the columns of qUpdateSessions.
-type sessionUpdates struct {
-	id       []string
-	title    [][]byte
-	settings []string
-	updated  []int64
+// sessionChanges are the columns of qChangeSessions, a row per session a round changes.
+type sessionChanges struct {
+	id                      []string
+	snap, setUnread, unread []bool
+	title                   [][]byte
+	settings                []string
+	at, bytes               []int64
 }
 
-func (r *sessionUpdates) add(id string, s *service.TalkSession, settings string) {
-	r.id = append(r.id, id)
-	r.title = append(r.title, dbText(s.Title))
-	r.settings = append(r.settings, settings)
-	r.updated = append(r.updated, dbTime(s.UpdatedAt))
+// add takes what batch p changes of its session's row, if anything; grow is the weight it
+// adds (0 for a session it creates, whose row is inserted with it).
+func (r *sessionChanges) add(p *prep, grow int64) {
+	ch := &p.ch
+	snap, touch := ch.SessionRow()
+	if snap == nil && touch.IsZero() && grow == 0 && ch.Unread == nil {
+		return
+	}
+	r.id = append(r.id, p.b.SessionID)
+	r.snap = append(r.snap, snap != nil)
+	r.bytes = append(r.bytes, grow)
+	r.setUnread = append(r.setUnread, ch.Unread != nil)
+	r.unread = append(r.unread, ch.Unread != nil && *ch.Unread)
+	if snap != nil {
+		r.title, r.settings = append(r.title, dbText(snap.Title)), append(r.settings, p.update)
+		r.at = append(r.at, dbTime(snap.UpdatedAt))
+		return
+	}
+	// No activity is zeroTime, before any: greatest keeps the row's time.
+	r.title, r.settings, r.at = append(r.title, nil), append(r.settings, ""), append(r.at, dbTime(touch))
 }
 
-func (r *sessionUpdates) args() []any {
-	return []any{r.id, pgtype.FlatArray[[]byte](r.title), r.settings, r.updated}
+func (r *sessionChanges) args() []any {
+	return []any{r.id, r.snap, pgtype.FlatArray[[]byte](r.title), r.settings, r.at, r.bytes, r.setUnread, r.unread}
 }
 
 // messageRows are the columns of qUpsertMessages.

@@ -20,6 +20,7 @@ type state struct {
 	last    map[string]int64             // their last Seq
 	epoch   map[string]int64             // their epochs, as read
 	mine    map[string]bool              // those whose epoch is the one this store left
+	created map[string]bool              // those the accepted batches create
 	used    map[[2]string]bool           // idempotency (user, key) pairs taken
 	running map[string]map[string]string // admitting user → RUNNING run → its session
 	owner   map[[2]string]string         // (table, row ID) → the session that has it
@@ -30,7 +31,7 @@ type state struct {
 // todo, in one round trip.
 func readState(ctx context.Context, conn *pgxpool.Conn, preps []*prep, todo []int, known map[string]tail) (*state, error) {
 	st := &state{exists: map[string]bool{}, last: map[string]int64{}, epoch: map[string]int64{}, mine: map[string]bool{},
-		used: map[[2]string]bool{}, running: map[string]map[string]string{}, owner: map[[2]string]string{}}
+		created: map[string]bool{}, used: map[[2]string]bool{}, running: map[string]map[string]string{}, owner: map[[2]string]string{}}
 	var sessions, keyUsers, keys []string
 	var lockKeys []int32
 	var rows [4][]string // the IDs of the messages, runs, questions and tool calls written
@@ -168,12 +169,12 @@ func (st *state) decide(preps []*prep, todo []int, errs []error) (rounds [][]int
 		// Accepted: the state moves on as the batch says.
 		switch {
 		case b.Delete:
-			st.exists[id], st.last[id] = false, 0
+			st.exists[id], st.last[id], st.created[id] = false, 0, false
 			for _, runs := range st.running {
 				maps.DeleteFunc(runs, func(_, session string) bool { return session == id })
 			}
 		case b.Create != nil:
-			st.exists[id], st.last[id] = true, 0
+			st.exists[id], st.last[id], st.created[id] = true, 0, true
 		}
 		if n := len(b.Events); n > 0 {
 			st.last[id] = b.Events[n-1].Seq
@@ -265,7 +266,15 @@ func (st *state) epochs(preps []*prep, rounds [][]int) (*epochs, map[string]tail
 				continue
 			}
 			epoch := st.epoch[id]
-			if !st.mine[id] {
+			switch {
+			case st.created[id]:
+				// Its row is inserted with its epoch: no second version of it.
+				epoch = newEpoch()
+				if ep.created == nil {
+					ep.created = map[string]int64{}
+				}
+				ep.created[id] = epoch
+			case !st.mine[id]:
 				epoch = newEpoch()
 				ep.ids, ep.values = append(ep.ids, id), append(ep.values, epoch)
 			}

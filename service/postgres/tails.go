@@ -61,10 +61,12 @@ func (t *tails) set(known map[string]tail) {
 // own: never 0, the epoch of a row no one wrote with one.
 func newEpoch() int64 { return rand.Int64N(1<<62) + 1 }
 
-// epochs is what a transaction changes of its sessions' epochs (see queue).
+// epochs is what a transaction changes of its sessions' epochs: those of the sessions it
+// creates go in their inserted rows (queueWrites), the others in one update (queue).
 type epochs struct {
-	ids    []string
-	values []int64
+	ids     []string
+	values  []int64
+	created map[string]int64
 }
 
 // queue queues the statement that sets the new epochs, after the transaction's writes.

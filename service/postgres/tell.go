@@ -8,11 +8,10 @@ import (
 	"github.com/talkgraph/talkgraph/service"
 )
 
-// tellings is what the batches of one round of writes tell their users: sessions' unread
-// flags, viewer events and webhook events, queued as three statements (see queue).
+// tellings is what the batches of one round of writes tell their users: viewer events and
+// webhook events, queued as two statements (see queue). (The sessions' unread flags are
+// written with the rest of their rows: sessionChanges.)
 type tellings struct {
-	unreadIDs []string
-	unread    []bool
 	// The viewer events in the batches' order, with each one's place among its user's
 	// events of the round (k, from 1); count is how many each user has.
 	vUser    []string
@@ -28,9 +27,6 @@ type tellings struct {
 // add takes what batch p tells.
 func (t *tellings) add(p *prep) {
 	ch := &p.ch
-	if ch.Unread != nil && !p.b.Delete {
-		t.unreadIDs, t.unread = append(t.unreadIDs, p.b.SessionID), append(t.unread, *ch.Unread)
-	}
 	for i, e := range ch.Viewer {
 		if t.count == nil {
 			t.count = map[string]int64{}
@@ -50,9 +46,6 @@ func (t *tellings) add(p *prep) {
 // circle), each holding its row lock to the commit, so that the next transaction of the
 // same user numbers after this one's, once it committed.
 func (t *tellings) queue(wb *pgx.Batch) {
-	if len(t.unreadIDs) > 0 {
-		wb.Queue(qSetUnread, t.unreadIDs, t.unread)
-	}
 	if len(t.vUser) > 0 {
 		users := make([]string, 0, len(t.count))
 		for u := range t.count {
