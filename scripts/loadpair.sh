@@ -17,6 +17,9 @@
 # load is given every replica's URL; add -cross after -- to make every session cross
 # between two of them. The load then reads PostgreSQL's CPU too (its server runs on this
 # machine): every figure has the database's share and the total beside the replicas'.
+# The replicas share this machine's cores as containers with a CPU limit would: each is
+# given GOMAXPROCS=max(1, cores / N), unless GOMAXPROCS is set (docs/OPERATIONS.md says
+# why: N Go schedulers that each think they own every core spend the cores switching).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +40,12 @@ go build -o "$load" ./cmd/talkgraph-load
 
 port=${PORT:-18080}
 replicas=${REPLICAS:-1}
+procs=()
+if [ "$replicas" -gt 1 ] && [ -z "${GOMAXPROCS:-}" ]; then
+  share=$(( $(nproc) / replicas ))
+  procs=("GOMAXPROCS=$(( share > 0 ? share : 1 ))")
+  echo "each of the $replicas replicas runs with ${procs[0]} (its share of $(nproc) cores)" >&2
+fi
 secret=load-test-secret-0123
 for round in $(seq 1 "$rounds"); do
   for build in $(printf '%s\n' "${builds[@]}" | shuf); do
@@ -56,7 +65,7 @@ for round in $(seq 1 "$rounds"); do
     pids=() urls=()
     for i in $(seq 0 $((replicas - 1))); do
       p=$((port + i))
-      env "${env[@]}" AUTH_SECRET=$secret WORKERS=2000 DEMO_CHUNK_DELAY=25ms ANON_RATE_LIMIT=100000 \
+      env "${env[@]}" "${procs[@]}" AUTH_SECRET=$secret WORKERS=2000 DEMO_CHUNK_DELAY=25ms ANON_RATE_LIMIT=100000 \
         ANON_RATE_BURST=100000 RATE_LIMIT=1000 RATE_BURST=1000 SUBSCRIBE_BURST=100000 \
         MAX_SOCKETS_PER_ADDRESS=100000 MAX_SUBSCRIPTIONS_PER_ADDRESS=100000 MAX_BODY_READS_PER_ADDRESS=100000 \
         PORT=$p REPLICA_ID="$name-$p" DATA_DIR="$data/$i" LOG_LEVEL=warn "$bin" >"$data/server-$i.log" 2>&1 &
