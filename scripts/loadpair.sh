@@ -17,6 +17,7 @@
 # load is given every replica's URL; add -cross after -- to make every session cross
 # between two of them. The load then reads PostgreSQL's CPU too (its server runs on this
 # machine): every figure has the database's share and the total beside the replicas'.
+# With WARMUP=1 each server first takes the same load once, unmeasured.
 # The replicas share this machine's cores as containers with a CPU limit would: each is
 # given GOMAXPROCS=max(1, cores / N), unless GOMAXPROCS is set (docs/OPERATIONS.md says
 # why: N Go schedulers that each think they own every core spend the cores switching).
@@ -77,6 +78,12 @@ for round in $(seq 1 "$rounds"); do
         sleep 0.1
       done
     done
+    if [ -n "${WARMUP:-}" ]; then
+      # The same load once, unmeasured: the servers, PostgreSQL's connections and caches
+      # as they are after a while, not at their first requests.
+      "$load" -url "$(IFS=,; echo "${urls[*]}")" -auth-secret $secret -scenario "$scenarios" \
+        -json -quiet "${extra[@]}" >/dev/null || echo "  the warm-up reported errors" >&2
+    fi
     file="$out/$name-$round-${scenarios//,/+}.json"
     echo "round $round: $name ($scenarios) -> $file" >&2
     if ! "$load" -url "$(IFS=,; echo "${urls[*]}")" -auth-secret $secret -scenario "$scenarios" \
