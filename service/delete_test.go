@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/talkgraph/talkgraph/service"
@@ -132,6 +133,61 @@ func TestLiveSessions(t *testing.T) {
 		if !same.UpdatedAt.Equal(stored.UpdatedAt) || !same.UpdatedAt.After(renamed.UpdatedAt) || same.Title != stored.Title {
 			t.Errorf("no-op rename answered %q updated %v; stored %q updated %v (renamed at %v)",
 				same.Title, same.UpdatedAt, stored.Title, stored.UpdatedAt, renamed.UpdatedAt)
+		}
+	})
+
+	t.Run("a command on a session held nowhere in memory reads its row once", func(t *testing.T) {
+		store := &countingStore{Store: inmem.New()}
+		svc, _ := startService(t, setup{store: store})
+		sess := newSession(t, svc, alice, "", "")
+		store.take()
+		if _, err := svc.RenameTalkSession(alice, sess.ID, "Renamed"); err != nil {
+			t.Fatal(err)
+		}
+		if n := store.take()["Session"]; n != 1 {
+			t.Errorf("a rename of a session not in memory read it from the store %d times, want once", n)
+		}
+		stored, err := store.Store.Session(alice, sess.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored.Title != "Renamed" {
+			t.Errorf("stored title %q", stored.Title)
+		}
+	})
+
+	t.Run("a subscription whose row was read before a write of this process starts after that write", func(t *testing.T) {
+		store := &countingStore{Store: inmem.New()}
+		svc, _ := startService(t, setup{store: store})
+		sess := newSession(t, svc, alice, "", "")
+		// Once the subscription has read the row, a rename of the session is done whole:
+		// it makes the session's state, writes an event and drops the state. The row read
+		// is then older than what this process wrote, and the subscription, made at the
+		// end of the log, must start after the rename's event.
+		var done atomic.Bool
+		store.afterSession = func() {
+			if done.CompareAndSwap(false, true) {
+				if _, err := svc.RenameTalkSession(alice, sess.ID, "Renamed"); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		f := follow(t, svc, alice, sess.ID, "")
+		if !done.Load() {
+			t.Fatal("the rename was not made during the subscription")
+		}
+		stored, err := store.Store.Session(alice, sess.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored.Title != "Renamed" || stored.LastSeq == 0 {
+			t.Fatalf("stored %q at Seq %d", stored.Title, stored.LastSeq)
+		}
+		_, run := send(t, svc, alice, sess.ID, "hello")
+		for _, ev := range f.until(runEnds(run.ID)) {
+			if ev.Seq <= stored.LastSeq {
+				t.Fatalf("a subscription made after event %d was given event %d (%s)", stored.LastSeq, ev.Seq, ev.Type)
+			}
 		}
 	})
 

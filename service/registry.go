@@ -15,6 +15,29 @@ type registry struct {
 	byID map[string]*sessionState
 	// peak is the most states the map has held since it was made (see shrink.Map).
 	peak int
+	// drops counts the states dropped, by a hash of their session's ID (see mark).
+	drops [dropBuckets]uint32
+}
+
+// dropBuckets is how many counters of dropped states the registry keeps: one per session
+// would be exact, a few thousand shared ones make a session read behind a dropped state
+// of another session rare.
+const dropBuckets = 4096
+
+// bucket returns the counter of id's dropped states (FNV-1a of the ID picks it).
+func (r *registry) bucket(id string) *uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(id); i++ {
+		h = (h ^ uint32(id[i])) * 16777619
+	}
+	return &r.drops[h%dropBuckets]
+}
+
+// mark returns a mark to take before reading session id from the store, for acquireRead.
+func (r *registry) mark(id string) uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return *r.bucket(id)
 }
 
 // acquire returns the state of session id, made with make on first use, and holds a
@@ -25,6 +48,24 @@ func (r *registry) acquire(id string, make func() *sessionState) *sessionState {
 	st := r.byID[id]
 	if st == nil {
 		st = make()
+		r.byID[id] = st
+		r.peak = max(r.peak, len(r.byID))
+	}
+	st.refs++
+	return st
+}
+
+// acquireRead is acquire for a session whose row was read from the store after mark m
+// was taken. make is told whether the row is as current as this process can know it: the
+// state is made here and no state of the session was dropped since m, so that every write
+// this process made to the session was stored before the read (a write holds its state
+// until it is stored).
+func (r *registry) acquireRead(id string, m uint32, make func(current bool) *sessionState) *sessionState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.byID[id]
+	if st == nil {
+		st = make(*r.bucket(id) == m)
 		r.byID[id] = st
 		r.peak = max(r.peak, len(r.byID))
 	}
@@ -67,6 +108,7 @@ func (r *registry) release(st *sessionState) (gone bool) {
 	st.refs--
 	if st.refs == 0 && r.byID[st.id] == st {
 		delete(r.byID, st.id)
+		*r.bucket(st.id)++
 		return true
 	}
 	return false

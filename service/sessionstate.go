@@ -42,12 +42,26 @@ var _ textSource = (*sessionState)(nil)
 // acquireState returns the state of a session, creating it on first use, and holds a
 // reference until releaseState.
 func (c *core) acquireState(sess *TalkSession) *sessionState {
-	return c.states.acquire(sess.ID, func() *sessionState {
-		cp := *sess
-		st := &sessionState{c: c, id: sess.ID, userID: sess.UserID, sess: &cp}
-		st.log = newSessionLog(sess.ID, sess.LastSeq, &st.mu, c.cfg.TailEvents)
-		return st
-	})
+	return c.states.acquire(sess.ID, func() *sessionState { return c.newState(sess, false) })
+}
+
+// acquireRead is acquireState for sess read from the store after mark m was taken
+// (registry.mark). When the row read is as current as this process can know it (see
+// registry.acquireRead), the state is made synced with the store at the row's LastSeq, and
+// its first command does not read the row again. (A write another replica made since the
+// read is found as it would be after a second read: the store refuses the next write's
+// Seq, and the command is done again on the state read anew.)
+func (c *core) acquireRead(sess *TalkSession, m uint32) *sessionState {
+	return c.states.acquireRead(sess.ID, m, func(current bool) *sessionState { return c.newState(sess, current) })
+}
+
+// newState makes the state of sess, synced with the store when sess is known current.
+func (c *core) newState(sess *TalkSession, synced bool) *sessionState {
+	cp := *sess
+	st := &sessionState{c: c, id: sess.ID, userID: sess.UserID, sess: &cp}
+	st.log = newSessionLog(sess.ID, sess.LastSeq, &st.mu, c.cfg.TailEvents)
+	st.log.synced = synced
+	return st
 }
 
 // holdState takes one more reference on a state the caller already holds.
@@ -95,11 +109,12 @@ func (s *core) lockSession(ctx context.Context, id string) (*TalkSession, *sessi
 	if sess, st, unlock := s.lockLive(ctx, id); st != nil {
 		return sess, st, unlock, nil
 	}
+	m := s.states.mark(id)
 	sess, err := s.session(ctx, id)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	st := s.acquireState(sess)
+	st := s.acquireRead(sess, m)
 	st.mu.Lock()
 	unlock := func() { st.mu.Unlock(); s.releaseState(st) }
 	if err := st.readyLocked(ctx); err != nil {

@@ -360,13 +360,14 @@ func (s *Service) SubscribeShared(ctx context.Context, token, after string, noti
 		}
 		pos = &c
 	}
+	m := s.states.mark(l.SessionID)
 	sess, err := s.store.Session(ctx, l.SessionID)
 	if ErrorCode(err) == ENOTFOUND {
 		return nil, errNoShare
 	} else if err != nil {
 		return nil, err
 	}
-	sub, err := s.subscribe(ctx, sess, pos, notify)
+	sub, err := s.subscribe(ctx, sess, m, pos, notify)
 	if err != nil {
 		return nil, err
 	}

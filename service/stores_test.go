@@ -95,6 +95,8 @@ type countingStore struct {
 	service.Store
 	mu    sync.Mutex
 	reads map[string]int
+	// afterSession, when set, is called as each Session read returns.
+	afterSession func()
 }
 
 func (c *countingStore) count(method string) {
@@ -117,6 +119,9 @@ func (c *countingStore) take() map[string]int {
 
 func (c *countingStore) Session(ctx context.Context, id string) (*service.TalkSession, error) {
 	c.count("Session")
+	if c.afterSession != nil {
+		defer c.afterSession()
+	}
 	return c.Store.Session(ctx, id)
 }
 

@@ -37,6 +37,7 @@ func (s *Service) Subscribe(ctx context.Context, sessionID, after string, notify
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
+	m := s.states.mark(sessionID)
 	sess, err := s.session(ctx, sessionID)
 	if err != nil {
 		return nil, err
@@ -49,12 +50,13 @@ func (s *Service) Subscribe(ctx context.Context, sessionID, after string, notify
 		}
 		pos = &c
 	}
-	return s.subscribe(ctx, sess, pos, notify)
+	return s.subscribe(ctx, sess, m, pos, notify)
 }
 
-// subscribe opens a subscription to sess, after position after, or at the end of its log
-// when after is nil; whose session it is was checked already.
-func (s *core) subscribe(ctx context.Context, sess *TalkSession, after *Cursor, notify func()) (*Subscription, error) {
+// subscribe opens a subscription to sess, read from the store after the registry's mark m
+// (see acquireRead), after position after, or at the end of its log when after is nil;
+// whose session it is was checked already.
+func (s *core) subscribe(ctx context.Context, sess *TalkSession, m uint32, after *Cursor, notify func()) (*Subscription, error) {
 	var pos Cursor
 	if after != nil {
 		pos = *after
@@ -63,7 +65,7 @@ func (s *core) subscribe(ctx context.Context, sess *TalkSession, after *Cursor, 
 		s.subs.Add(-1)
 		return nil, Errorf(ERATELIMIT, "too many subscriptions on this server")
 	}
-	st := s.acquireState(sess)
+	st := s.acquireRead(sess, m)
 	st.mu.Lock()
 	if err := st.readyLocked(ctx); err != nil {
 		st.mu.Unlock()
