@@ -89,14 +89,29 @@ type addition struct {
 
 // addMessage is AddMessage, editMessage and regenerate where the session's agent runs.
 func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) (*Message, *Run, error) {
+	// What the message is checked against besides its session is read meanwhile, each
+	// read on its own goroutine: on a store across the network every read is a round
+	// trip, and the message waits for the longest instead of for their sum. The answers
+	// are taken in the order they were checked in, so that the same error wins.
+	var idem *later[*IdempotencyRecord]
+	if a.key != "" {
+		idem = readLater(func() (*IdempotencyRecord, error) { return s.store.Idempotency(ctx, u, a.key) })
+	}
+	var budget, quota *later[struct{}]
+	if s.cfg.UserTokenBudget > 0 {
+		budget = readLater(func() (struct{}, error) { return struct{}{}, s.checkUserBudget(ctx, u) })
+	}
+	if a.regenerated == nil {
+		quota = readLater(func() (struct{}, error) { return struct{}{}, s.checkQuota(ctx, u, 0, int64(len(a.content))) })
+	}
 	sess, st, unlock, err := s.lockSession(ctx, sessionID)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer unlock()
 
-	if a.key != "" {
-		rec, err := s.store.Idempotency(ctx, u, a.key)
+	if idem != nil {
+		rec, err := idem.wait()
 		switch {
 		case err == nil:
 			return s.replay(ctx, rec, sessionID, a.content)
@@ -104,11 +119,29 @@ func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) 
 			return nil, nil, err
 		}
 	}
-	if err := s.checkUserBudget(ctx, u); err != nil {
-		return nil, nil, err
+	m, run, err := s.addLocked(ctx, sess, st, u, a, budget, quota)
+	if err != nil && a.key != "" {
+		// The key was read before the session was locked, and another request with it may
+		// have been written since (or won the race to write it): what it created is the
+		// answer, rather than a refusal the first request did not get.
+		if rec, rerr := s.store.Idempotency(ctx, u, a.key); rerr == nil {
+			return s.replay(ctx, rec, sessionID, a.content)
+		}
 	}
-	if a.regenerated == nil {
-		if err := s.checkQuota(ctx, u, 0, int64(len(a.content))); err != nil {
+	return m, run, err
+}
+
+// addLocked is addMessage once the session is locked and the key is known new: the
+// checks (budget and quota: the reads addMessage started, nil for none), the busy
+// policy, and the write.
+func (s *core) addLocked(ctx context.Context, sess *TalkSession, st *sessionState, u string, a addition, budget, quota *later[struct{}]) (*Message, *Run, error) {
+	if budget != nil {
+		if _, err := budget.wait(); err != nil {
+			return nil, nil, err
+		}
+	}
+	if quota != nil {
+		if _, err := quota.wait(); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -167,11 +200,6 @@ func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) 
 		case p.admitted && ErrorCode(err) == ERATELIMIT:
 			tryAdmit = false
 			continue
-		case ErrorCode(err) == ECONFLICT && a.key != "":
-			// Another request with the key won the race: answer what it created.
-			if rec, rerr := s.store.Idempotency(ctx, u, a.key); rerr == nil {
-				return s.replay(ctx, rec, sessionID, a.content)
-			}
 		}
 		return nil, nil, err
 	}

@@ -1,10 +1,15 @@
 package service_test
 
 import (
+	"context"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/talkgraph/talkgraph/service"
+	"github.com/talkgraph/talkgraph/service/inmem"
 )
 
 func TestAddMessage(t *testing.T) {
@@ -454,4 +459,130 @@ func withContent(h []*service.HistoryMessage, content string) int {
 		}
 	}
 	return n
+}
+
+// overlapStore is a store whose Session and Idempotency reads, once armed, each wait for
+// the other to begin (for at most a few seconds, then noting that they did not overlap).
+type overlapStore struct {
+	service.Store
+	armed  atomic.Bool
+	mu     sync.Mutex
+	seen   map[string]bool
+	met    chan struct{}
+	missed atomic.Bool
+}
+
+func (o *overlapStore) meet(what string) {
+	if !o.armed.Load() {
+		return
+	}
+	o.mu.Lock()
+	if !o.seen[what] {
+		o.seen[what] = true
+		if len(o.seen) == 2 {
+			close(o.met)
+		}
+	}
+	o.mu.Unlock()
+	select {
+	case <-o.met:
+	case <-time.After(5 * time.Second):
+		o.missed.Store(true)
+	}
+}
+
+func (o *overlapStore) Session(ctx context.Context, id string) (*service.TalkSession, error) {
+	o.meet("Session")
+	return o.Store.Session(ctx, id)
+}
+
+func (o *overlapStore) Idempotency(ctx context.Context, userID, key string) (*service.IdempotencyRecord, error) {
+	o.meet("Idempotency")
+	return o.Store.Idempotency(ctx, userID, key)
+}
+
+func TestAddMessageReadsTogether(t *testing.T) {
+	t.Run("a message's idempotency key is read while its session is, not after", func(t *testing.T) {
+		store := &overlapStore{Store: inmem.New(), seen: map[string]bool{}, met: make(chan struct{})}
+		svc, _ := startService(t, setup{store: store})
+		sess := newSession(t, svc, alice, "", "")
+		store.armed.Store(true)
+		msg, _, err := svc.AddMessage(alice, sess.ID, "hello", "key-1")
+		store.armed.Store(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if store.missed.Load() {
+			t.Errorf("the session and the idempotency key were read one after the other (seen: %v)", store.seen)
+		}
+		again, _, err := svc.AddMessage(alice, sess.ID, "hello", "key-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.ID != msg.ID {
+			t.Errorf("the retry answered message %s, want %s", again.ID, msg.ID)
+		}
+	})
+}
+
+type retryMark struct{}
+
+// lateKeyStore holds back the Session read of a request marked with retryMark until
+// written is closed, and closes keyRead once that request's Idempotency read returned.
+type lateKeyStore struct {
+	service.Store
+	keyRead, written chan struct{}
+	once             sync.Once
+}
+
+func (l *lateKeyStore) Session(ctx context.Context, id string) (*service.TalkSession, error) {
+	if ctx.Value(retryMark{}) != nil {
+		select {
+		case <-l.written:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	return l.Store.Session(ctx, id)
+}
+
+func (l *lateKeyStore) Idempotency(ctx context.Context, userID, key string) (*service.IdempotencyRecord, error) {
+	rec, err := l.Store.Idempotency(ctx, userID, key)
+	if ctx.Value(retryMark{}) != nil {
+		l.once.Do(func() { close(l.keyRead) })
+	}
+	return rec, err
+}
+
+func TestAddMessageKeyWrittenMeanwhile(t *testing.T) {
+	t.Run("a retry whose key is written after it was read is answered what the first created, not refused", func(t *testing.T) {
+		p := newPuppet()
+		store := &lateKeyStore{Store: inmem.New(), keyRead: make(chan struct{}), written: make(chan struct{})}
+		svc, _ := startService(t, setup{store: store, agents: map[string]service.Runner{"puppet": p}})
+		sess := newSession(t, svc, alice, "puppet", service.BusyReject)
+		type answer struct {
+			m   *service.Message
+			err error
+		}
+		retried := make(chan answer, 1)
+		go func() {
+			m, _, err := svc.AddMessage(context.WithValue(alice, retryMark{}, true), sess.ID, "hello", "k1")
+			retried <- answer{m, err}
+		}()
+		select {
+		case <-store.keyRead: // the retry found no key, and waits to read the session
+		case <-time.After(10 * time.Second):
+			t.Fatal("the retry never read its key")
+		}
+		m1, _, err := svc.AddMessage(alice, sess.ID, "hello", "k1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tn := p.next(t) // the agent is busy: REJECT would refuse another message
+		close(store.written)
+		a := <-retried
+		if a.err != nil || a.m.ID != m1.ID {
+			t.Errorf("the retry answered %v, %v; want message %s", a.m, a.err, m1.ID)
+		}
+		tn.running(t)
+	})
 }
