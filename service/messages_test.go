@@ -461,10 +461,12 @@ func withContent(h []*service.HistoryMessage, content string) int {
 	return n
 }
 
-// overlapStore is a store whose Session and Idempotency reads, once armed, each wait for
-// the other to begin (for at most a few seconds, then noting that they did not overlap).
+// overlapStore is a store whose reads of the two methods named in pair, once armed, each
+// wait for the other to begin (for at most a few seconds, then noting that they did not
+// overlap).
 type overlapStore struct {
 	service.Store
+	pair   [2]string
 	armed  atomic.Bool
 	mu     sync.Mutex
 	seen   map[string]bool
@@ -472,8 +474,12 @@ type overlapStore struct {
 	missed atomic.Bool
 }
 
+func newOverlapStore(a, b string) *overlapStore {
+	return &overlapStore{Store: inmem.New(), pair: [2]string{a, b}, seen: map[string]bool{}, met: make(chan struct{})}
+}
+
 func (o *overlapStore) meet(what string) {
-	if !o.armed.Load() {
+	if !o.armed.Load() || (what != o.pair[0] && what != o.pair[1]) {
 		return
 	}
 	o.mu.Lock()
@@ -501,9 +507,14 @@ func (o *overlapStore) Idempotency(ctx context.Context, userID, key string) (*se
 	return o.Store.Idempotency(ctx, userID, key)
 }
 
+func (o *overlapStore) Messages(ctx context.Context, sessionID string, page service.MessagePage) ([]*service.Message, error) {
+	o.meet("Messages")
+	return o.Store.Messages(ctx, sessionID, page)
+}
+
 func TestAddMessageReadsTogether(t *testing.T) {
 	t.Run("a message's idempotency key is read while its session is, not after", func(t *testing.T) {
-		store := &overlapStore{Store: inmem.New(), seen: map[string]bool{}, met: make(chan struct{})}
+		store := newOverlapStore("Session", "Idempotency")
 		svc, _ := startService(t, setup{store: store})
 		sess := newSession(t, svc, alice, "", "")
 		store.armed.Store(true)
@@ -521,6 +532,26 @@ func TestAddMessageReadsTogether(t *testing.T) {
 		}
 		if again.ID != msg.ID {
 			t.Errorf("the retry answered message %s, want %s", again.ID, msg.ID)
+		}
+	})
+	t.Run("the current branch's last message is read while the session is, not after", func(t *testing.T) {
+		// One service writes a turn; a second on the same store, which holds nothing of
+		// the session in memory, adds the next message to it.
+		store := newOverlapStore("Session", "Messages")
+		svc, _ := startService(t, setup{store: store})
+		sess := newSession(t, svc, alice, "", "")
+		f := follow(t, svc, alice, sess.ID, sess.StreamCursor)
+		_, run := send(t, svc, alice, sess.ID, "one")
+		reply := replyOf(t, f.until(runEnds(run.ID)), run.ID)
+		other, _ := startService(t, setup{store: store})
+		store.armed.Store(true)
+		second, _ := send(t, other, alice, sess.ID, "two")
+		store.armed.Store(false)
+		if store.missed.Load() {
+			t.Errorf("the session and its last message were read one after the other (seen: %v)", store.seen)
+		}
+		if second.ParentID != reply.ID {
+			t.Errorf("the second message's parent is %q, want the reply %s", second.ParentID, reply.ID)
 		}
 	})
 }

@@ -47,12 +47,16 @@ func (c *core) acquireState(sess *TalkSession) *sessionState {
 
 // acquireRead is acquireState for sess read from the store after mark m was taken
 // (registry.mark). When the row read is as current as this process can know it (see
-// registry.acquireRead), the state is made synced with the store at the row's LastSeq, and
-// its first command does not read the row again. (A write another replica made since the
-// read is found as it would be after a second read: the store refuses the next write's
-// Seq, and the command is done again on the state read anew.)
-func (c *core) acquireRead(sess *TalkSession, m uint32) *sessionState {
-	return c.states.acquireRead(sess.ID, m, func(current bool) *sessionState { return c.newState(sess, current) })
+// registry.acquireRead), the state is made synced with the store at the row's LastSeq
+// (current), and its first command does not read the row again. (A write another replica
+// made since the read is found as it would be after a second read: the store refuses the
+// next write's Seq, and the command is done again on the state read anew.)
+func (c *core) acquireRead(sess *TalkSession, m uint32) (st *sessionState, current bool) {
+	st = c.states.acquireRead(sess.ID, m, func(synced bool) *sessionState {
+		current = synced
+		return c.newState(sess, synced)
+	})
+	return st, current
 }
 
 // newState makes the state of sess, synced with the store when sess is known current.
@@ -110,13 +114,24 @@ func (s *core) lockSession(ctx context.Context, id string) (*TalkSession, *sessi
 		return sess, st, unlock, nil
 	}
 	m := s.states.mark(id)
+	// The current branch's last message is read meanwhile, on its own goroutine: a state
+	// made from the row needs it before its first write, and on a store across the
+	// network each read is a round trip.
+	leaf := readLater(func() (string, error) { return s.storedLeaf(ctx, id) })
 	sess, err := s.session(ctx, id)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	st := s.acquireRead(sess, m)
+	st, current := s.acquireRead(sess, m)
 	st.mu.Lock()
 	unlock := func() { st.mu.Unlock(); s.releaseState(st) }
+	if current && !st.log.leafKnown {
+		// Read after the mark, like the row: nothing this process wrote since is missing
+		// from it (every write of the state's loads the leaf first, so none was made).
+		if l, err := leaf.wait(); err == nil {
+			st.log.learnLeaf(l)
+		}
+	}
 	if err := st.readyLocked(ctx); err != nil {
 		unlock()
 		return nil, nil, nil, err
@@ -217,16 +232,22 @@ func (st *sessionState) loadLeafLocked(ctx context.Context) error {
 		st.log.learnLeaf("")
 		return nil
 	}
-	last, err := s.store.Messages(ctx, st.id, MessagePage{Last: 1})
+	leaf, err := s.storedLeaf(ctx, st.id)
 	if err != nil {
 		return err
 	}
-	leaf := ""
-	if len(last) == 1 {
-		leaf = last[0].ID
-	}
 	st.log.learnLeaf(leaf)
 	return nil
+}
+
+// storedLeaf reads the current branch's last message of a session from the store ("" for
+// none).
+func (s *core) storedLeaf(ctx context.Context, sessionID string) (string, error) {
+	last, err := s.store.Messages(ctx, sessionID, MessagePage{Last: 1})
+	if err != nil || len(last) == 0 {
+		return "", err
+	}
+	return last[0].ID, nil
 }
 
 // noteDurableLocked updates what the service keeps beside the log for events that became

@@ -65,7 +65,7 @@ func (s *core) subscribe(ctx context.Context, sess *TalkSession, m uint32, after
 		s.subs.Add(-1)
 		return nil, Errorf(ERATELIMIT, "too many subscriptions on this server")
 	}
-	st := s.acquireRead(sess, m)
+	st, _ := s.acquireRead(sess, m)
 	st.mu.Lock()
 	if err := st.readyLocked(ctx); err != nil {
 		st.mu.Unlock()
