@@ -17,6 +17,8 @@
 # load is given every replica's URL; add -cross after -- to make every session cross
 # between two of them. The load then reads PostgreSQL's CPU too (its server runs on this
 # machine): every figure has the database's share and the total beside the replicas'.
+# REPLICA_DB_ADDR is the address the replicas reach PostgreSQL at (127.0.0.1:5432 by
+# default), e.g. scripts/delayproxy's, to measure a database across a network.
 # With WARMUP=1 each server first takes the same load once, unmeasured.
 # The replicas share this machine's cores as containers with a CPU limit would: each is
 # given GOMAXPROCS=max(1, cores / N), unless GOMAXPROCS is set (docs/OPERATIONS.md says
@@ -56,7 +58,7 @@ for round in $(seq 1 "$rounds"); do
     if [ "$replicas" -gt 1 ]; then
       db="loadpair_$(date +%s%N)"
       psql "postgres://postgres@127.0.0.1:5432/postgres" -qc "CREATE DATABASE $db"
-      env=("DATABASE_URL=postgres://postgres@127.0.0.1:5432/$db?sslmode=disable" "NATS_URL=${NATS_URL:-nats://127.0.0.1:4222}")
+      env=("DATABASE_URL=postgres://postgres@${REPLICA_DB_ADDR:-127.0.0.1:5432}/$db?sslmode=disable" "NATS_URL=${NATS_URL:-nats://127.0.0.1:4222}")
     fi
     dbpid=()
     if [ "$replicas" -gt 1 ]; then
