@@ -33,11 +33,12 @@ func (r *registry) bucket(id string) *uint32 {
 	return &r.drops[h%dropBuckets]
 }
 
-// mark returns a mark to take before reading session id from the store, for acquireRead.
-func (r *registry) mark(id string) uint32 {
+// mark returns a mark to take before reading session id from the store, for acquireRead,
+// and whether the session's state is held now.
+func (r *registry) mark(id string) (m uint32, held bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return *r.bucket(id)
+	return *r.bucket(id), r.byID[id] != nil
 }
 
 // acquire returns the state of session id, made with make on first use, and holds a

@@ -113,11 +113,14 @@ func (s *core) lockSession(ctx context.Context, id string) (*TalkSession, *sessi
 	if sess, st, unlock := s.lockLive(ctx, id); st != nil {
 		return sess, st, unlock, nil
 	}
-	m := s.states.mark(id)
-	// The current branch's last message is read meanwhile, on its own goroutine: a state
-	// made from the row needs it before its first write, and on a store across the
-	// network each read is a round trip.
-	leaf := readLater(func() (string, error) { return s.storedLeaf(ctx, id) })
+	m, held := s.states.mark(id)
+	// Unless the session's state is held already, the current branch's last message is
+	// read meanwhile, on its own goroutine: a state made from the row needs it before its
+	// first write, and on a store across the network each read is a round trip.
+	var leaf *later[string]
+	if !held {
+		leaf = readLater(func() (string, error) { return s.storedLeaf(ctx, id) })
+	}
 	sess, err := s.session(ctx, id)
 	if err != nil {
 		return nil, nil, nil, err
@@ -125,7 +128,7 @@ func (s *core) lockSession(ctx context.Context, id string) (*TalkSession, *sessi
 	st, current := s.acquireRead(sess, m)
 	st.mu.Lock()
 	unlock := func() { st.mu.Unlock(); s.releaseState(st) }
-	if current && !st.log.leafKnown {
+	if current && leaf != nil && !st.log.leafKnown {
 		// Read after the mark, like the row: nothing this process wrote since is missing
 		// from it (every write of the state's loads the leaf first, so none was made).
 		if l, err := leaf.wait(); err == nil {

@@ -360,7 +360,7 @@ func (s *Service) SubscribeShared(ctx context.Context, token, after string, noti
 		}
 		pos = &c
 	}
-	m := s.states.mark(l.SessionID)
+	m, _ := s.states.mark(l.SessionID)
 	sess, err := s.store.Session(ctx, l.SessionID)
 	if ErrorCode(err) == ENOTFOUND {
 		return nil, errNoShare

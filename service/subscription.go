@@ -37,7 +37,7 @@ func (s *Service) Subscribe(ctx context.Context, sessionID, after string, notify
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
-	m := s.states.mark(sessionID)
+	m, _ := s.states.mark(sessionID)
 	sess, err := s.session(ctx, sessionID)
 	if err != nil {
 		return nil, err
