@@ -89,20 +89,22 @@ type addition struct {
 
 // addMessage is AddMessage, editMessage and regenerate where the session's agent runs.
 func (s *core) addMessage(ctx context.Context, u, sessionID string, a addition) (*Message, *Run, error) {
-	// What the message is checked against besides its session is read meanwhile, each
-	// read on its own goroutine: on a store across the network every read is a round
-	// trip, and the message waits for the longest instead of for their sum. The answers
-	// are taken in the order they were checked in, so that the same error wins.
+	// Where the store is across the network (not a SoleWriter), what the message is
+	// checked against besides its session is read meanwhile, each read on its own
+	// goroutine: every read is a round trip, and the message waits for the longest instead
+	// of for their sum. The answers are taken in the order they were checked in, so that
+	// the same error wins; on a store in this process each is read then.
+	async := !s.sole
 	var idem *later[*IdempotencyRecord]
 	if a.key != "" {
-		idem = readLater(func() (*IdempotencyRecord, error) { return s.store.Idempotency(ctx, u, a.key) })
+		idem = readLater(async, func() (*IdempotencyRecord, error) { return s.store.Idempotency(ctx, u, a.key) })
 	}
 	var budget, quota *later[struct{}]
 	if s.cfg.UserTokenBudget > 0 {
-		budget = readLater(func() (struct{}, error) { return struct{}{}, s.checkUserBudget(ctx, u) })
+		budget = readLater(async, func() (struct{}, error) { return struct{}{}, s.checkUserBudget(ctx, u) })
 	}
 	if a.regenerated == nil {
-		quota = readLater(func() (struct{}, error) { return struct{}{}, s.checkQuota(ctx, u, 0, int64(len(a.content))) })
+		quota = readLater(async, func() (struct{}, error) { return struct{}{}, s.checkQuota(ctx, u, 0, int64(len(a.content))) })
 	}
 	sess, st, unlock, err := s.lockSession(ctx, sessionID)
 	if err != nil {

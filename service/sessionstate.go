@@ -114,12 +114,13 @@ func (s *core) lockSession(ctx context.Context, id string) (*TalkSession, *sessi
 		return sess, st, unlock, nil
 	}
 	m, held := s.states.mark(id)
-	// Unless the session's state is held already, the current branch's last message is
-	// read meanwhile, on its own goroutine: a state made from the row needs it before its
-	// first write, and on a store across the network each read is a round trip.
+	// Where the store is across the network, and unless the session's state is held
+	// already, the current branch's last message is read meanwhile, on its own goroutine:
+	// a state made from the row needs it before its first write, and each read is a round
+	// trip. (On a store in this process, readyLocked reads it when it is needed.)
 	var leaf *later[string]
-	if !held {
-		leaf = readLater(func() (string, error) { return s.storedLeaf(ctx, id) })
+	if !held && !s.sole {
+		leaf = readLater(true, func() (string, error) { return s.storedLeaf(ctx, id) })
 	}
 	sess, err := s.session(ctx, id)
 	if err != nil {
