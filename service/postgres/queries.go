@@ -22,6 +22,12 @@ const (
 	// what was committed before it began, so that the state read after the session rows
 	// are locked is current.
 	qBegin = `BEGIN ISOLATION LEVEL READ COMMITTED`
+	// qGenericPlans makes Append's statements use their generic plans from the start.
+	// Left to choose, PostgreSQL plans most of them anew at every call: the length of
+	// each array argument makes a custom plan look cheaper than the generic one. Their
+	// plans do not depend on the arguments (each row is found by its key), so planning
+	// them again is pure cost. LOCAL: it ends with the transaction.
+	qGenericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
 	// qTxID gives Append's transaction its ID (txid_current assigns one), and qTxStatus
 	// tells whether it committed, when the connection broke before its COMMIT answered.
 	qTxID     = `SELECT txid_current()`
