@@ -44,16 +44,7 @@ func (r *registry) mark(id string) (m uint32, held bool) {
 // acquire returns the state of session id, made with make on first use, and holds a
 // reference until release.
 func (r *registry) acquire(id string, make func() *sessionState) *sessionState {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := r.byID[id]
-	if st == nil {
-		st = make()
-		r.byID[id] = st
-		r.peak = max(r.peak, len(r.byID))
-	}
-	st.refs++
-	return st
+	return r.acquireRead(id, 0, func(bool) *sessionState { return make() })
 }
 
 // acquireRead is acquire for a session whose row was read from the store after mark m
