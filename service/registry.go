@@ -1,6 +1,7 @@
 package service
 
 import (
+	"hash/fnv"
 	"sync"
 
 	"github.com/talkgraph/talkgraph/internal/shrink"
@@ -26,11 +27,9 @@ const dropBuckets = 4096
 
 // bucket returns the counter of id's dropped states (FNV-1a of the ID picks it).
 func (r *registry) bucket(id string) *uint32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(id); i++ {
-		h = (h ^ uint32(id[i])) * 16777619
-	}
-	return &r.drops[h%dropBuckets]
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return &r.drops[h.Sum32()%dropBuckets]
 }
 
 // mark returns a mark to take before reading session id from the store, for acquireRead,
