@@ -72,6 +72,7 @@ func (s *Store) foldPrepared(ctx context.Context, cs []service.Compaction) ([]se
 	again := map[int32]bool{}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
+		b.Queue(qPlanSettings)
 		b.Queue(qLockSessions, slices.Compact(keys))
 		b.Queue(qFoldWhole, idx, sessions, first, last, pgtype.FlatArray[[]byte](deltas), offsets).Query(func(rows pgx.Rows) error {
 			var i int32

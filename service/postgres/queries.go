@@ -22,12 +22,22 @@ const (
 	// what was committed before it began, so that the state read after the session rows
 	// are locked is current.
 	qBegin = `BEGIN ISOLATION LEVEL READ COMMITTED`
-	// qGenericPlans makes Append's statements use their generic plans from the start.
-	// Left to choose, PostgreSQL plans most of them anew at every call: the length of
-	// each array argument makes a custom plan look cheaper than the generic one. Their
-	// plans do not depend on the arguments (each row is found by its key), so planning
-	// them again is pure cost. LOCAL: it ends with the transaction.
-	qGenericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
+	// qPlanSettings opens Append's and the folding's statements with two settings, LOCAL
+	// (they end with the transaction):
+	//   - plan_cache_mode: each statement uses its generic plan from its first call on a
+	//     connection. Left to choose, PostgreSQL plans most of them anew at every call: the
+	//     length of each array argument makes a custom plan look cheaper than the generic
+	//     one. Their plans do not depend on the arguments (each row is found by its key),
+	//     so planning them again is pure cost.
+	//   - random_page_cost: what these statements read (the rows of sessions being
+	//     written, the end of their logs, the indexes' upper pages) is in the server's
+	//     cache, where a probe by key costs about what a page read in order does. At the
+	//     default cost (4, a disk's seek), a table of a few thousand rows, or one without
+	//     statistics yet (a new database, or autovacuum not run since it grew), looks
+	//     cheaper to read whole than to probe a few dozen times: the sessions' update and
+	//     the folding's deletion each read their whole table at every call.
+	qPlanSettings = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+		set_config('random_page_cost', '1.1', true)`
 	// qTxID gives Append's transaction its ID (txid_current assigns one), and qTxStatus
 	// tells whether it committed, when the connection broke before its COMMIT answered.
 	qTxID     = `SELECT txid_current()`
@@ -72,11 +82,18 @@ const (
 	// qSetEpochs gives sessions the epochs of the transaction that wrote them without
 	// having found its own.
 	qSetEpochs = `UPDATE sessions s SET epoch = v.epoch FROM unnest($1::text[], $2::bigint[]) AS v (id, epoch) WHERE s.id = v.id`
-	// qUsedKeys returns the idempotency keys of the call that are taken.
-	qUsedKeys = `SELECT i.user_id, i.idem_key FROM idempotency i
-		JOIN unnest($1::text[], $2::text[]) AS v (user_id, idem_key) ON i.user_id = v.user_id AND i.idem_key = v.idem_key`
-	// qRunningRuns returns the RUNNING runs of the users that admit runs.
-	qRunningRuns = `SELECT user_id, id, session_id FROM runs WHERE user_id = ANY($1::text[]) AND status = 'RUNNING'`
+	// qUsedKeys returns the idempotency keys of the call that are taken, each looked up by
+	// the table's primary key (a LATERAL with a LIMIT: a join was planned as a scan of the
+	// whole table, which grows with every message).
+	qUsedKeys = `SELECT v.user_id, v.idem_key FROM unnest($1::text[], $2::text[]) AS v (user_id, idem_key)
+		CROSS JOIN LATERAL (SELECT 1 FROM idempotency i WHERE i.user_id = v.user_id AND i.idem_key = v.idem_key LIMIT 1) t`
+	// qRunningRuns returns the RUNNING runs of the users that admit runs, each user's
+	// found through runs_by_user. (OFFSET 0 keeps the LATERAL a lookup per user: written
+	// as one condition, user_id = ANY($1), it was planned as a walk through every RUNNING
+	// run of every user by runs_by_status, whenever the statistics said few were running.)
+	qRunningRuns = `SELECT r.user_id, r.id, r.session_id FROM unnest($1::text[]) AS v (user_id)
+		CROSS JOIN LATERAL (SELECT user_id, id, session_id FROM runs
+			WHERE runs.user_id = v.user_id AND runs.status = 'RUNNING' OFFSET 0) r`
 	// qForeignRows returns the rows of the call that exist already, (table, ID, the
 	// session they belong to), for Append to find those of another session than the batch
 	// that writes them. Each is looked up by its table's primary key, in a LATERAL with a

@@ -75,7 +75,7 @@ func readState(ctx context.Context, conn *pgxpool.Conn, preps []*prep, todo []in
 
 	b := &pgx.Batch{}
 	b.Queue(qBegin)
-	b.Queue(qGenericPlans)
+	b.Queue(qPlanSettings)
 	// The transaction's ID, to learn whether it committed should the connection break
 	// while its COMMIT is under way (see commitOutcome).
 	b.Queue(qTxID).QueryRow(func(row pgx.Row) error { return row.Scan(&st.txid) })
