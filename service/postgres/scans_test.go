@@ -116,9 +116,9 @@ func TestTurnWritesNeverReadATableWhole(t *testing.T) {
 }
 
 // tableReads returns the count of whole reads (seq_scan) of each table of the schema of
-// dbURL, and of the scans of each index (idx_scan) by its name, once PostgreSQL's statistics count the rows inserted into table (inserted; -1:
-// as many as it holds): a connection's counts reach them when it closes, a moment after
-// the client let it go.
+// dbURL, and of the scans of each index (idx_scan) by its name, once PostgreSQL's
+// statistics count the rows inserted into table (inserted; -1: as many as it holds): a
+// connection's counts reach them when it closes, a moment after the client let it go.
 func tableReads(t *testing.T, dbURL, table string, inserted int64) map[string]int64 {
 	t.Helper()
 	u, err := url.Parse(dbURL)
